@@ -1,0 +1,224 @@
+//! The transport seam of nccl-rs.
+//!
+//! This crate holds only the trait every data transport implements, shaped
+//! after NCCL's net plugin (`ncclNet_t`): `listen` / `connect` / `accept`,
+//! memory registration, tagged `isend` / `irecv` that return requests, `test`
+//! to poll them, and close (by dropping). It lives in its own crate so that
+//! transports in other crates (`transport-tcp`, later `transport-verbs`) and
+//! the core (`nccl-rs`) can both depend on it without a cycle, exactly as an
+//! NCCL net plugin only needs NCCL's plugin header.
+//!
+//! # Call-order contract
+//! 1. The receiving side calls [`Net::listen`] and hands
+//!    [`Listener::handle`] (at most [`MAX_HANDLE_BYTES`] bytes) to the sending
+//!    side out of band (the bootstrap does this).
+//! 2. The sending side calls [`Net::connect`] with those bytes and polls the
+//!    returned [`Connector`] until it yields a [`SendComm`]; the receiving
+//!    side polls [`Listener::accept`] until it yields a [`RecvComm`]. Both
+//!    sides must be polled concurrently: neither completes alone.
+//! 3. Messages on one connection are matched in posting order. The n-th
+//!    `isend` on a [`SendComm`] is delivered into the n-th `irecv` on the
+//!    matching [`RecvComm`]; a tag mismatch is reported as
+//!    [`NetError::TagMismatch`], and a message longer than the posted receive
+//!    as [`NetError::Truncated`].
+//! 4. Requests are polled with `test` on the comm that issued them until they
+//!    report completion. Every pending request must be tested to completion
+//!    (or the comm dropped) before its buffer is reused or freed.
+//!
+//! # Blocking
+//! No method of these traits blocks waiting for a peer. `connect`, `accept`,
+//! `isend`, `irecv` and `test` may perform non-blocking system calls and
+//! return "not yet" (`Ok(None)` / `Ok(false)`); the caller polls again.
+//! `listen` and `reg_mr` may make short local system calls (bind, pin pages).
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+use std::fmt;
+
+/// The largest connection handle a transport may produce (as NCCL's
+/// `NCCL_NET_HANDLE_MAXSIZE`).
+pub const MAX_HANDLE_BYTES: usize = 128;
+
+/// Which kinds of memory a transport can read and write directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PtrSupport {
+    /// Host (CPU) memory.
+    pub host: bool,
+    /// CUDA device memory (GPUDirect RDMA).
+    pub cuda: bool,
+    /// DMA-BUF file descriptors.
+    pub dmabuf: bool,
+}
+
+/// What a transport can do, so the engine never has to guess.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Properties {
+    /// Short name, e.g. `"Socket"`, `"IB"`, `"Mem"`.
+    pub name: String,
+    /// Link speed in Mbit/s (NCCL's unit), 0 if unknown.
+    pub speed_mbps: u64,
+    /// One-way latency estimate in microseconds, 0.0 if unknown.
+    pub latency_us: f64,
+    /// Pointer kinds accepted by `isend` / `irecv`.
+    pub ptr_support: PtrSupport,
+    /// Whether buffers must be registered with `reg_mr` before use.
+    pub needs_registration: bool,
+    /// Largest single message `isend` accepts.
+    pub max_message_bytes: usize,
+    /// How many requests may be outstanding on one comm.
+    pub max_requests: usize,
+}
+
+/// Errors a transport reports. Each names what failed; the engine adds the
+/// rank, peer and operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// A system call failed.
+    #[error("{call} failed: {source}")]
+    Io {
+        /// The call, e.g. `"connect"`.
+        call: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer closed the connection.
+    #[error("connection closed by peer {0}")]
+    Closed(String),
+    /// The handle bytes could not be decoded.
+    #[error("invalid connection handle: {0}")]
+    BadHandle(String),
+    /// The n-th message carried another tag than the n-th receive.
+    #[error("tag mismatch: expected tag {expected}, peer sent {got}")]
+    TagMismatch {
+        /// Tag of the posted receive.
+        expected: u32,
+        /// Tag the sender used.
+        got: u32,
+    },
+    /// The incoming message is larger than the posted receive buffer.
+    #[error("message of {got} bytes does not fit a receive of {posted} bytes")]
+    Truncated {
+        /// Posted receive size.
+        posted: usize,
+        /// Incoming size.
+        got: usize,
+    },
+    /// The peer sent bytes that do not follow the wire format.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl NetError {
+    /// Wraps an I/O error with the name of the call that failed.
+    pub fn io(call: &'static str, source: std::io::Error) -> Self {
+        NetError::Io { call, source }
+    }
+}
+
+/// Result of transport calls.
+pub type NetResult<T> = Result<T, NetError>;
+
+/// A request returned by `isend` / `irecv`, to be passed to `test` on the
+/// same comm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Request(pub u64);
+
+/// A memory registration returned by `reg_mr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemHandle(pub u64);
+
+/// A transport: a factory for listeners and connectors. Shared by all
+/// communicators of a process.
+pub trait Net: Send + Sync + fmt::Debug {
+    /// The transport's capabilities. Never blocks.
+    fn properties(&self) -> Properties;
+
+    /// Starts listening for one incoming connection. Makes local system calls
+    /// only (bind, listen); never waits for a peer.
+    fn listen(&self) -> NetResult<Box<dyn Listener>>;
+
+    /// Starts connecting to the listener described by `handle`. Never
+    /// blocks: the returned [`Connector`] is polled until it completes.
+    fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>>;
+}
+
+/// The receiving end of a connection being set up.
+pub trait Listener: Send {
+    /// Opaque bytes (at most [`MAX_HANDLE_BYTES`]) that the sender passes to
+    /// [`Net::connect`]. Never blocks.
+    fn handle(&self) -> &[u8];
+
+    /// Polls for the incoming connection. Never blocks: returns `Ok(None)`
+    /// until the peer has connected.
+    fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>>;
+}
+
+/// The sending end of a connection being set up.
+pub trait Connector: Send {
+    /// Polls the connection. Never blocks: returns `Ok(None)` until it is
+    /// established.
+    fn poll_connect(&mut self) -> NetResult<Option<Box<dyn SendComm>>>;
+}
+
+/// The sending half of an established connection. Dropping it closes it.
+pub trait SendComm: Send {
+    /// Registers memory for sending. A no-op returning a dummy handle for
+    /// transports whose properties say `needs_registration == false`. May
+    /// make short local system calls; never waits for a peer.
+    fn reg_mr(&mut self, ptr: *const u8, len: usize) -> NetResult<MemHandle>;
+
+    /// Releases a registration. Never blocks.
+    fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()>;
+
+    /// Posts a send of `len` bytes at `data` with `tag`. Never blocks: it
+    /// returns `Ok(None)` when the transport has no room for another request
+    /// (call again later) and otherwise a request for [`SendComm::test`].
+    ///
+    /// # Safety
+    /// `data..data+len` must be valid for reads, and must not be written,
+    /// until `test` has reported this request complete or the comm has been
+    /// dropped. `mr`, if given, must cover the range.
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        tag: u32,
+        mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>>;
+
+    /// Makes progress and reports whether `req` is complete (`Ok(true)`).
+    /// Never blocks. Once it returned `Ok(true)` the request is gone.
+    fn test(&mut self, req: Request) -> NetResult<bool>;
+}
+
+/// The receiving half of an established connection. Dropping it closes it.
+pub trait RecvComm: Send {
+    /// Registers memory for receiving; see [`SendComm::reg_mr`].
+    fn reg_mr(&mut self, ptr: *mut u8, len: usize) -> NetResult<MemHandle>;
+
+    /// Releases a registration. Never blocks.
+    fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()>;
+
+    /// Posts a receive of at most `len` bytes into `data`, expecting `tag`.
+    /// Never blocks; `Ok(None)` means "no room, call again".
+    ///
+    /// # Safety
+    /// `data..data+len` must be valid for writes and must not be accessed by
+    /// anyone else until `test` has reported this request complete or the
+    /// comm has been dropped.
+    unsafe fn irecv(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>>;
+
+    /// Makes progress and reports `Ok(Some(bytes_received))` once `req` is
+    /// complete. Never blocks. Once it returned `Some` the request is gone.
+    fn test(&mut self, req: Request) -> NetResult<Option<usize>>;
+}

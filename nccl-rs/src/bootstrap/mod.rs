@@ -1,0 +1,215 @@
+//! Bootstrap: the 128-byte [`UniqueId`], rendezvous through the root, and the
+//! out-of-band all-gather and barrier used during init.
+//!
+//! The id carries the root's address and a random 16-byte secret. Every rank
+//! proves it knows the secret in its hello; the root drops connections that
+//! do not. This is authentication against strays and mistakes (a second job
+//! on the same port, a port scanner), not encryption: anyone who can read an
+//! id, or the traffic, can join. With `NCCL_COMM_ID` or `MASTER_ADDR`, no id
+//! is passed around and the secret is all zeros.
+
+mod root;
+mod wire;
+
+use crate::config::Config;
+use crate::error::BootstrapError;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+use wire::{decode_gather, read_frame, write_frame, Hello, MAX_FRAME};
+
+/// Size of NCCL's `ncclUniqueId`.
+pub const UNIQUE_ID_BYTES: usize = 128;
+const ID_MAGIC: &[u8; 4] = b"NCRS";
+
+/// The rendezvous token: created by rank 0, passed to every rank.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId {
+    addr: SocketAddr,
+    secret: [u8; 16],
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UniqueId({})", self.addr)
+    }
+}
+
+impl UniqueId {
+    /// Creates an id and starts the bootstrap root in this process (call it
+    /// on rank 0 only, as `ncclGetUniqueId`). The root listens on the
+    /// interface chosen by `NCCL_SOCKET_IFNAME` / `NCCL_SOCKET_FAMILY`, or
+    /// on `NCCL_COMM_ID` if set.
+    pub fn new(config: &Config) -> Result<UniqueId, BootstrapError> {
+        if let Some(comm_id) = &config.comm_id {
+            let id = UniqueId::from_addr_str(comm_id)?;
+            id.start_root(config)?;
+            return Ok(id);
+        }
+        let ip = local_ip(config)?;
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| io(format!("bind root on {ip}"), e))?;
+        let addr = listener.local_addr().map_err(|e| io("root address".into(), e))?;
+        let mut secret = [0u8; 16];
+        getrandom::getrandom(&mut secret).map_err(|e| BootstrapError::BadId(format!("no randomness: {e}")))?;
+        root::spawn(listener, secret, config.bootstrap_timeout).map_err(|e| io("start root thread".into(), e))?;
+        Ok(UniqueId { addr, secret })
+    }
+
+    /// An id for a root at a fixed `host:port` (no secret), as
+    /// `NCCL_COMM_ID` or torchrun's `MASTER_ADDR`/`MASTER_PORT` give.
+    pub fn from_addr_str(hostport: &str) -> Result<UniqueId, BootstrapError> {
+        let addr = hostport
+            .to_socket_addrs()
+            .map_err(|e| BootstrapError::BadId(format!("{hostport:?}: {e}")))?
+            .next()
+            .ok_or_else(|| BootstrapError::BadId(format!("{hostport:?} resolves to nothing")))?;
+        Ok(UniqueId { addr, secret: [0; 16] })
+    }
+
+    /// Binds this id's address and starts the root there (rank 0 of a job
+    /// started with a fixed root address).
+    pub fn start_root(&self, config: &Config) -> Result<(), BootstrapError> {
+        let listener = TcpListener::bind(self.addr).map_err(|e| io(format!("bind root on {}", self.addr), e))?;
+        root::spawn(listener, self.secret, config.bootstrap_timeout).map_err(|e| io("start root thread".into(), e))
+    }
+
+    /// The root's address.
+    pub fn root_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The 128 bytes of NCCL's `ncclUniqueId`.
+    pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
+        let mut b = [0u8; UNIQUE_ID_BYTES];
+        b[..4].copy_from_slice(ID_MAGIC);
+        b[4] = 1;
+        b[6..8].copy_from_slice(&self.addr.port().to_be_bytes());
+        match self.addr.ip() {
+            IpAddr::V4(ip) => {
+                b[5] = 4;
+                b[8..12].copy_from_slice(&ip.octets());
+            }
+            IpAddr::V6(ip) => {
+                b[5] = 6;
+                b[8..24].copy_from_slice(&ip.octets());
+            }
+        }
+        b[24..40].copy_from_slice(&self.secret);
+        b
+    }
+
+    /// Parses the bytes of [`UniqueId::to_bytes`].
+    pub fn from_bytes(b: &[u8]) -> Result<UniqueId, BootstrapError> {
+        let bad = |why: &str| BootstrapError::BadId(why.to_string());
+        if b.len() != UNIQUE_ID_BYTES {
+            return Err(bad(&format!("{} bytes, expected {UNIQUE_ID_BYTES}", b.len())));
+        }
+        if &b[..4] != ID_MAGIC || b[4] != 1 {
+            return Err(bad("not an nccl-rs unique id (bad magic or version)"));
+        }
+        let port = u16::from_be_bytes([b[6], b[7]]);
+        let ip = match b[5] {
+            4 => IpAddr::from(<[u8; 4]>::try_from(&b[8..12]).expect("4 bytes")),
+            6 => IpAddr::from(<[u8; 16]>::try_from(&b[8..24]).expect("16 bytes")),
+            f => return Err(bad(&format!("unknown address family {f}"))),
+        };
+        Ok(UniqueId { addr: SocketAddr::new(ip, port), secret: b[24..40].try_into().expect("16 bytes") })
+    }
+
+    /// Hex text of the bytes, for passing an id through the environment.
+    pub fn to_hex(&self) -> String {
+        self.to_bytes()[..40].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses [`UniqueId::to_hex`].
+    pub fn from_hex(s: &str) -> Result<UniqueId, BootstrapError> {
+        let bytes: Option<Vec<u8>> = (0..s.len() / 2).map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()).collect();
+        let mut b = bytes.filter(|b| b.len() == 40 && s.len() == 80).ok_or_else(|| BootstrapError::BadId("bad hex id".into()))?;
+        b.resize(UNIQUE_ID_BYTES, 0);
+        UniqueId::from_bytes(&b)
+    }
+}
+
+fn io(what: String, source: std::io::Error) -> BootstrapError {
+    BootstrapError::Io { what, source }
+}
+
+/// The local address chosen by the interface rules.
+pub(crate) fn local_ip(config: &Config) -> Result<IpAddr, BootstrapError> {
+    transport_tcp::TcpNet::new(crate::comm::tcp_options(config))
+        .map(|n| n.local_ip())
+        .map_err(|e| BootstrapError::BadId(format!("no usable network interface: {e}")))
+}
+
+/// One rank's connection to the root.
+pub(crate) struct Bootstrap {
+    stream: TcpStream,
+    timeout: Duration,
+}
+
+impl Bootstrap {
+    /// Connects to the root (retrying while it is not up yet) and joins as
+    /// `rank` of `nranks`.
+    pub(crate) fn connect(id: &UniqueId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
+        let deadline = Instant::now() + timeout;
+        let what = format!("joining the root at {} as rank {rank} of {nranks}", id.addr);
+        let mut stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BootstrapError::Timeout { what, after: timeout });
+            }
+            match TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5))) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let hello = Hello { secret: id.secret, rank: rank as u32, nranks: nranks as u32 };
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(left)).map_err(|e| io(what.clone(), e))?;
+        write_frame(&mut stream, &hello.encode()).map_err(|e| io(what.clone(), e))?;
+        let reply = read_frame(&mut stream, 4096).map_err(|e| timeout_or_io(e, &what, timeout))?;
+        if reply != b"OK" {
+            return Err(BootstrapError::Rejected(String::from_utf8_lossy(&reply).into_owned()));
+        }
+        Ok(Bootstrap { stream, timeout })
+    }
+
+    /// Out-of-band all-gather: every rank's bytes, in rank order.
+    pub(crate) fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        let what = "bootstrap all-gather".to_string();
+        self.stream.set_read_timeout(Some(self.timeout)).map_err(|e| io(what.clone(), e))?;
+        write_frame(&mut self.stream, mine).map_err(|e| io(what.clone(), e))?;
+        let reply = read_frame(&mut self.stream, MAX_FRAME).map_err(|e| timeout_or_io(e, &what, self.timeout))?;
+        decode_gather(&reply).map_err(BootstrapError::Protocol)
+    }
+
+    /// Out-of-band barrier.
+    pub(crate) fn barrier(&mut self) -> Result<(), BootstrapError> {
+        self.all_gather(&[]).map(|_| ())
+    }
+}
+
+fn timeout_or_io(e: std::io::Error, what: &str, after: Duration) -> BootstrapError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BootstrapError::Timeout { what: what.into(), after },
+        std::io::ErrorKind::UnexpectedEof => BootstrapError::Protocol(format!("{what}: the root closed the connection (a rank left or was refused)")),
+        _ => io(what.into(), e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_id_round_trips() {
+        let id = UniqueId { addr: "10.1.2.3:4567".parse().unwrap(), secret: [9; 16] };
+        assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
+        assert_eq!(UniqueId::from_hex(&id.to_hex()).unwrap(), id);
+        let v6 = UniqueId { addr: "[fd00::1]:80".parse().unwrap(), secret: [1; 16] };
+        assert_eq!(UniqueId::from_bytes(&v6.to_bytes()).unwrap(), v6);
+        assert!(UniqueId::from_bytes(&[0u8; 128]).is_err());
+        assert!(UniqueId::from_bytes(&[0u8; 12]).is_err());
+        assert!(UniqueId::from_hex("zz").is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! The bootstrap root: a thread in rank 0's process that admits ranks that
+//! prove they know the unique id's secret, then serves out-of-band
+//! all-gathers (a star through the root) until a rank leaves.
+//!
+//! Strangers — wrong secret, garbage, oversized or truncated frames, slow
+//! trickles — are dropped with a WARN line. Each costs at most one hello's
+//! worth of memory and [`HELLO_DEADLINE`] of time, and at most
+//! [`MAX_PENDING`] are held at once, so they cannot disturb the job.
+
+use super::wire::{encode_gather, read_frame, secrets_equal, write_frame, Hello, HELLO_LEN, MAX_FRAME};
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// How long an unauthenticated connection may take to send its hello.
+pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Most unauthenticated connections held at once.
+pub(crate) const MAX_PENDING: usize = 64;
+
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    since: Instant,
+}
+
+/// Starts the root thread on `listener`.
+pub(crate) fn spawn(listener: TcpListener, secret: [u8; 16], timeout: Duration) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new().name("nccl-bootstrap-root".into()).spawn(move || {
+        let addr = listener.local_addr().ok();
+        match admit(&listener, &secret, timeout) {
+            Some(ranks) => {
+                drop(listener);
+                serve(ranks);
+            }
+            None => warn!(?addr, "bootstrap root: not every rank joined within {timeout:?}; giving up"),
+        }
+    })?;
+    Ok(())
+}
+
+/// Accepts connections until every rank has joined; `None` on timeout.
+fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option<Vec<TcpStream>> {
+    let deadline = Instant::now() + timeout;
+    let mut ranks: Vec<Option<TcpStream>> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    loop {
+        if !ranks.is_empty() && ranks.iter().all(Option::is_some) {
+            return Some(ranks.into_iter().map(|s| s.expect("all joined")).collect());
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        let mut moved = false;
+        while let Ok((stream, peer)) = listener.accept() {
+            moved = true;
+            if pending.len() >= MAX_PENDING {
+                let old = pending.remove(0);
+                warn!(peer = %old.peer, "bootstrap root: dropping an unauthenticated connection (too many pending)");
+            }
+            if stream.set_nonblocking(true).is_ok() {
+                pending.push(Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() });
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match read_hello(&mut pending[i]) {
+                Ok(None) if pending[i].since.elapsed() < HELLO_DEADLINE => i += 1,
+                Ok(None) => {
+                    let p = pending.swap_remove(i);
+                    warn!(peer = %p.peer, "bootstrap root: dropping a connection that sent no hello within {HELLO_DEADLINE:?}");
+                }
+                Err(why) => {
+                    let p = pending.swap_remove(i);
+                    warn!(peer = %p.peer, "bootstrap root: dropping a connection: {why}");
+                    moved = true;
+                }
+                Ok(Some(hello)) => {
+                    let p = pending.swap_remove(i);
+                    if let Err(why) = join(&mut ranks, p.stream, &hello, secret) {
+                        warn!(peer = %p.peer, rank = hello.rank, "bootstrap root: refusing: {why}");
+                    } else {
+                        debug!(peer = %p.peer, rank = hello.rank, "bootstrap root: rank joined");
+                    }
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Reads what is available of a hello frame; `Ok(Some)` once complete.
+fn read_hello(p: &mut Pending) -> Result<Option<Hello>, String> {
+    let want = 4 + HELLO_LEN;
+    let mut tmp = [0u8; 64];
+    while p.buf.len() < want {
+        let room = (want - p.buf.len()).min(tmp.len());
+        match p.stream.read(&mut tmp[..room]) {
+            Ok(0) => return Err("closed before finishing its hello".into()),
+            Ok(n) => p.buf.extend_from_slice(&tmp[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if p.buf.len() >= 4 {
+            let len = u32::from_le_bytes(p.buf[..4].try_into().expect("4 bytes")) as usize;
+            if len != HELLO_LEN {
+                return Err(format!("not a hello (frame length {len})"));
+            }
+        }
+    }
+    Hello::decode(&p.buf[4..]).map(Some)
+}
+
+fn join(ranks: &mut Vec<Option<TcpStream>>, mut stream: TcpStream, h: &Hello, secret: &[u8; 16]) -> Result<(), String> {
+    if !secrets_equal(&h.secret, secret) {
+        return Err("wrong secret (not part of this job)".into());
+    }
+    let reply = |s: &mut TcpStream, msg: &[u8]| {
+        s.set_nonblocking(false).and_then(|_| s.set_write_timeout(Some(HELLO_DEADLINE))).and_then(|_| write_frame(s, msg))
+    };
+    let problem = if h.nranks == 0 || h.rank >= h.nranks {
+        Some(format!("rank {} of {} is out of range", h.rank, h.nranks))
+    } else if !ranks.is_empty() && ranks.len() != h.nranks as usize {
+        Some(format!("rank {} says the job has {} ranks; others said {}", h.rank, h.nranks, ranks.len()))
+    } else if ranks.get(h.rank as usize).is_some_and(Option::is_some) {
+        Some(format!("rank {} joined twice", h.rank))
+    } else {
+        None
+    };
+    if let Some(why) = problem {
+        let _ = reply(&mut stream, format!("ERR {why}").as_bytes());
+        return Err(why);
+    }
+    if ranks.is_empty() {
+        ranks.resize_with(h.nranks as usize, || None);
+    }
+    reply(&mut stream, b"OK").map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(None);
+    ranks[h.rank as usize] = Some(stream);
+    Ok(())
+}
+
+/// Serves all-gathers until a rank leaves, then closes every connection so
+/// the other ranks learn of it.
+fn serve(mut ranks: Vec<TcpStream>) {
+    let n = ranks.len();
+    info!(nranks = n, "bootstrap root: all ranks joined");
+    loop {
+        let mut parts = Vec::with_capacity(n);
+        for (r, s) in ranks.iter_mut().enumerate() {
+            match read_frame(s, MAX_FRAME) {
+                Ok(p) => parts.push(p),
+                Err(e) => {
+                    debug!(rank = r, "bootstrap root: rank left ({e}); closing");
+                    for s in &ranks {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
+                    return;
+                }
+            }
+        }
+        let reply = encode_gather(&parts);
+        for s in &mut ranks {
+            let _ = write_frame(s, &reply);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Connection setup: every rank listens once per peer, the handles travel
+//! through the bootstrap all-gather, then all connects and accepts are
+//! polled together until the full mesh is up or the deadline passes.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_BYTES};
+use std::time::{Duration, Instant};
+
+type Mesh = (Vec<Option<Box<dyn SendComm>>>, Vec<Option<Box<dyn RecvComm>>>);
+
+const SLOT: usize = 1 + MAX_HANDLE_BYTES;
+
+/// Connects `rank` to every other rank through `net`.
+pub(crate) fn connect_mesh(net: &dyn Net, boot: &mut Bootstrap, rank: usize, n: usize, timeout: Duration) -> Result<Mesh> {
+    let transport = |peer: usize, op: &str| {
+        let op = op.to_string();
+        move |source| Error::Transport { rank, peer, op, source }
+    };
+    let mut listeners: Vec<Option<Box<dyn Listener>>> = Vec::with_capacity(n);
+    let mut table = vec![0u8; n * SLOT];
+    for p in 0..n {
+        if p == rank {
+            listeners.push(None);
+            continue;
+        }
+        let l = net.listen().map_err(transport(p, "listen"))?;
+        let h = l.handle();
+        if h.len() > MAX_HANDLE_BYTES {
+            return Err(Error::Internal { rank, msg: format!("transport handle of {} bytes", h.len()) });
+        }
+        table[p * SLOT] = h.len() as u8;
+        table[p * SLOT + 1..p * SLOT + 1 + h.len()].copy_from_slice(h);
+        listeners.push(Some(l));
+    }
+    let all = boot.all_gather(&table).map_err(|source| Error::Bootstrap { rank, source })?;
+    let mut connectors: Vec<Option<Box<dyn Connector>>> = Vec::with_capacity(n);
+    for (p, theirs) in all.iter().enumerate() {
+        if p == rank {
+            connectors.push(None);
+            continue;
+        }
+        let entry = theirs.get(rank * SLOT..(rank + 1) * SLOT).ok_or_else(|| Error::Internal {
+            rank,
+            msg: format!("rank {p} sent a handle table of {} bytes", theirs.len()),
+        })?;
+        let len = (entry[0] as usize).min(MAX_HANDLE_BYTES);
+        connectors.push(Some(net.connect(&entry[1..1 + len]).map_err(transport(p, "connect"))?));
+    }
+    let mut send: Vec<Option<Box<dyn SendComm>>> = (0..n).map(|_| None).collect();
+    let mut recv: Vec<Option<Box<dyn RecvComm>>> = (0..n).map(|_| None).collect();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut missing = Vec::new();
+        for p in (0..n).filter(|&p| p != rank) {
+            if send[p].is_none() {
+                let c = connectors[p].as_mut().expect("one connector per peer");
+                send[p] = c.poll_connect().map_err(transport(p, "connect"))?;
+            }
+            if recv[p].is_none() {
+                let l = listeners[p].as_mut().expect("one listener per peer");
+                recv[p] = l.accept().map_err(transport(p, "accept"))?;
+            }
+            if send[p].is_none() || recv[p].is_none() {
+                missing.push(p);
+            }
+        }
+        if missing.is_empty() {
+            return Ok((send, recv));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout {
+                rank,
+                op: "connection setup".into(),
+                after: timeout,
+                waiting_for: format!("connections with ranks {missing:?}"),
+            });
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}

@@ -1,0 +1,92 @@
+//! Grouped send/recv: post sends and receives to several peers at once
+//! without deadlock (NCCL's `ncclGroupStart` / `ncclGroupEnd` around
+//! `ncclSend` / `ncclRecv`).
+
+use super::{Communicator, P2P_TAG};
+use crate::datatype::{DataType, Element, RedOp};
+use crate::engine::{CallBufs, Region};
+use crate::error::{Error, Result};
+use crate::schedule::{p2p_group, P2pOp};
+use std::marker::PhantomData;
+
+/// A set of sends and receives that run together. The buffers stay
+/// borrowed until the group runs, so they cannot be touched meanwhile.
+///
+/// ```no_run
+/// # fn f(comm: &mut nccl_rs::Communicator) -> nccl_rs::Result<()> {
+/// let (a, mut b) = (vec![1.0f32; 8], vec![0.0f32; 8]);
+/// let n = comm.size();
+/// let mut g = nccl_rs::P2pGroup::new();
+/// g.send(&a, (comm.rank() + 1) % n);
+/// g.recv(&mut b, (comm.rank() + n - 1) % n);
+/// comm.run_group(g)?;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct P2pGroup<'a> {
+    ops: Vec<P2pOp>,
+    bufs: Vec<Region>,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> P2pGroup<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a send of `buf` to `peer`.
+    pub fn send<T: Element>(&mut self, buf: &'a [T], peer: usize) -> &mut Self {
+        let r = Region::read_only(buf.as_ptr().cast(), std::mem::size_of_val(buf));
+        self.ops.push(P2pOp::Send { peer, buf: self.bufs.len(), count: r.len });
+        self.bufs.push(r);
+        self
+    }
+
+    /// Adds a receive into `buf` from `peer`.
+    pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize) -> &mut Self {
+        let r = Region::new(buf.as_mut_ptr().cast(), std::mem::size_of_val(buf));
+        self.ops.push(P2pOp::Recv { peer, buf: self.bufs.len(), count: r.len });
+        self.bufs.push(r);
+        self
+    }
+
+    /// Whether the group has no operations.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl Communicator {
+    /// Runs a group of sends and receives; returns when all completed.
+    pub fn run_group(&mut self, group: P2pGroup<'_>) -> Result<()> {
+        self.check_usable()?;
+        for op in &group.ops {
+            let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
+            if peer >= self.nranks || peer == self.rank {
+                return Err(Error::invalid(format!(
+                    "send/recv: peer {peer} is not another rank (rank {} of {})",
+                    self.rank, self.nranks
+                )));
+            }
+        }
+        let sched = p2p_group(&group.ops);
+        let bufs = CallBufs { input: Region::empty(), output: Region::empty(), group: group.bufs };
+        let what = format!("send/recv group of {} ops", group.ops.len());
+        self.execute(&sched, DataType::Uint8, RedOp::Sum, P2P_TAG, what, bufs)
+    }
+
+    /// Sends `buf` to `peer` (matched by `peer`'s `recv`).
+    pub fn send<T: Element>(&mut self, buf: &[T], peer: usize) -> Result<()> {
+        let mut g = P2pGroup::new();
+        g.send(buf, peer);
+        self.run_group(g)
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize) -> Result<()> {
+        let mut g = P2pGroup::new();
+        g.recv(buf, peer);
+        self.run_group(g)
+    }
+}

@@ -1,0 +1,157 @@
+//! The [`Communicator`]: init, identity, and the one path every operation
+//! takes into the engine. The typed collectives are in `collectives.rs`,
+//! grouped send/recv in `group.rs`.
+
+mod collectives;
+mod connect;
+mod group;
+
+pub use group::P2pGroup;
+
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::config::Config;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::{Call, CallBufs, Engine};
+use crate::error::{BootstrapError, Error, Result};
+use crate::launch::LaunchEnv;
+use crate::plan::{plan, Coll};
+use crate::schedule::Schedule;
+use crate::transport::Net;
+use tracing::info;
+
+/// Tag of grouped send/recv messages; collectives use their sequence number
+/// (below `P2P_TAG`).
+const P2P_TAG: u32 = 0x8000_0000;
+
+/// A group of ranks that run collectives together.
+pub struct Communicator {
+    rank: usize,
+    nranks: usize,
+    engine: Engine,
+    _bootstrap: Bootstrap,
+    seq: u64,
+    failed: Option<String>,
+    transport: String,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .field("transport", &self.transport)
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+/// TCP transport options from the configuration.
+pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
+    transport_tcp::TcpOptions {
+        ifname: config.socket_ifname.clone(),
+        family: config.socket_family,
+        socket_buf_bytes: config.socket_buf_bytes,
+        nsocks: config.nsocks_perthread * config.socket_nthreads,
+    }
+}
+
+impl Communicator {
+    /// Joins the job described by `id` as `rank` of `nranks`, over the
+    /// default transport (TCP). Blocks until every rank joined and all
+    /// connections are up, or `NCCL_BOOTSTRAP_TIMEOUT` passes.
+    pub fn init(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Communicator> {
+        check_rank(nranks, rank)?;
+        let net = transport_tcp::TcpNet::new(tcp_options(config))
+            .map_err(|source| Error::Transport { rank, peer: rank, op: "choosing a network interface".into(), source })?;
+        Communicator::init_with_net(id, nranks, rank, config, &net)
+    }
+
+    /// As [`Communicator::init`], over the given transport.
+    pub fn init_with_net(id: &UniqueId, nranks: usize, rank: usize, config: &Config, net: &dyn Net) -> Result<Communicator> {
+        check_rank(nranks, rank)?;
+        let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
+            .map_err(|source| Error::Bootstrap { rank, source })?;
+        let (send, recv) = connect::connect_mesh(net, &mut boot, rank, nranks, config.bootstrap_timeout)?;
+        let props = net.properties();
+        let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
+        if rank == 0 {
+            info!(nranks, transport = %props.name, "communicator ready");
+        }
+        Ok(Communicator { rank, nranks, engine, _bootstrap: boot, seq: 0, failed: None, transport: props.name })
+    }
+
+    /// Joins the job a launcher described in the environment (torchrun,
+    /// Open MPI, PMI, Slurm; see [`LaunchEnv`]). The root address comes from
+    /// `NCCL_COMM_ID` or `MASTER_ADDR`/`MASTER_PORT`; rank 0 starts the root
+    /// there.
+    pub fn init_from_env(config: &Config) -> Result<Communicator> {
+        let env = LaunchEnv::detect().ok_or_else(|| {
+            Error::invalid("no launcher environment found (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)")
+        })?;
+        let root = env.root.clone().ok_or_else(|| {
+            Error::invalid(format!("{} gave rank and size but no root: set NCCL_COMM_ID or MASTER_ADDR/MASTER_PORT", env.source))
+        })?;
+        let bad = |source: BootstrapError| Error::Bootstrap { rank: env.rank, source };
+        let id = UniqueId::from_addr_str(&root).map_err(bad)?;
+        if env.rank == 0 {
+            id.start_root(config).map_err(bad)?;
+        }
+        Communicator::init(&id, env.size, env.rank, config)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.nranks
+    }
+
+    /// The name of the data transport (`"Socket"`, `"Mem"`).
+    pub fn transport_name(&self) -> &str {
+        &self.transport
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.failed {
+            Some(first) => Err(Error::Poisoned { rank: self.rank, first: first.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    fn check_root(&self, what: &str, root: usize) -> Result<()> {
+        if root >= self.nranks {
+            return Err(Error::invalid(format!("{what}: root {root} is not a rank of {} ranks", self.nranks)));
+        }
+        Ok(())
+    }
+
+    /// Plans and runs one collective on raw buffers.
+    fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
+        self.check_usable()?;
+        let chunk = self.engine.chunk_elems(dtype.size());
+        let sched = plan(coll, self.nranks, self.rank, dtype, chunk);
+        self.seq += 1;
+        let what = format!("{} #{}", coll.name(), self.seq);
+        self.execute(&sched, dtype, op, (self.seq as u32) & !P2P_TAG, what, bufs)
+    }
+
+    fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: String, bufs: CallBufs) -> Result<()> {
+        let call = Call { sched, dtype, op, tag, what };
+        let res = self.engine.run(call, bufs);
+        if let Err(e) = &res {
+            tracing::warn!(rank = self.rank, "{e}");
+            self.failed = Some(e.to_string());
+        }
+        res
+    }
+}
+
+fn check_rank(nranks: usize, rank: usize) -> Result<()> {
+    if nranks == 0 || rank >= nranks {
+        return Err(Error::invalid(format!("rank {rank} of {nranks} ranks: need 0 <= rank < nranks")));
+    }
+    Ok(())
+}

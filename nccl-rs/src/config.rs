@@ -1,0 +1,194 @@
+//! Every `NCCL_*` setting, read once into one typed [`Config`].
+//!
+//! | variable | field | default |
+//! |---|---|---|
+//! | `NCCL_DEBUG` | `debug` | `WARN` (logging; see [`crate::init_logging`]) |
+//! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
+//! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
+//! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
+//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots |
+//! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
+//! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
+//! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
+//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 1 |
+//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 1 |
+//! | `NCCL_ALGO` | `algo` | tuning model |
+//! | `NCCL_PROTO` | `proto` | tuning model |
+//! | `NCCL_NET` | `net` | `Socket` |
+//! | `NCCL_IB_DISABLE` | `ib_disable` | false |
+//! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
+//! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+pub use transport_tcp::AddrFamily;
+
+/// All `NCCL_*` settings, parsed once.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `NCCL_DEBUG`.
+    pub debug: Option<String>,
+    /// `NCCL_SOCKET_IFNAME`: NCCL's interface list syntax (`^` excludes, `=` exact).
+    pub socket_ifname: Option<String>,
+    /// `NCCL_SOCKET_FAMILY`.
+    pub socket_family: Option<AddrFamily>,
+    /// `NCCL_COMM_ID`: `host:port` where rank 0 runs the bootstrap root.
+    pub comm_id: Option<String>,
+    /// `NCCL_BUFFSIZE`: staging bytes per connection.
+    pub buffsize: usize,
+    /// `NCCL_STEPS`: staging slots (chunks in flight) per connection.
+    pub steps: usize,
+    /// `NCCL_TIMEOUT`: deadline of one collective.
+    pub timeout: Duration,
+    /// `NCCL_BOOTSTRAP_TIMEOUT`: deadline of rendezvous and connection setup.
+    pub bootstrap_timeout: Duration,
+    /// `NCCL_NSOCKS_PERTHREAD`.
+    pub nsocks_perthread: usize,
+    /// `NCCL_SOCKET_NTHREADS`.
+    pub socket_nthreads: usize,
+    /// `NCCL_ALGO`, unparsed (the planner reads it).
+    pub algo: Option<String>,
+    /// `NCCL_PROTO`, unparsed.
+    pub proto: Option<String>,
+    /// `NCCL_NET`.
+    pub net: Option<String>,
+    /// `NCCL_IB_DISABLE`.
+    pub ib_disable: bool,
+    /// `NCCL_SHM_DISABLE`.
+    pub shm_disable: bool,
+    /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
+    pub socket_buf_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            debug: None,
+            socket_ifname: None,
+            socket_family: None,
+            comm_id: None,
+            buffsize: 4 << 20,
+            steps: 8,
+            timeout: Duration::from_secs(1800),
+            bootstrap_timeout: Duration::from_secs(120),
+            nsocks_perthread: 1,
+            socket_nthreads: 1,
+            algo: None,
+            proto: None,
+            net: None,
+            ib_disable: false,
+            shm_disable: false,
+            socket_buf_bytes: 4 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Reads every `NCCL_*` variable from the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (for tests and embedders).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let d = Config::default();
+        let text = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        Ok(Config {
+            debug: text("NCCL_DEBUG"),
+            socket_ifname: text("NCCL_SOCKET_IFNAME"),
+            socket_family: match text("NCCL_SOCKET_FAMILY").as_deref() {
+                None => None,
+                Some("AF_INET") | Some("4") | Some("ipv4") => Some(AddrFamily::V4),
+                Some("AF_INET6") | Some("6") | Some("ipv6") => Some(AddrFamily::V6),
+                Some(v) => return Err(bad("NCCL_SOCKET_FAMILY", v, "AF_INET or AF_INET6")),
+            },
+            comm_id: text("NCCL_COMM_ID"),
+            buffsize: num(&text, "NCCL_BUFFSIZE", d.buffsize, 4096..=(1 << 30))?,
+            steps: num(&text, "NCCL_STEPS", d.steps, 2..=64)?,
+            timeout: secs(&text, "NCCL_TIMEOUT", d.timeout)?,
+            bootstrap_timeout: secs(&text, "NCCL_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
+            nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", 1, 1..=64)?,
+            socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", 1, 1..=16)?,
+            algo: text("NCCL_ALGO"),
+            proto: text("NCCL_PROTO"),
+            net: text("NCCL_NET"),
+            ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
+            shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
+            socket_buf_bytes: num(&text, "NCCL_SOCKET_SNDBUF", d.socket_buf_bytes, 4096..=(1 << 30))?,
+        })
+    }
+
+    /// Bytes per staging slot: `buffsize / steps`, rounded down to 64 bytes.
+    pub fn slot_bytes(&self) -> usize {
+        (self.buffsize / self.steps).max(64) & !63
+    }
+}
+
+fn bad(var: &str, value: &str, want: &str) -> Error {
+    Error::InvalidArgument(format!("{var}={value:?} is not valid: expected {want}"))
+}
+
+fn num(
+    text: &impl Fn(&str) -> Option<String>,
+    var: &str,
+    default: usize,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<usize> {
+    match text(var) {
+        None => Ok(default),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(bad(var, &v, &format!("an integer in {}..={}", range.start(), range.end()))),
+        },
+    }
+}
+
+fn secs(text: &impl Fn(&str) -> Option<String>, var: &str, default: Duration) -> Result<Duration> {
+    match text(var) {
+        None => Ok(default),
+        Some(v) => match v.parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+            _ => Err(bad(var, &v, "a positive number of seconds")),
+        },
+    }
+}
+
+fn flag(text: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {
+    match text(var).as_deref() {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(bad(var, v, "0 or 1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
+        let m: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.buffsize, 4 << 20);
+        assert_eq!(c.slot_bytes(), 512 << 10);
+        let c = cfg(&[("NCCL_BUFFSIZE", "1048576"), ("NCCL_TIMEOUT", "2.5"), ("NCCL_SOCKET_FAMILY", "AF_INET6")])
+            .unwrap();
+        assert_eq!(c.buffsize, 1 << 20);
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.socket_family, Some(AddrFamily::V6));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = cfg(&[("NCCL_BUFFSIZE", "lots")]).unwrap_err().to_string();
+        assert!(e.contains("NCCL_BUFFSIZE"), "{e}");
+        assert!(cfg(&[("NCCL_SHM_DISABLE", "yes")]).is_err());
+        assert!(cfg(&[("NCCL_TIMEOUT", "-1")]).is_err());
+    }
+}

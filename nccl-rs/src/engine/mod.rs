@@ -1,0 +1,112 @@
+//! The engine: the only code that turns schedule steps into transport calls.
+//!
+//! It owns the connections to every peer, the reusable staging slots and
+//! scratch buffer, and the deadline. [`Run`] is a poll-driven state machine
+//! for one operation (so tests can drive many ranks from one thread);
+//! [`Engine::run`] drives it to completion by polling briefly, then yielding,
+//! then sleeping, until the deadline.
+
+mod buffers;
+mod run;
+
+pub(crate) use buffers::{CallBufs, Region};
+pub(crate) use run::{Call, Run};
+
+use crate::error::{Error, Result};
+use crate::transport::{RecvComm, SendComm};
+use buffers::AlignedBuf;
+use std::time::{Duration, Instant};
+
+/// Connections and reusable memory of one communicator.
+pub(crate) struct Engine {
+    pub(crate) rank: usize,
+    pub(crate) nranks: usize,
+    pub(crate) send: Vec<Option<Box<dyn SendComm>>>,
+    pub(crate) recv: Vec<Option<Box<dyn RecvComm>>>,
+    slot_bytes: usize,
+    slots: Vec<AlignedBuf>,
+    scratch: AlignedBuf,
+    pub(crate) timeout: Duration,
+}
+
+/// How long to busy-poll before yielding, and to yield before sleeping.
+const SPIN: Duration = Duration::from_micros(50);
+const YIELD: Duration = Duration::from_millis(2);
+const SLEEP: Duration = Duration::from_micros(100);
+
+impl Engine {
+    pub(crate) fn new(
+        rank: usize,
+        nranks: usize,
+        send: Vec<Option<Box<dyn SendComm>>>,
+        recv: Vec<Option<Box<dyn RecvComm>>>,
+        slot_bytes: usize,
+        nslots: usize,
+        timeout: Duration,
+    ) -> Engine {
+        Engine {
+            rank,
+            nranks,
+            send,
+            recv,
+            slot_bytes,
+            slots: (0..nslots).map(|_| AlignedBuf::default()).collect(),
+            scratch: AlignedBuf::default(),
+            timeout,
+        }
+    }
+
+    /// Elements per pipelined chunk for elements of `elem` bytes.
+    pub(crate) fn chunk_elems(&self, elem: usize) -> usize {
+        (self.slot_bytes / elem).max(1)
+    }
+
+    /// Starts one operation; poll the result until it reports completion.
+    pub(crate) fn start<'a>(&'a mut self, call: Call<'a>, bufs: CallBufs) -> Result<Run<'a>> {
+        let elem = call.dtype.size();
+        let scratch_bytes = call.sched.scratch * elem;
+        self.scratch.ensure(scratch_bytes);
+        let slot_bytes = self.slot_bytes;
+        for s in &mut self.slots {
+            s.ensure(slot_bytes);
+        }
+        let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
+        let slots = self.slots.iter_mut().map(|s| Region::new(s.as_mut_ptr(), slot_bytes)).collect();
+        Run::new(self.rank, self.nranks, &mut self.send, &mut self.recv, call, bufs, scratch, slots)
+    }
+
+    /// Runs one operation to completion or to the deadline.
+    pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs) -> Result<()> {
+        let (rank, timeout, what) = (self.rank, self.timeout, call.what.clone());
+        let mut run = self.start(call, bufs)?;
+        let start = Instant::now();
+        let mut idle_since: Option<Instant> = None;
+        let mut polls = 0u32;
+        loop {
+            let (done, moved) = run.poll()?;
+            if done {
+                return Ok(());
+            }
+            if moved {
+                idle_since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let idle = now - *idle_since.get_or_insert(now);
+            polls = polls.wrapping_add(1);
+            if idle < SPIN {
+                std::hint::spin_loop();
+            } else if idle < YIELD {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(SLEEP);
+            }
+            if polls % 64 == 0 && now - start > timeout {
+                return Err(Error::Timeout { rank, op: what, after: timeout, waiting_for: run.waiting_for() });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

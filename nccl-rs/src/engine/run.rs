@@ -1,0 +1,336 @@
+//! One operation in flight: posts receives ahead, executes steps in order,
+//! reduces, forwards, and tracks outstanding sends.
+//!
+//! # Memory discipline
+//! Receives are posted up to `window` steps ahead of the executing step,
+//! straight into their destination (or into a staging slot when the data is
+//! to be reduced). Sends are posted when their step executes and complete in
+//! the background. Schedules are written so that a posted receive's memory
+//! is written only when its data arrives, and that data arrives only after
+//! every earlier local use of that memory has been sent on (causality along
+//! the ring); the engine itself only touches memory of the step it executes.
+
+use super::{CallBufs, Region};
+use crate::datatype::{DataType, RedOp};
+use crate::error::{Error, Result};
+use crate::reduce;
+use crate::schedule::{Loc, Schedule, Step};
+use crate::transport::{NetError, RecvComm, Request, SendComm};
+use std::collections::VecDeque;
+
+/// What one operation is.
+pub(crate) struct Call<'a> {
+    pub(crate) sched: &'a Schedule,
+    pub(crate) dtype: DataType,
+    pub(crate) op: RedOp,
+    pub(crate) tag: u32,
+    /// For error messages, e.g. "all_reduce #12".
+    pub(crate) what: String,
+}
+
+struct Posted {
+    req: Request,
+    slot: Option<usize>,
+}
+
+/// The state of one operation in flight.
+pub(crate) struct Run<'a> {
+    rank: usize,
+    nranks: usize,
+    send: &'a mut [Option<Box<dyn SendComm>>],
+    recv: &'a mut [Option<Box<dyn RecvComm>>],
+    call: Call<'a>,
+    bufs: CallBufs,
+    scratch: Region,
+    slots: Vec<Region>,
+    free_slots: Vec<usize>,
+    posted: Vec<Option<Posted>>,
+    next_post: usize,
+    cur: usize,
+    window: usize,
+    sends: VecDeque<(usize, Request)>,
+    /// A send the transport had no room for yet; retried before any
+    /// further step executes, so per-peer order is kept.
+    blocked: Option<(usize, Region)>,
+}
+
+impl<'a> Run<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        rank: usize,
+        nranks: usize,
+        send: &'a mut [Option<Box<dyn SendComm>>],
+        recv: &'a mut [Option<Box<dyn RecvComm>>],
+        call: Call<'a>,
+        bufs: CallBufs,
+        scratch: Region,
+        slots: Vec<Region>,
+    ) -> Result<Run<'a>> {
+        let n = call.sched.steps.len();
+        let window = 2 * slots.len().max(1);
+        Ok(Run {
+            rank,
+            nranks,
+            send,
+            recv,
+            free_slots: (0..slots.len()).rev().collect(),
+            slots,
+            call,
+            bufs,
+            scratch,
+            posted: (0..n).map(|_| None).collect(),
+            next_post: 0,
+            cur: 0,
+            window,
+            sends: VecDeque::new(),
+            blocked: None,
+        })
+    }
+
+    fn net_err(&self, peer: usize, source: NetError) -> Error {
+        Error::Transport { rank: self.rank, peer, op: self.call.what.clone(), source }
+    }
+
+    fn internal(&self, msg: String) -> Error {
+        Error::Internal { rank: self.rank, msg: format!("{}: {msg}", self.call.what) }
+    }
+
+    fn bytes(&self, count: usize) -> usize {
+        count * self.call.dtype.size()
+    }
+
+    /// The memory of `count` elements at `loc`, bounds-checked.
+    fn region(&self, loc: Loc, count: usize) -> Result<Region> {
+        let es = self.call.dtype.size();
+        let (base, off) = match loc {
+            Loc::In(o) => (self.bufs.input, o),
+            Loc::Out(o) => (self.bufs.output, o),
+            Loc::Scratch(o) => (self.scratch, o),
+            Loc::Group(b, o) => {
+                let r = self.bufs.group.get(b).ok_or_else(|| self.internal(format!("no group buffer {b}")))?;
+                (*r, o)
+            }
+        };
+        let (start, len) = (off * es, count * es);
+        if start.checked_add(len).is_none_or(|end| end > base.len) {
+            return Err(self.internal(format!("{loc:?}+{count} exceeds a buffer of {} bytes", base.len)));
+        }
+        // `wrapping_add` keeps this free of unsafe; the bounds were checked above.
+        Ok(Region::new(base.ptr.wrapping_add(start), len))
+    }
+
+    /// Peers this operation is still waiting for, for timeout messages.
+    pub(crate) fn waiting_for(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(from) = self.call.sched.steps.get(self.cur).and_then(Step::recv_peer) {
+            parts.push(format!("data from rank {from} (step {} of {})", self.cur, self.call.sched.steps.len()));
+        }
+        let mut peers: Vec<usize> = self.sends.iter().map(|s| s.0).collect();
+        peers.sort_unstable();
+        peers.dedup();
+        if !peers.is_empty() {
+            parts.push(format!("sends to ranks {peers:?} to drain"));
+        }
+        parts.join(" and ")
+    }
+
+    /// Makes as much progress as possible without blocking. Returns
+    /// `(done, moved)`.
+    pub(crate) fn poll(&mut self) -> Result<(bool, bool)> {
+        let mut moved = self.post_receives()?;
+        moved |= self.test_sends()?;
+        moved |= self.execute()?;
+        let done = self.cur == self.call.sched.steps.len() && self.sends.is_empty() && self.blocked.is_none();
+        Ok((done, moved))
+    }
+
+    fn post_receives(&mut self) -> Result<bool> {
+        let mut moved = false;
+        let steps = &self.call.sched.steps;
+        while self.next_post < steps.len() && self.next_post < self.cur + self.window {
+            let step = steps[self.next_post];
+            if let Some(from) = step.recv_peer() {
+                let bytes = self.bytes(step.count());
+                let (dst, slot) = if step.needs_slot() {
+                    let Some(&slot) = self.free_slots.last() else { break };
+                    (Region::new(self.slots[slot].ptr, bytes), Some(slot))
+                } else {
+                    let dst = match step {
+                        Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => dst,
+                        _ => return Err(self.internal(format!("step {step:?} has no destination"))),
+                    };
+                    (self.region(dst, step.count())?, None)
+                };
+                let tag = self.call.tag;
+                let comm = self.recv.get_mut(from).and_then(Option::as_mut);
+                let Some(comm) = comm else { return Err(self.internal(format!("no connection from rank {from}"))) };
+                // SAFETY: `dst` is a checked range of a user buffer or of a
+                // staging slot that stays allocated for the whole run, and
+                // nothing accesses it until this request completes (see the
+                // module docs for the causality argument).
+                let req = unsafe { comm.irecv(dst.ptr, dst.len, tag, None) };
+                let req = match req.map_err(|e| self.net_err(from, e))? {
+                    Some(r) => r,
+                    None => break,
+                };
+                if slot.is_some() {
+                    self.free_slots.pop();
+                }
+                self.posted[self.next_post] = Some(Posted { req, slot });
+            }
+            self.next_post += 1;
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn test_sends(&mut self) -> Result<bool> {
+        let before = self.sends.len();
+        let mut i = 0;
+        while i < self.sends.len() {
+            let (peer, req) = self.sends[i];
+            let comm = self.send[peer].as_mut().expect("sends are only posted on open connections");
+            if comm.test(req).map_err(|e| self.net_err(peer, e))? {
+                self.sends.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(self.sends.len() != before)
+    }
+
+    /// Posts a send, or parks it in `blocked` if the transport is full.
+    fn isend(&mut self, to: usize, src: Region) -> Result<()> {
+        debug_assert!(self.blocked.is_none());
+        if !self.try_isend(to, src)? {
+            self.blocked = Some((to, src));
+        }
+        Ok(())
+    }
+
+    /// Retries the parked send; `true` once nothing is parked.
+    fn retry_blocked(&mut self) -> Result<bool> {
+        match self.blocked.take() {
+            None => Ok(true),
+            Some((to, src)) if self.try_isend(to, src)? => Ok(true),
+            Some(parked) => {
+                self.blocked = Some(parked);
+                Ok(false)
+            }
+        }
+    }
+
+    fn try_isend(&mut self, to: usize, src: Region) -> Result<bool> {
+        let tag = self.call.tag;
+        let Some(comm) = self.send.get_mut(to).and_then(Option::as_mut) else {
+            return Err(self.internal(format!("no connection to rank {to}")));
+        };
+        // SAFETY: `src` is a checked range of a buffer that stays valid for
+        // the whole run; `Run` only finishes once every send completed.
+        let req = unsafe { comm.isend(src.ptr, src.len, tag, None) };
+        match req.map_err(|e| self.net_err(to, e))? {
+            Some(r) => {
+                self.sends.push_back((to, r));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn execute(&mut self) -> Result<bool> {
+        let mut moved = false;
+        while self.cur < self.next_post {
+            if !self.retry_blocked()? {
+                break;
+            }
+            let step = self.call.sched.steps[self.cur];
+            let mut slot = None;
+            if let Some(from) = step.recv_peer() {
+                let p = self.posted[self.cur].as_ref().ok_or_else(|| self.internal("receive not posted".into()))?;
+                let (req, s) = (p.req, p.slot);
+                let comm = self.recv[from].as_mut().expect("posted on an open connection");
+                match comm.test(req).map_err(|e| self.net_err(from, e))? {
+                    None => break,
+                    Some(got) if got != self.bytes(step.count()) => {
+                        let msg = format!("expected {} bytes, got {got}", self.bytes(step.count()));
+                        return Err(self.net_err(from, NetError::Protocol(msg)));
+                    }
+                    Some(_) => {}
+                }
+                self.posted[self.cur] = None;
+                slot = s;
+            }
+            self.exec_step(step, slot)?;
+            if let Some(s) = slot {
+                self.free_slots.push(s);
+            }
+            self.cur += 1;
+            moved = true;
+        }
+        if self.cur == self.call.sched.steps.len() && self.blocked.is_some() {
+            moved |= self.retry_blocked()?;
+        }
+        Ok(moved)
+    }
+
+    fn exec_step(&mut self, step: Step, slot: Option<usize>) -> Result<()> {
+        match step {
+            Step::Send { to, src, count } => {
+                let src = self.region(src, count)?;
+                self.isend(to, src)
+            }
+            Step::Recv { .. } => Ok(()),
+            Step::RecvCopySend { to, dst, count, .. } => {
+                let dst = self.region(dst, count)?;
+                self.isend(to, dst)
+            }
+            Step::Copy { src, dst, count } => {
+                let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
+                if src.ptr != dst.ptr && count > 0 {
+                    // SAFETY: both ranges are bounds-checked parts of buffers
+                    // valid for this call; `copy` allows overlap.
+                    unsafe { std::ptr::copy(src.ptr, dst.ptr, src.len) };
+                }
+                Ok(())
+            }
+            Step::RecvReduceCopySend { to, src, dst, count, finalize, .. } => {
+                let slot = slot.ok_or_else(|| self.internal("reduction without a slot".into()))?;
+                let incoming = Region::new(self.slots[slot].ptr, self.bytes(count));
+                let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
+                self.reduce(src, dst, incoming, finalize)?;
+                match to {
+                    Some(to) => self.isend(to, dst),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// `dst = src ⊕ incoming`, then the average's division if `finalize`.
+    fn reduce(&self, src: Region, dst: Region, incoming: Region, finalize: bool) -> Result<()> {
+        let (dt, op) = (self.call.dtype, self.call.op);
+        let overlap = |a: Region, b: Region| (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len;
+        if src.ptr != dst.ptr && overlap(src, dst) {
+            return Err(self.internal("partially overlapping reduction operands".into()));
+        }
+        // SAFETY: `incoming` is a staging slot (engine-owned, disjoint from
+        // user memory) holding the completed receive; `dst` is a checked
+        // range of a writable buffer that no pending receive targets (the
+        // schedule reduces each range once, after its data arrived).
+        let (inc, out) = unsafe {
+            (std::slice::from_raw_parts(incoming.ptr, incoming.len), std::slice::from_raw_parts_mut(dst.ptr, dst.len))
+        };
+        if src.ptr == dst.ptr {
+            reduce::reduce_inplace(dt, op, out, inc);
+        } else {
+            // SAFETY: `src` is a checked, readable range that does not
+            // overlap `dst` (tested above).
+            let a = unsafe { std::slice::from_raw_parts(src.ptr, src.len) };
+            reduce::reduce_copy(dt, op, out, a, inc);
+        }
+        if finalize && op == RedOp::Avg {
+            reduce::divide(dt, out, self.nranks);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! Engines of many ranks driven by one thread over the in-memory transport:
+//! deterministic, no sockets, no threads, bounded step count.
+
+use super::*;
+use crate::datatype::{DataType, RedOp};
+use crate::schedule::{self, Schedule};
+use crate::transport::mem::MemNet;
+use crate::transport::Net;
+
+fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
+    let net = MemNet;
+    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                let mut l = net.listen().unwrap();
+                let mut c = net.connect(l.handle()).unwrap();
+                send[a][b] = c.poll_connect().unwrap();
+                recv[b][a] = l.accept().unwrap();
+            }
+        }
+    }
+    send.into_iter()
+        .zip(recv)
+        .enumerate()
+        .map(|(r, (s, v))| Engine::new(r, n, s, v, slot_bytes, 4, Duration::from_secs(5)))
+        .collect()
+}
+
+/// Runs one operation on every rank, round-robin, in one thread.
+fn drive(engines: &mut [Engine], scheds: &[Schedule], dtype: DataType, op: RedOp, io: &mut [(Vec<u8>, Vec<u8>)]) {
+    let mut runs: Vec<_> = engines
+        .iter_mut()
+        .zip(scheds)
+        .zip(io.iter_mut())
+        .map(|((e, s), (i, o))| {
+            let bufs = CallBufs {
+                input: Region::read_only(i.as_ptr(), i.len()),
+                output: Region::new(o.as_mut_ptr(), o.len()),
+                group: vec![],
+            };
+            let call = Call { sched: s, dtype, op, tag: 1, what: "test".into() };
+            e.start(call, bufs).unwrap()
+        })
+        .collect();
+    let mut done = vec![false; runs.len()];
+    for _ in 0..1_000_000 {
+        for (r, run) in runs.iter_mut().enumerate() {
+            if !done[r] {
+                done[r] = run.poll().unwrap().0;
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return;
+        }
+    }
+    panic!("operation did not finish within the step bound");
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice(v).to_vec()
+}
+
+#[test]
+fn all_reduce_64_ranks_exact() {
+    for (n, count, slot) in [(64, 1000, 64), (7, 1023, 16), (2, 1, 64), (1, 5, 64), (16, 100003, 4096)] {
+        let mut engines = mesh(n, slot);
+        let chunk = slot / 4;
+        let scheds: Vec<_> = (0..n).map(|r| schedule::all_reduce(n, r, count, chunk)).collect();
+        let mut io: Vec<_> = (0..n)
+            .map(|r| {
+                let input: Vec<f32> = (0..count).map(|i| ((r * 7 + i * 3) % 11) as f32).collect();
+                (f32s(&input), vec![0u8; count * 4])
+            })
+            .collect();
+        drive(&mut engines, &scheds, DataType::Float32, RedOp::Sum, &mut io);
+        let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| ((r * 7 + i * 3) % 11) as f32).sum()).collect();
+        for (r, (_, out)) in io.iter().enumerate() {
+            assert_eq!(out, &f32s(&want), "n={n} count={count} rank {r}");
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_and_all_gather_32_ranks() {
+    let (n, c) = (32, 37);
+    let mut engines = mesh(n, 32);
+    let scheds: Vec<_> = (0..n).map(|r| schedule::reduce_scatter(n, r, c, 8)).collect();
+    let mut io: Vec<_> = (0..n)
+        .map(|r| (f32s(&(0..n * c).map(|i| (r + i % 5) as f32).collect::<Vec<_>>()), vec![0u8; c * 4]))
+        .collect();
+    drive(&mut engines, &scheds, DataType::Float32, RedOp::Max, &mut io);
+    for (r, (_, out)) in io.iter().enumerate() {
+        let want: Vec<f32> = (0..c).map(|i| ((n - 1) + (r * c + i) % 5) as f32).collect();
+        assert_eq!(out, &f32s(&want), "rank {r}");
+    }
+    let scheds: Vec<_> = (0..n).map(|r| schedule::all_gather(n, r, c, 8)).collect();
+    let mut io: Vec<_> = (0..n)
+        .map(|r| (f32s(&(0..c).map(|i| (r * 1000 + i) as f32).collect::<Vec<_>>()), vec![0u8; n * c * 4]))
+        .collect();
+    drive(&mut engines, &scheds, DataType::Float32, RedOp::Sum, &mut io);
+    let want: Vec<f32> = (0..n * c).map(|i| ((i / c) * 1000 + i % c) as f32).collect();
+    for (_, out) in &io {
+        assert_eq!(out, &f32s(&want));
+    }
+}
+
+#[test]
+fn avg_divides_once_and_ranks_agree_bitwise() {
+    let (n, count) = (5, 101);
+    let mut engines = mesh(n, 64);
+    let scheds: Vec<_> = (0..n).map(|r| schedule::all_reduce(n, r, count, 16)).collect();
+    let mut io: Vec<_> =
+        (0..n).map(|r| (f32s(&(0..count).map(|i| (r + i) as f32 * 0.1).collect::<Vec<_>>()), vec![0u8; count * 4])).collect();
+    drive(&mut engines, &scheds, DataType::Float32, RedOp::Avg, &mut io);
+    let first = io[0].1.clone();
+    let got: &[f32] = bytemuck::cast_slice(&first);
+    for (i, g) in got.iter().enumerate() {
+        let want = (0..n).map(|r| (r + i) as f32 * 0.1).sum::<f32>() / n as f32;
+        assert!((g - want).abs() <= 1e-5 * want.abs().max(1.0), "element {i}: {g} vs {want}");
+    }
+    for (_, out) in &io {
+        assert_eq!(out, &first, "every rank must hold the same bits");
+    }
+}

@@ -1,0 +1,163 @@
+//! Symbolic runs of every schedule at many world sizes, counts and chunk
+//! sizes (no sockets, no engine).
+
+use super::check::{simulate, SymBufs, Val};
+use super::*;
+
+const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
+const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
+const CHUNKS: &[usize] = &[1, 3, 64, 1 << 20];
+
+fn all(n: usize) -> u128 {
+    if n == 128 {
+        u128::MAX
+    } else {
+        (1u128 << n) - 1
+    }
+}
+
+fn v(rank: usize, index: usize) -> Option<Val> {
+    Some(Val { ranks: 1 << rank, index: index as u64 })
+}
+
+fn run(
+    n: usize,
+    sched: impl Fn(usize) -> Schedule,
+    input: impl Fn(usize) -> Vec<Option<Val>>,
+    out_len: usize,
+) -> Vec<SymBufs> {
+    let scheds: Vec<_> = (0..n).map(&sched).collect();
+    check::check_matching(&scheds).unwrap();
+    let mut bufs: Vec<_> =
+        (0..n).map(|r| SymBufs { input: input(r), output: vec![None; out_len], scratch: vec![] }).collect();
+    simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("n={n}: {e}"));
+    bufs
+}
+
+fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
+    for (i, x) in out.iter().enumerate() {
+        assert_eq!(*x, Some(want(i)), "{what}: element {i}");
+    }
+}
+
+#[test]
+fn ring_all_reduce_every_element_reduced_once() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for &ch in CHUNKS {
+                let b = run(n, |r| all_reduce(n, r, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                for r in 0..n {
+                    let what = format!("all_reduce n={n} c={c} chunk={ch} rank {r}");
+                    expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_reduce_scatter() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for &ch in CHUNKS {
+                let b = run(n, |r| reduce_scatter(n, r, c, ch), |r| (0..n * c).map(|i| v(r, i)).collect(), c);
+                for r in 0..n {
+                    let what = format!("reduce_scatter n={n} c={c} chunk={ch} rank {r}");
+                    expect(&b[r].output, |i| Val { ranks: all(n), index: (r * c + i) as u64 }, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_all_gather() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for &ch in CHUNKS {
+                let b = run(n, |r| all_gather(n, r, c, ch), |r| (0..c).map(|i| v(r, r * c + i)).collect(), n * c);
+                for r in 0..n {
+                    let what = format!("all_gather n={n} c={c} chunk={ch} rank {r}");
+                    expect(&b[r].output, |i| Val { ranks: 1 << (i / c), index: i as u64 }, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn chain_broadcast_and_reduce_every_root() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for &ch in CHUNKS {
+                for root in [0, n / 2, n - 1] {
+                    let b = run(n, |r| broadcast(n, r, root, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                    for r in 0..n {
+                        let what = format!("broadcast n={n} c={c} root={root} rank {r}");
+                        expect(&b[r].output, |i| Val { ranks: 1 << root, index: i as u64 }, &what);
+                    }
+                    let b = run(n, |r| reduce(n, r, root, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                    let what = format!("reduce n={n} c={c} root={root}");
+                    expect(&b[root].output, |i| Val { ranks: all(n), index: i as u64 }, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pairwise_all_to_all_gather_scatter() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            let b = run(n, |r| all_to_all(n, r, c), |r| (0..n * c).map(|i| v(r, i)).collect(), n * c);
+            for r in 0..n {
+                // Output block s of rank r is input block r of rank s.
+                expect(&b[r].output, |i| Val { ranks: 1 << (i / c), index: (r * c + i % c) as u64 }, "all_to_all");
+            }
+            for root in [0, n - 1] {
+                let b = run(n, |r| gather(n, r, root, c), |r| (0..c).map(|i| v(r, r * c + i)).collect(), n * c);
+                expect(&b[root].output, |i| Val { ranks: 1 << (i / c), index: i as u64 }, "gather");
+                let b = run(n, |r| scatter(n, r, root, c), |r| (0..n * c).map(|i| v(r, i)).collect(), c);
+                for r in 0..n {
+                    expect(&b[r].output, |i| Val { ranks: 1 << root, index: (r * c + i) as u64 }, "scatter");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_broken_schedule_is_caught() {
+    // Drop one step of rank 1: the check must fail, proving it can.
+    let n = 3;
+    let mut scheds: Vec<_> = (0..n).map(|r| all_reduce(n, r, 9, 3)).collect();
+    scheds[1].steps.remove(2);
+    let mut bufs: Vec<_> = (0..n)
+        .map(|r| SymBufs { input: (0..9).map(|i| v(r, i)).collect(), output: vec![None; 9], scratch: vec![] })
+        .collect();
+    assert!(simulate(&scheds, &mut bufs).is_err());
+    assert!(check::check_matching(&scheds).is_err());
+}
+
+#[test]
+fn parts_cover_exactly() {
+    for count in [0, 1, 7, 10, 1000003] {
+        for parts in 1..10 {
+            let total: usize = (0..parts).map(|i| part_len(count, parts, i)).sum();
+            assert_eq!(total, count);
+            assert_eq!(part_start(count, parts, parts), count);
+        }
+    }
+}
+
+#[test]
+fn p2p_group_sends_before_receives() {
+    let s = p2p_group(&[
+        P2pOp::Recv { peer: 1, buf: 0, count: 4 },
+        P2pOp::Send { peer: 1, buf: 1, count: 4 },
+        P2pOp::Send { peer: 2, buf: 2, count: 0 },
+    ]);
+    assert_eq!(s.steps.len(), 2);
+    assert!(matches!(s.steps[0], Step::Send { to: 1, .. }));
+    assert!(matches!(s.steps[1], Step::Recv { from: 1, .. }));
+}

@@ -1,0 +1,192 @@
+//! The connection handle and the connection greeting.
+//!
+//! # Handle (40 bytes, all integers big-endian)
+//! | bytes  | field |
+//! |--------|-------|
+//! | 0..4   | magic `b"NTCP"` |
+//! | 4      | format version, [`HANDLE_VERSION`] |
+//! | 5      | address family: 4 or 6 |
+//! | 6..8   | listening port |
+//! | 8..16  | nonce: 8 random bytes drawn by the listener |
+//! | 16..32 | IP address: IPv4 in 16..20 (rest zero), or IPv6 |
+//! | 32..36 | IPv6 scope id (0 for IPv4) |
+//! | 36     | sockets per connection (`nsocks`, reserved for striping) |
+//! | 37..40 | reserved, zero |
+//!
+//! Decoding accepts longer input (a bootstrap may zero-pad to
+//! [`nccl_net::MAX_HANDLE_BYTES`]) and rejects unknown versions.
+//!
+//! # Greeting (16 bytes)
+//! Right after its TCP connection is established, the connecting side writes
+//! `b"NTCP"`, the version byte, three zero bytes and the nonce. The listener
+//! only turns a connection presenting exactly these bytes into a receive
+//! comm; after them the stream carries messages.
+
+use nccl_net::{NetError, NetResult};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+
+/// Size of an encoded handle.
+pub const HANDLE_BYTES: usize = 40;
+/// Current handle and greeting format version.
+pub const HANDLE_VERSION: u8 = 1;
+/// Size of the greeting a connector sends.
+pub const HELLO_BYTES: usize = 16;
+const MAGIC: &[u8; 4] = b"NTCP";
+
+/// What a listener tells the connecting side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpHandle {
+    /// Where the listener listens.
+    pub addr: SocketAddr,
+    /// Random bytes the connector must present.
+    pub nonce: [u8; 8],
+    /// Sockets per connection (only 1 is used for now).
+    pub nsocks: u8,
+}
+
+impl TcpHandle {
+    /// Encodes the handle (see the module docs for the layout).
+    pub fn encode(&self) -> [u8; HANDLE_BYTES] {
+        let mut b = [0u8; HANDLE_BYTES];
+        b[0..4].copy_from_slice(MAGIC);
+        b[4] = HANDLE_VERSION;
+        b[6..8].copy_from_slice(&self.addr.port().to_be_bytes());
+        b[8..16].copy_from_slice(&self.nonce);
+        match self.addr {
+            SocketAddr::V4(a) => {
+                b[5] = 4;
+                b[16..20].copy_from_slice(&a.ip().octets());
+            }
+            SocketAddr::V6(a) => {
+                b[5] = 6;
+                b[16..32].copy_from_slice(&a.ip().octets());
+                b[32..36].copy_from_slice(&a.scope_id().to_be_bytes());
+            }
+        }
+        b[36] = self.nsocks;
+        b
+    }
+
+    /// Decodes a handle produced by [`TcpHandle::encode`].
+    pub fn decode(bytes: &[u8]) -> NetResult<TcpHandle> {
+        let bad = |why: String| Err(NetError::BadHandle(why));
+        if bytes.len() < HANDLE_BYTES {
+            return bad(format!("{} bytes, need {HANDLE_BYTES}", bytes.len()));
+        }
+        if &bytes[0..4] != MAGIC {
+            return bad("not a TCP transport handle (bad magic)".into());
+        }
+        if bytes[4] != HANDLE_VERSION {
+            return bad(format!(
+                "handle version {} (this build speaks {HANDLE_VERSION})",
+                bytes[4]
+            ));
+        }
+        let port = u16::from_be_bytes([bytes[6], bytes[7]]);
+        if port == 0 {
+            return bad("port 0".into());
+        }
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&bytes[8..16]);
+        let ip: IpAddr = match bytes[5] {
+            4 => {
+                let mut o = [0u8; 4];
+                o.copy_from_slice(&bytes[16..20]);
+                IpAddr::V4(Ipv4Addr::from(o))
+            }
+            6 => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&bytes[16..32]);
+                IpAddr::V6(Ipv6Addr::from(o))
+            }
+            f => return bad(format!("address family {f}")),
+        };
+        let addr = match ip {
+            IpAddr::V4(v4) => SocketAddr::new(IpAddr::V4(v4), port),
+            IpAddr::V6(v6) => {
+                let scope = u32::from_be_bytes([bytes[32], bytes[33], bytes[34], bytes[35]]);
+                SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+            }
+        };
+        let nsocks = bytes[36];
+        if nsocks == 0 {
+            return bad("nsocks 0".into());
+        }
+        Ok(TcpHandle {
+            addr,
+            nonce,
+            nsocks,
+        })
+    }
+
+    /// The greeting a connector to this handle sends.
+    pub fn hello(&self) -> [u8; HELLO_BYTES] {
+        let mut h = [0u8; HELLO_BYTES];
+        h[0..4].copy_from_slice(MAGIC);
+        h[4] = HANDLE_VERSION;
+        h[8..16].copy_from_slice(&self.nonce);
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_v4_v6() {
+        for addr in ["127.0.0.1:4242", "[fd00::2]:65535", "[::1]:1"] {
+            let h = TcpHandle {
+                addr: addr.parse().unwrap(),
+                nonce: [1, 2, 3, 4, 5, 6, 7, 8],
+                nsocks: 1,
+            };
+            let b = h.encode();
+            assert!(b.len() <= nccl_net::MAX_HANDLE_BYTES);
+            assert_eq!(TcpHandle::decode(&b).unwrap(), h);
+            // Zero padding to the maximum handle size is accepted.
+            let mut padded = [0u8; nccl_net::MAX_HANDLE_BYTES];
+            padded[..HANDLE_BYTES].copy_from_slice(&b);
+            assert_eq!(TcpHandle::decode(&padded).unwrap(), h);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_handles() {
+        let h = TcpHandle {
+            addr: "10.0.0.1:80".parse().unwrap(),
+            nonce: [9; 8],
+            nsocks: 2,
+        };
+        let good = h.encode();
+        let is_bad = |b: &[u8]| matches!(TcpHandle::decode(b), Err(NetError::BadHandle(_)));
+        assert!(is_bad(&good[..HANDLE_BYTES - 1]));
+        assert!(is_bad(&[]));
+        let mut b = good;
+        b[0] = b'X';
+        assert!(is_bad(&b));
+        let mut b = good;
+        b[4] = 2;
+        assert!(is_bad(&b));
+        let mut b = good;
+        b[5] = 5;
+        assert!(is_bad(&b));
+        let mut b = good;
+        b[6] = 0;
+        b[7] = 0;
+        assert!(is_bad(&b));
+        let mut b = good;
+        b[36] = 0;
+        assert!(is_bad(&b));
+    }
+
+    #[test]
+    fn hello_layout() {
+        let h = TcpHandle {
+            addr: "10.0.0.1:80".parse().unwrap(),
+            nonce: *b"abcdefgh",
+            nsocks: 1,
+        };
+        assert_eq!(&h.hello(), b"NTCP\x01\0\0\0abcdefgh");
+    }
+}

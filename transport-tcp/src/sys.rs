@@ -1,0 +1,370 @@
+//! Thin wrappers over the few libc socket calls the transport needs.
+//!
+//! Everything here is Linux flavoured (`SOCK_NONBLOCK`, `accept4`,
+//! `MSG_NOSIGNAL`), like NCCL itself. Sends always pass `MSG_NOSIGNAL`, so a
+//! peer that went away yields `EPIPE` instead of killing a host process that
+//! did not ignore `SIGPIPE` (this crate may end up inside a C program).
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A new non-blocking, close-on-exec TCP socket for `addr`'s family.
+pub(crate) fn tcp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: socket() takes no pointers; the result is checked below.
+    let fd = cvt(unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by socket(); nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn setsockopt_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is its size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live out-parameters of the sizes declared.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(value)
+}
+
+/// Disables Nagle's algorithm.
+pub(crate) fn set_nodelay(fd: &OwnedFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
+}
+
+/// Sets `SO_SNDBUF` and `SO_RCVBUF` to `bytes` (0 leaves the kernel's
+/// autotuning alone). The kernel caps the value at `net.core.[rw]mem_max`.
+pub(crate) fn set_buffers(fd: &OwnedFd, bytes: usize) -> io::Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)
+}
+
+/// Takes the pending socket error (`SO_ERROR`), if any.
+pub(crate) fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
+    let e = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
+    Ok((e != 0).then(|| io::Error::from_raw_os_error(e)))
+}
+
+fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data, all zeroes is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: plain old data, all zeroes is valid.
+            let mut sin: libc::sockaddr_in = unsafe { mem::zeroed() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+            // SAFETY: sockaddr_storage is larger than and aligned at least as
+            // strictly as sockaddr_in (that is its purpose).
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            (
+                storage,
+                mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: plain old data, all zeroes is valid.
+            let mut sin6: libc::sockaddr_in6 = unsafe { mem::zeroed() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            (
+                storage,
+                mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        }
+    }
+}
+
+fn from_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which
+            // it is large and aligned enough for.
+            let sin: libc::sockaddr_in =
+                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Binds `fd` to `addr`.
+pub(crate) fn bind(fd: &OwnedFd, addr: &SocketAddr) -> io::Result<()> {
+    let (storage, len) = to_sockaddr(addr);
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })
+    .map(drop)
+}
+
+/// Starts listening.
+pub(crate) fn listen(fd: &OwnedFd, backlog: libc::c_int) -> io::Result<()> {
+    // SAFETY: no pointers involved.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) }).map(drop)
+}
+
+/// The address `fd` is bound to.
+pub(crate) fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
+    // SAFETY: plain old data, all zeroes is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage` / `len` are live out-parameters; `len` is its size.
+    cvt(unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    })?;
+    from_sockaddr(&storage)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))
+}
+
+/// Starts a connect. On a non-blocking socket the usual answer is an error
+/// with `EINPROGRESS`.
+pub(crate) fn connect(fd: &OwnedFd, addr: &SocketAddr) -> io::Result<()> {
+    let (storage, len) = to_sockaddr(addr);
+    loop {
+        // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&storage as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        };
+        match cvt(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other.map(drop),
+        }
+    }
+}
+
+/// Accepts one connection as a non-blocking, close-on-exec socket.
+pub(crate) fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, Option<SocketAddr>)> {
+    loop {
+        // SAFETY: plain old data, all zeroes is valid.
+        let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `storage` / `len` are live out-parameters; `len` is its size.
+        let r = unsafe {
+            libc::accept4(
+                fd.as_raw_fd(),
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        match cvt(r) {
+            // SAFETY: `fd` was just returned by accept4(); nobody else owns it.
+            Ok(fd) => return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, from_sockaddr(&storage))),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `fd` is writable or has an error/hangup pending, without waiting.
+pub(crate) fn poll_writable(fd: &OwnedFd) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is one live pollfd; timeout 0 never blocks.
+        match cvt(unsafe { libc::poll(&mut p, 1, 0) }) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(p.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn cvt_size(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Non-blocking send of `buf` (never raises `SIGPIPE`).
+pub(crate) fn send(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Non-blocking receive into `buf`; `Ok(0)` means end of stream.
+pub(crate) fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let r = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Non-blocking gathering send (`sendmsg`, never raises `SIGPIPE`).
+///
+/// # Safety
+/// Every element of `iov` must describe memory valid for reads of its
+/// length for the duration of the call.
+pub(crate) unsafe fn send_iov(fd: &OwnedFd, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain old data, all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `msg` points at `iov`, whose entries the caller guarantees
+        // readable; sendmsg only reads through them.
+        let r = unsafe {
+            libc::sendmsg(
+                fd.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Non-blocking scattering receive (`recvmsg`); `Ok(0)` means end of stream.
+///
+/// # Safety
+/// Every element of `iov` must describe memory valid for writes of its
+/// length, and not otherwise accessed, for the duration of the call.
+pub(crate) unsafe fn recv_iov(fd: &OwnedFd, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain old data, all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `msg` points at `iov`, whose entries the caller guarantees
+        // writable; recvmsg writes at most their lengths.
+        let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Reads `N` random bytes from `/dev/urandom`.
+pub(crate) fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    use std::io::Read;
+    let mut out = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut out)?;
+    Ok(out)
+}
+
+/// Whether an I/O error means the peer is gone.
+pub(crate) fn is_disconnect(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPIPE)
+            | Some(libc::ECONNRESET)
+            | Some(libc::ENOTCONN)
+            | Some(libc::ECONNABORTED)
+    )
+}
