@@ -1,0 +1,49 @@
+//! Every collective × datatype × op × in/out-of-place × count × root, as
+//! real processes talking TCP over loopback, at 1, 2, 3, 4, 5 and 8 ranks.
+//! Results are checked bit for bit by each rank (see `matrix_worker`).
+
+use nccl_tests_suite::launch::run_ranks;
+use std::time::Duration;
+
+fn matrix_at(n: usize) {
+    let worker = env!("CARGO_BIN_EXE_matrix_worker");
+    let outs = run_ranks(worker, &[], n, &[("NCCL_TIMEOUT", "120".into())], Duration::from_secs(900));
+    let mut bad = Vec::new();
+    for o in &outs {
+        print!("{}", o.stdout);
+        if o.code != Some(0) {
+            bad.push(format!("rank {} exited {:?}\n{}{}", o.rank, o.code, o.stdout, o.stderr));
+        }
+    }
+    assert!(bad.is_empty(), "{} ranks:\n{}", n, bad.join("\n"));
+}
+
+#[test]
+fn matrix_1_rank() {
+    matrix_at(1);
+}
+
+#[test]
+fn matrix_2_ranks() {
+    matrix_at(2);
+}
+
+#[test]
+fn matrix_3_ranks() {
+    matrix_at(3);
+}
+
+#[test]
+fn matrix_4_ranks() {
+    matrix_at(4);
+}
+
+#[test]
+fn matrix_5_ranks() {
+    matrix_at(5);
+}
+
+#[test]
+fn matrix_8_ranks() {
+    matrix_at(8);
+}
