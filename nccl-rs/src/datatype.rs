@@ -170,6 +170,13 @@ impl std::fmt::Display for RedOp {
     }
 }
 
+/// `buf[i] *= scalar` for elements of `dtype` (`scalar` is one element's
+/// bytes): the pre-multiplication of `ncclRedOpCreatePreMulSum`. Integers
+/// wrap; floats multiply in f32 (f64 for f64) and round to nearest even.
+pub fn scale_in_place(dtype: DataType, buf: &mut [u8], scalar: &[u8]) {
+    crate::reduce::scale(dtype, buf, scalar)
+}
+
 /// A Rust element type that maps to one NCCL datatype.
 pub trait Element: bytemuck::Pod + Send + Sync + 'static {
     /// The NCCL datatype of `Self`.

@@ -102,6 +102,14 @@ pub enum Error {
         /// What went wrong.
         msg: String,
     },
+    /// `abort()` was called while the operation ran.
+    #[error("rank {rank}: {op} aborted")]
+    Aborted {
+        /// Our rank.
+        rank: usize,
+        /// The operation.
+        op: String,
+    },
     /// An earlier error left the communicator unusable.
     #[error("rank {rank}: communicator failed earlier ({first}); only drop it")]
     Poisoned {

@@ -32,6 +32,8 @@
 //! * NaN stays NaN: E4M3 gives `S.1111.111`; E5M2 gives a quiet NaN
 //!   `S.11111.1x`, keeping the top two bits of the `f32` payload like CUDA.
 
+#![forbid(unsafe_code)]
+
 /// An OCP FP8 E4M3 number (CUDA's `__nv_fp8_e4m3`), stored as its bits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(transparent)]

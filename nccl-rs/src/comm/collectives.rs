@@ -32,7 +32,7 @@ fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
 }
 
 impl Communicator {
-    fn split<T>(&self, what: &str, len: usize) -> Result<usize> {
+    fn equal_parts(&self, what: &str, len: usize) -> Result<usize> {
         if len % self.nranks != 0 {
             return Err(Error::invalid(format!("{what}: {len} elements do not split into {} equal parts", self.nranks)));
         }
@@ -93,7 +93,7 @@ impl Communicator {
 
     /// In-place all-gather: this rank's input is `buf[rank*c..(rank+1)*c]`.
     pub fn all_gather_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
-        let c = self.split::<T>("all_gather", buf.len())?;
+        let c = self.equal_parts("all_gather", buf.len())?;
         let out = rw(buf);
         let input = rw(&mut buf[self.rank * c..(self.rank + 1) * c]);
         self.collective(Coll::AllGather { send_count: c }, T::DTYPE, RedOp::Sum, bufs(input, out))
@@ -107,7 +107,7 @@ impl Communicator {
 
     /// In-place reduce-scatter: the result lands in `buf[rank*c..(rank+1)*c]`.
     pub fn reduce_scatter_in_place<T: Element>(&mut self, buf: &mut [T], op: RedOp) -> Result<()> {
-        let c = self.split::<T>("reduce_scatter", buf.len())?;
+        let c = self.equal_parts("reduce_scatter", buf.len())?;
         let input = rw(buf);
         let out = rw(&mut buf[self.rank * c..(self.rank + 1) * c]);
         self.collective(Coll::ReduceScatter { recv_count: c }, T::DTYPE, op, bufs(input, out))
@@ -117,7 +117,7 @@ impl Communicator {
     /// `rank` into part `p` of `recv`.
     pub fn all_to_all<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<()> {
         same_len("all_to_all", send.len(), recv.len())?;
-        let c = self.split::<T>("all_to_all", send.len())?;
+        let c = self.equal_parts("all_to_all", send.len())?;
         self.collective(Coll::AllToAll { count: c }, T::DTYPE, RedOp::Sum, bufs(ro(send), rw(recv)))
     }
 

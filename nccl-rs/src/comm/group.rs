@@ -24,8 +24,8 @@ use std::marker::PhantomData;
 /// ```
 #[derive(Default)]
 pub struct P2pGroup<'a> {
-    ops: Vec<P2pOp>,
-    bufs: Vec<Region>,
+    pub(super) ops: Vec<P2pOp>,
+    pub(super) bufs: Vec<Region>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 

@@ -5,7 +5,10 @@
 mod collectives;
 mod connect;
 mod group;
+pub mod raw;
+mod split;
 
+pub use crate::engine::AbortHandle;
 pub use group::P2pGroup;
 
 use crate::bootstrap::{Bootstrap, UniqueId};
@@ -17,6 +20,7 @@ use crate::launch::LaunchEnv;
 use crate::plan::{plan, Coll};
 use crate::schedule::Schedule;
 use crate::transport::Net;
+use std::sync::Arc;
 use tracing::info;
 
 /// Tag of grouped send/recv messages; collectives use their sequence number
@@ -32,6 +36,8 @@ pub struct Communicator {
     seq: u64,
     failed: Option<String>,
     transport: String,
+    net: Arc<dyn Net>,
+    config: Config,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -63,21 +69,32 @@ impl Communicator {
         check_rank(nranks, rank)?;
         let net = transport_tcp::TcpNet::new(tcp_options(config))
             .map_err(|source| Error::Transport { rank, peer: rank, op: "choosing a network interface".into(), source })?;
-        Communicator::init_with_net(id, nranks, rank, config, &net)
+        Communicator::init_with_net(id, nranks, rank, config, Arc::new(net))
     }
 
     /// As [`Communicator::init`], over the given transport.
-    pub fn init_with_net(id: &UniqueId, nranks: usize, rank: usize, config: &Config, net: &dyn Net) -> Result<Communicator> {
+    pub fn init_with_net(id: &UniqueId, nranks: usize, rank: usize, config: &Config, net: Arc<dyn Net>) -> Result<Communicator> {
         check_rank(nranks, rank)?;
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
-        let (send, recv) = connect::connect_mesh(net, &mut boot, rank, nranks, config.bootstrap_timeout)?;
+        let (send, recv) = connect::connect_mesh(&*net, &mut boot, rank, nranks, config.bootstrap_timeout)?;
+        boot.barrier().map_err(|source| Error::Bootstrap { rank, source })?;
         let props = net.properties();
         let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
         }
-        Ok(Communicator { rank, nranks, engine, _bootstrap: boot, seq: 0, failed: None, transport: props.name })
+        Ok(Communicator {
+            rank,
+            nranks,
+            engine,
+            _bootstrap: boot,
+            seq: 0,
+            failed: None,
+            transport: props.name,
+            net,
+            config: config.clone(),
+        })
     }
 
     /// Joins the job a launcher described in the environment (torchrun,
@@ -112,6 +129,17 @@ impl Communicator {
     /// The name of the data transport (`"Socket"`, `"Mem"`).
     pub fn transport_name(&self) -> &str {
         &self.transport
+    }
+
+    /// A handle that aborts this communicator's operations from any thread
+    /// (`ncclCommAbort`). After an abort the communicator only drops.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.engine.abort.clone()
+    }
+
+    /// The first error this communicator hit, if any (`ncclCommGetAsyncError`).
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     fn check_usable(&self) -> Result<()> {

@@ -15,7 +15,26 @@ pub(crate) use run::{Call, Run};
 use crate::error::{Error, Result};
 use crate::transport::{RecvComm, SendComm};
 use buffers::AlignedBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Stops a communicator's current and later operations from any thread.
+#[derive(Clone, Debug, Default)]
+pub struct AbortHandle(Arc<AtomicBool>);
+
+impl AbortHandle {
+    /// Makes the operation in flight (and every later one) return
+    /// `Error::Aborted` at its next poll.
+    pub fn abort(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether `abort` was called.
+    pub fn is_aborted(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 /// Connections and reusable memory of one communicator.
 pub(crate) struct Engine {
@@ -27,6 +46,7 @@ pub(crate) struct Engine {
     slots: Vec<AlignedBuf>,
     scratch: AlignedBuf,
     pub(crate) timeout: Duration,
+    pub(crate) abort: AbortHandle,
 }
 
 /// How long to busy-poll before yielding, and to yield before sleeping.
@@ -53,6 +73,7 @@ impl Engine {
             slots: (0..nslots).map(|_| AlignedBuf::default()).collect(),
             scratch: AlignedBuf::default(),
             timeout,
+            abort: AbortHandle::default(),
         }
     }
 
@@ -78,6 +99,10 @@ impl Engine {
     /// Runs one operation to completion or to the deadline.
     pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what.clone());
+        let abort = self.abort.clone();
+        if abort.is_aborted() {
+            return Err(Error::Aborted { rank, op: what });
+        }
         let mut run = self.start(call, bufs)?;
         let start = Instant::now();
         let mut idle_since: Option<Instant> = None;
@@ -100,6 +125,9 @@ impl Engine {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(SLEEP);
+            }
+            if abort.is_aborted() {
+                return Err(Error::Aborted { rank, op: what });
             }
             if polls % 64 == 0 && now - start > timeout {
                 return Err(Error::Timeout { rank, op: what, after: timeout, waiting_for: run.waiting_for() });

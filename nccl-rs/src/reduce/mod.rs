@@ -155,7 +155,7 @@ pub(crate) fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
 /// little-endian bytes (`dtype.size()` long). Used for
 /// `ncclRedOpCreatePreMulSum`.
 // Not called until ncclRedOpCreatePreMulSum is wired up.
-#[allow(dead_code)]
+
 pub(crate) fn scale(dtype: DataType, buf: &mut [u8], scalar: &[u8]) {
     debug_assert_eq!(buf.len() % dtype.size(), 0, "scale: partial element");
     debug_assert_eq!(scalar.len(), dtype.size(), "scale: scalar size");
