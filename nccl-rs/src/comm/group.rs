@@ -60,7 +60,6 @@ impl<'a> P2pGroup<'a> {
 impl Communicator {
     /// Runs a group of sends and receives; returns when all completed.
     pub fn run_group(&mut self, group: P2pGroup<'_>) -> Result<()> {
-        self.check_usable()?;
         for op in &group.ops {
             let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
             if peer >= self.nranks || peer == self.rank {

@@ -4,23 +4,28 @@
 
 mod collectives;
 mod connect;
+mod core;
 mod group;
+mod nonblocking;
 pub mod raw;
 mod split;
 
 pub use crate::engine::AbortHandle;
 pub use group::P2pGroup;
+pub use nonblocking::AsyncOp;
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{Call, CallBufs, Engine};
+use crate::engine::{AbortHandle as Abort, CallBufs, Engine};
 use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
-use crate::plan::{plan, Coll};
+use crate::plan::Coll;
 use crate::schedule::Schedule;
 use crate::transport::Net;
-use std::sync::Arc;
+use core::Core;
+use nonblocking::AsyncQueue;
+use std::sync::{Arc, Mutex, MutexGuard};
 use tracing::info;
 
 /// Tag of grouped send/recv messages; collectives use their sequence number
@@ -31,10 +36,10 @@ const P2P_TAG: u32 = 0x8000_0000;
 pub struct Communicator {
     rank: usize,
     nranks: usize,
-    engine: Engine,
+    core: Arc<Mutex<Core>>,
+    queue: AsyncQueue,
+    abort: Abort,
     _bootstrap: Bootstrap,
-    seq: u64,
-    failed: Option<String>,
     transport: String,
     net: Arc<dyn Net>,
     config: Config,
@@ -46,7 +51,6 @@ impl std::fmt::Debug for Communicator {
             .field("rank", &self.rank)
             .field("nranks", &self.nranks)
             .field("transport", &self.transport)
-            .field("seq", &self.seq)
             .finish()
     }
 }
@@ -81,16 +85,18 @@ impl Communicator {
         boot.barrier().map_err(|source| Error::Bootstrap { rank, source })?;
         let props = net.properties();
         let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
+        let abort = engine.abort.clone();
+        let core = Arc::new(Mutex::new(Core { rank, nranks, engine, seq: 0, failed: None }));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
         }
         Ok(Communicator {
             rank,
             nranks,
-            engine,
+            queue: AsyncQueue::new(core.clone()),
+            core,
+            abort,
             _bootstrap: boot,
-            seq: 0,
-            failed: None,
             transport: props.name,
             net,
             config: config.clone(),
@@ -134,19 +140,26 @@ impl Communicator {
     /// A handle that aborts this communicator's operations from any thread
     /// (`ncclCommAbort`). After an abort the communicator only drops.
     pub fn abort_handle(&self) -> AbortHandle {
-        self.engine.abort.clone()
+        self.abort.clone()
     }
 
     /// The first error this communicator hit, if any (`ncclCommGetAsyncError`).
-    pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+    pub fn failure(&self) -> Option<String> {
+        self.lock_core().failed.clone()
     }
 
-    fn check_usable(&self) -> Result<()> {
-        match &self.failed {
-            Some(first) => Err(Error::Poisoned { rank: self.rank, first: first.clone() }),
-            None => Ok(()),
-        }
+    /// Locks the shared core (never poisoned in practice: the core does not
+    /// panic; if it did, the state is still consistent enough to report).
+    fn lock_core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for queued async operations (issue order), then locks the core.
+    fn idle_core(&mut self) -> Result<MutexGuard<'_, Core>> {
+        self.queue.drain();
+        let core = self.lock_core();
+        core.check_usable()?;
+        Ok(core)
     }
 
     fn check_root(&self, what: &str, root: usize) -> Result<()> {
@@ -156,24 +169,14 @@ impl Communicator {
         Ok(())
     }
 
-    /// Plans and runs one collective on raw buffers.
+    /// Plans and runs one collective on raw buffers, after the async
+    /// operations issued before it.
     fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
-        self.check_usable()?;
-        let chunk = self.engine.chunk_elems(dtype.size());
-        let sched = plan(coll, self.nranks, self.rank, dtype, chunk);
-        self.seq += 1;
-        let what = format!("{} #{}", coll.name(), self.seq);
-        self.execute(&sched, dtype, op, (self.seq as u32) & !P2P_TAG, what, bufs)
+        self.idle_core()?.collective(coll, dtype, op, bufs)
     }
 
     fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: String, bufs: CallBufs) -> Result<()> {
-        let call = Call { sched, dtype, op, tag, what };
-        let res = self.engine.run(call, bufs);
-        if let Err(e) = &res {
-            tracing::warn!(rank = self.rank, "{e}");
-            self.failed = Some(e.to_string());
-        }
-        res
+        self.idle_core()?.execute(sched, dtype, op, tag, what, bufs)
     }
 }
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs the whole test suite; installs what it needs first.
+#   NCCL_RS_FULL_MATRIX=1   run the full collective matrix instead of the seeded sample
+#   NCCL_RS_TEST_SEED=N     seed of the sample and of the test data (default 1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+ensure_toolchain
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+echo "== cargo $(cargo --version | cut -d' ' -f2), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+cargo build --release --workspace --all-targets
+cargo test --release --workspace
+echo "== perf tools: every collective at 2 ranks with data checks"
+bash scripts/perf-check.sh

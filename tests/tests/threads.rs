@@ -1,0 +1,157 @@
+//! Ranks as threads of one process, over TCP and over the in-memory
+//! transport: async collectives, comm split, abort, argument errors.
+
+use nccl_rs::transport::mem::MemNet;
+use nccl_rs::{Communicator, Config, Error, RedOp, UniqueId};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.socket_ifname = Some("lo".into());
+    c.timeout = Duration::from_secs(30);
+    c.bootstrap_timeout = Duration::from_secs(30);
+    c
+}
+
+/// Runs `f(comm)` on `n` ranks as threads and returns their results.
+fn on_threads<R: Send + 'static>(n: usize, mem: bool, f: impl Fn(Communicator) -> R + Send + Sync + 'static) -> Vec<R> {
+    let cfg = config();
+    let id = UniqueId::new(&cfg).unwrap();
+    let f = Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (f, cfg) = (f.clone(), cfg.clone());
+            std::thread::spawn(move || {
+                let comm = if mem {
+                    Communicator::init_with_net(&id, n, r, &cfg, Arc::new(MemNet)).unwrap()
+                } else {
+                    Communicator::init(&id, n, r, &cfg).unwrap()
+                };
+                f(comm)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn async_all_reduces_complete_in_issue_order() {
+    let outs = on_threads(4, false, |mut comm| {
+        let r = comm.rank() as f32;
+        let ops: Vec<_> = (0..5).map(|k| comm.all_reduce_async(vec![r + k as f32; 1000 + k], RedOp::Sum).unwrap()).collect();
+        // A blocking call after async ones runs after them.
+        let mut b = vec![1u32; 3];
+        comm.all_reduce_in_place(&mut b, RedOp::Sum).unwrap();
+        assert_eq!(b, vec![4; 3]);
+        let mut results = Vec::new();
+        for (k, op) in ops.into_iter().enumerate() {
+            assert!(op.is_done());
+            let v = op.wait().unwrap();
+            assert_eq!(v.len(), 1000 + k);
+            results.push(v[0]);
+        }
+        // Dropped without waiting: waited for, never leaked.
+        let dropped = comm.all_reduce_async(vec![1i64; 10], RedOp::Sum).unwrap();
+        drop(dropped);
+        let op = comm.all_reduce_async(vec![2u8; 4], RedOp::Max).unwrap();
+        let v = op.wait_timeout(Duration::from_secs(20)).ok().unwrap().unwrap();
+        assert_eq!(v, vec![2u8; 4]);
+        results
+    });
+    for res in outs {
+        assert_eq!(res, (0..5).map(|k| (6 + 4 * k) as f32).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn async_gather_scatter_forms() {
+    on_threads(3, true, |mut comm| {
+        let (r, n) = (comm.rank(), comm.size());
+        let mut buf = vec![0u32; 3 * n];
+        buf[3 * r..3 * r + 3].fill(r as u32 + 1);
+        let buf = comm.all_gather_async(buf).unwrap().wait().unwrap();
+        assert_eq!(buf, (0..3 * n).map(|i| (i / 3) as u32 + 1).collect::<Vec<_>>());
+        let rs = comm.reduce_scatter_async(vec![1i32; 2 * n], RedOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(&rs[2 * r..2 * r + 2], &[n as i32; 2]);
+        let b = comm.broadcast_async(vec![r as u64; 5], 2).unwrap().wait().unwrap();
+        assert_eq!(b, vec![2; 5]);
+    });
+}
+
+#[test]
+fn mem_transport_16_ranks_all_collectives_smoke() {
+    on_threads(16, true, |mut comm| {
+        let (r, n) = (comm.rank(), comm.size());
+        let mut out = vec![0i32; 33];
+        comm.all_reduce(&vec![r as i32; 33], &mut out, RedOp::Sum).unwrap();
+        assert_eq!(out, vec![(n * (n - 1) / 2) as i32; 33]);
+        let mut g = vec![0u8; 2 * n];
+        comm.all_gather(&[r as u8; 2], &mut g).unwrap();
+        assert_eq!(g, (0..2 * n).map(|i| (i / 2) as u8).collect::<Vec<_>>());
+        comm.barrier().unwrap();
+    });
+}
+
+#[test]
+fn split_by_parity_then_collective() {
+    on_threads(5, false, |mut comm| {
+        let r = comm.rank();
+        let cfg = config();
+        let color = if r == 4 { None } else { Some((r % 2) as u32) };
+        let sub = comm.split(color, -(r as i32), &cfg).unwrap();
+        match sub {
+            None => assert_eq!(r, 4),
+            Some(mut sub) => {
+                // key = -rank: the new ranks are in reverse order.
+                let members: Vec<usize> = (0..4).filter(|x| x % 2 == r % 2).rev().collect();
+                assert_eq!(sub.size(), members.len());
+                assert_eq!(members[sub.rank()], r);
+                let mut v = [r as u32];
+                sub.all_reduce_in_place(&mut v, RedOp::Sum).unwrap();
+                assert_eq!(v[0], members.iter().map(|&m| m as u32).sum::<u32>());
+            }
+        }
+    });
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    on_threads(2, true, |mut comm| {
+        let mut out = vec![0f32; 3];
+        assert!(matches!(comm.all_reduce(&[1.0f32; 4], &mut out, RedOp::Sum), Err(Error::InvalidArgument(_))));
+        assert!(matches!(comm.broadcast_in_place(&mut out, 7), Err(Error::InvalidArgument(_))));
+        assert!(matches!(comm.all_gather(&[1u8; 2], &mut [0u8; 3]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(comm.reduce_scatter_in_place(&mut [0u8; 3], RedOp::Sum), Err(Error::InvalidArgument(_))));
+        assert!(matches!(comm.send(&[1u8], comm.rank()), Err(Error::InvalidArgument(_))));
+        // The communicator is still usable after argument errors.
+        comm.barrier().unwrap();
+    });
+    assert!(matches!(
+        Communicator::init(&UniqueId::from_addr_str("127.0.0.1:1").unwrap(), 2, 5, &config()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn abort_unblocks_a_stuck_collective() {
+    on_threads(2, false, |mut comm| {
+        if comm.rank() == 1 {
+            // Rank 1 never joins the all-reduce; it aborts rank 0 instead.
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        let h = comm.abort_handle();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            h.abort();
+        });
+        let start = std::time::Instant::now();
+        let mut v = vec![1.0f32; 8];
+        let err = comm.all_reduce_in_place(&mut v, RedOp::Sum).unwrap_err();
+        assert!(matches!(err, Error::Aborted { .. } | Error::Transport { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        assert!(matches!(comm.barrier(), Err(Error::Poisoned { .. }) | Err(Error::Aborted { .. })));
+    });
+}
