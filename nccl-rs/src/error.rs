@@ -102,6 +102,14 @@ pub enum Error {
         /// What went wrong.
         msg: String,
     },
+    /// Another rank failed or died; the message names it (and its address).
+    #[error("rank {rank}: {msg}")]
+    Remote {
+        /// Our rank.
+        rank: usize,
+        /// What happened elsewhere.
+        msg: String,
+    },
     /// `abort()` was called while the operation ran.
     #[error("rank {rank}: {op} aborted")]
     Aborted {

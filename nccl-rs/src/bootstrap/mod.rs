@@ -8,14 +8,17 @@
 //! id, or the traffic, can join. With `NCCL_COMM_ID` or `MASTER_ADDR`, no id
 //! is passed around and the secret is all zeros.
 
+mod client;
+mod monitor;
+mod msg;
 mod root;
 mod wire;
 
+pub(crate) use client::{Bootstrap, Event};
+
 use crate::config::Config;
 use crate::error::BootstrapError;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
-use wire::{decode_gather, read_frame, write_frame, Hello, MAX_FRAME};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 
 /// Size of NCCL's `ncclUniqueId`.
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -129,7 +132,7 @@ impl UniqueId {
     }
 }
 
-fn io(what: String, source: std::io::Error) -> BootstrapError {
+pub(crate) fn io(what: String, source: std::io::Error) -> BootstrapError {
     BootstrapError::Io { what, source }
 }
 
@@ -138,63 +141,6 @@ pub(crate) fn local_ip(config: &Config) -> Result<IpAddr, BootstrapError> {
     transport_tcp::TcpNet::new(crate::comm::tcp_options(config))
         .map(|n| n.local_ip())
         .map_err(|e| BootstrapError::BadId(format!("no usable network interface: {e}")))
-}
-
-/// One rank's connection to the root.
-pub(crate) struct Bootstrap {
-    stream: TcpStream,
-    timeout: Duration,
-}
-
-impl Bootstrap {
-    /// Connects to the root (retrying while it is not up yet) and joins as
-    /// `rank` of `nranks`.
-    pub(crate) fn connect(id: &UniqueId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
-        let deadline = Instant::now() + timeout;
-        let what = format!("joining the root at {} as rank {rank} of {nranks}", id.addr);
-        let mut stream = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(BootstrapError::Timeout { what, after: timeout });
-            }
-            match TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5))) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let hello = Hello { secret: id.secret, rank: rank as u32, nranks: nranks as u32 };
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        stream.set_read_timeout(Some(left)).map_err(|e| io(what.clone(), e))?;
-        write_frame(&mut stream, &hello.encode()).map_err(|e| io(what.clone(), e))?;
-        let reply = read_frame(&mut stream, 4096).map_err(|e| timeout_or_io(e, &what, timeout))?;
-        if reply != b"OK" {
-            return Err(BootstrapError::Rejected(String::from_utf8_lossy(&reply).into_owned()));
-        }
-        Ok(Bootstrap { stream, timeout })
-    }
-
-    /// Out-of-band all-gather: every rank's bytes, in rank order.
-    pub(crate) fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
-        let what = "bootstrap all-gather".to_string();
-        self.stream.set_read_timeout(Some(self.timeout)).map_err(|e| io(what.clone(), e))?;
-        write_frame(&mut self.stream, mine).map_err(|e| io(what.clone(), e))?;
-        let reply = read_frame(&mut self.stream, MAX_FRAME).map_err(|e| timeout_or_io(e, &what, self.timeout))?;
-        decode_gather(&reply).map_err(BootstrapError::Protocol)
-    }
-
-    /// Out-of-band barrier.
-    pub(crate) fn barrier(&mut self) -> Result<(), BootstrapError> {
-        self.all_gather(&[]).map(|_| ())
-    }
-}
-
-fn timeout_or_io(e: std::io::Error, what: &str, after: Duration) -> BootstrapError {
-    match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BootstrapError::Timeout { what: what.into(), after },
-        std::io::ErrorKind::UnexpectedEof => BootstrapError::Protocol(format!("{what}: the root closed the connection (a rank left or was refused)")),
-        _ => io(what.into(), e),
-    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,31 @@
 //! The bootstrap root: a thread in rank 0's process that admits ranks that
-//! prove they know the unique id's secret, then serves out-of-band
-//! all-gathers (a star through the root) until a rank leaves.
+//! prove they know the unique id's secret, then hands them to the monitor
+//! (`monitor.rs`).
 //!
 //! Strangers — wrong secret, garbage, oversized or truncated frames, slow
 //! trickles — are dropped with a WARN line. Each costs at most one hello's
 //! worth of memory and [`HELLO_DEADLINE`] of time, and at most
 //! [`MAX_PENDING`] are held at once, so they cannot disturb the job.
 
-use super::wire::{encode_gather, read_frame, secrets_equal, write_frame, Hello, HELLO_LEN, MAX_FRAME};
+use super::wire::{secrets_equal, write_frame, Hello, HELLO_LEN};
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tracing::{debug, info, warn};
+
+/// Marks the root finished (and forgets it) when its thread ends.
+struct Finish(Done, Option<SocketAddr>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(addr) = self.1 {
+            running().lock().unwrap_or_else(|p| p.into_inner()).remove(&addr);
+        }
+        set_remaining(&self.0, 0);
+    }
+}
+use tracing::{debug, warn};
 
 /// How long an unauthenticated connection may take to send its hello.
 pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(5);
@@ -25,15 +39,79 @@ struct Pending {
     since: Instant,
 }
 
+/// How many ranks are still connected to a root (`usize::MAX` before all
+/// joined, 0 when it finished), shared with waiters in this process.
+pub(crate) type Done = Arc<(Mutex<usize>, Condvar)>;
+
+/// Live rank clients in this process, per root address.
+fn local_clients() -> &'static Mutex<HashMap<SocketAddr, usize>> {
+    static LOCAL: OnceLock<Mutex<HashMap<SocketAddr, usize>>> = OnceLock::new();
+    LOCAL.get_or_init(Default::default)
+}
+
+/// Counts a rank client of the root at `addr` in this process (`delta` ±1).
+pub(crate) fn count_local_client(addr: SocketAddr, delta: isize) {
+    let mut m = local_clients().lock().unwrap_or_else(|p| p.into_inner());
+    let c = m.entry(addr).or_insert(0);
+    *c = c.saturating_add_signed(delta);
+    if *c == 0 {
+        m.remove(&addr);
+    }
+    drop(m);
+    if let Some(done) = running().lock().unwrap_or_else(|p| p.into_inner()).get(&addr) {
+        done.1.notify_all();
+    }
+}
+
+/// Publishes how many ranks are still connected.
+pub(crate) fn set_remaining(done: &Done, n: usize) {
+    let mut g = done.0.lock().unwrap_or_else(|p| p.into_inner());
+    if *g != n {
+        *g = n;
+        done.1.notify_all();
+    }
+}
+
+/// Roots running in this process, by address, with their "finished" flags.
+fn running() -> &'static Mutex<HashMap<SocketAddr, Done>> {
+    static ROOTS: OnceLock<Mutex<HashMap<SocketAddr, Done>>> = OnceLock::new();
+    ROOTS.get_or_init(Default::default)
+}
+
+/// If the root at `addr` runs in this process, waits (at most `timeout`)
+/// until every rank of other processes has left it, so that ranks still
+/// finishing their last operation keep their health channel when this
+/// process exits. Ranks in this process (threads) are not waited for: they
+/// keep the process alive themselves.
+pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
+    let Some(done) = running().lock().unwrap_or_else(|p| p.into_inner()).get(&addr).cloned() else { return };
+    let (remaining, cv) = &*done;
+    let local = || local_clients().lock().unwrap_or_else(|p| p.into_inner()).get(&addr).copied().unwrap_or(0);
+    let deadline = Instant::now() + timeout;
+    let mut g = remaining.lock().unwrap_or_else(|p| p.into_inner());
+    while *g != usize::MAX && *g > local() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        g = cv.wait_timeout(g, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+    }
+}
+
 /// Starts the root thread on `listener`.
 pub(crate) fn spawn(listener: TcpListener, secret: [u8; 16], timeout: Duration) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
+    let done: Done = Arc::new((Mutex::new(usize::MAX), Condvar::new()));
+    if let Ok(addr) = listener.local_addr() {
+        running().lock().unwrap_or_else(|p| p.into_inner()).insert(addr, done.clone());
+    }
     std::thread::Builder::new().name("nccl-bootstrap-root".into()).spawn(move || {
+        let _finish = Finish(done.clone(), listener.local_addr().ok());
         let addr = listener.local_addr().ok();
         match admit(&listener, &secret, timeout) {
             Some(ranks) => {
                 drop(listener);
-                serve(ranks);
+                super::monitor::serve(ranks, &done);
             }
             None => warn!(?addr, "bootstrap root: not every rank joined within {timeout:?}; giving up"),
         }
@@ -142,33 +220,7 @@ fn join(ranks: &mut Vec<Option<TcpStream>>, mut stream: TcpStream, h: &Hello, se
     }
     reply(&mut stream, b"OK").map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(None);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
     ranks[h.rank as usize] = Some(stream);
     Ok(())
-}
-
-/// Serves all-gathers until a rank leaves, then closes every connection so
-/// the other ranks learn of it.
-fn serve(mut ranks: Vec<TcpStream>) {
-    let n = ranks.len();
-    info!(nranks = n, "bootstrap root: all ranks joined");
-    loop {
-        let mut parts = Vec::with_capacity(n);
-        for (r, s) in ranks.iter_mut().enumerate() {
-            match read_frame(s, MAX_FRAME) {
-                Ok(p) => parts.push(p),
-                Err(e) => {
-                    debug!(rank = r, "bootstrap root: rank left ({e}); closing");
-                    for s in &ranks {
-                        let _ = s.shutdown(std::net::Shutdown::Both);
-                    }
-                    return;
-                }
-            }
-        }
-        let reply = encode_gather(&parts);
-        for s in &mut ranks {
-            let _ = write_frame(s, &reply);
-        }
-    }
 }

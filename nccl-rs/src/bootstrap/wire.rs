@@ -39,6 +39,48 @@ pub(crate) fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Accumulates bytes from a non-blocking stream and splits them into
+/// frames.
+#[derive(Default)]
+pub(crate) struct FrameBuf {
+    buf: Vec<u8>,
+}
+
+impl FrameBuf {
+    /// Reads everything available without blocking (the stream must be in
+    /// non-blocking mode). Returns `Ok(true)` at end of stream.
+    pub(crate) fn fill(&mut self, r: &mut impl Read) -> io::Result<bool> {
+        let mut tmp = [0u8; 16 * 1024];
+        loop {
+            match r.read(&mut tmp) {
+                Ok(0) => return Ok(true),
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next complete, non-empty frame, if any; an error for a frame
+    /// that is empty or larger than `MAX_FRAME`.
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Vec<u8>>, String> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        if len == 0 || len > MAX_FRAME {
+            return Err(format!("bad frame length {len}"));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let f = self.buf[4..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Ok(Some(f))
+    }
+}
+
 /// A rank's hello.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {

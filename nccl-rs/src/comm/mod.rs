@@ -15,6 +15,7 @@ pub use group::P2pGroup;
 pub use nonblocking::AsyncOp;
 
 use crate::bootstrap::{Bootstrap, UniqueId};
+
 use crate::config::Config;
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{AbortHandle as Abort, CallBufs, Engine};
@@ -39,7 +40,6 @@ pub struct Communicator {
     core: Arc<Mutex<Core>>,
     queue: AsyncQueue,
     abort: Abort,
-    _bootstrap: Bootstrap,
     transport: String,
     net: Arc<dyn Net>,
     config: Config,
@@ -86,7 +86,7 @@ impl Communicator {
         let props = net.properties();
         let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
         let abort = engine.abort.clone();
-        let core = Arc::new(Mutex::new(Core { rank, nranks, engine, seq: 0, failed: None }));
+        let core = Arc::new(Mutex::new(Core::new(rank, nranks, engine, boot)));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
         }
@@ -96,7 +96,6 @@ impl Communicator {
             queue: AsyncQueue::new(core.clone()),
             core,
             abort,
-            _bootstrap: boot,
             transport: props.name,
             net,
             config: config.clone(),

@@ -53,6 +53,8 @@ pub(crate) struct Engine {
 const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_millis(2);
 const SLEEP: Duration = Duration::from_micros(100);
+/// How often an idle operation asks whether another rank failed.
+const HEALTH_EVERY: Duration = Duration::from_millis(1);
 
 impl Engine {
     pub(crate) fn new(
@@ -96,8 +98,10 @@ impl Engine {
         Run::new(self.rank, self.nranks, &mut self.send, &mut self.recv, call, bufs, scratch, slots)
     }
 
-    /// Runs one operation to completion or to the deadline.
-    pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs) -> Result<()> {
+    /// Runs one operation to completion or to the deadline. While idle it
+    /// calls `health` about once a millisecond; an error from it (another
+    /// rank failed) ends the operation.
+    pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs, health: &mut dyn FnMut() -> Option<Error>) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what.clone());
         let abort = self.abort.clone();
         if abort.is_aborted() {
@@ -107,6 +111,7 @@ impl Engine {
         let start = Instant::now();
         let mut idle_since: Option<Instant> = None;
         let mut polls = 0u32;
+        let mut last_health = start;
         loop {
             let (done, moved) = run.poll()?;
             if done {
@@ -128,6 +133,12 @@ impl Engine {
             }
             if abort.is_aborted() {
                 return Err(Error::Aborted { rank, op: what });
+            }
+            if idle >= HEALTH_EVERY && now - last_health >= HEALTH_EVERY {
+                last_health = now;
+                if let Some(e) = health() {
+                    return Err(e);
+                }
             }
             if polls % 64 == 0 && now - start > timeout {
                 return Err(Error::Timeout { rank, op: what, after: timeout, waiting_for: run.waiting_for() });

@@ -32,6 +32,7 @@ fn main() {
         }
     }
     println!("rank {rank} of {n}: {} cases, {failed} failed, {:.1} s", cases.len(), started.elapsed().as_secs_f64());
+    drop(comm);
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
 

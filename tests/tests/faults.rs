@@ -1,0 +1,57 @@
+//! Failures end in a clear error on every rank, within seconds: a rank
+//! killed mid-collective, and mismatched collectives. Real processes over
+//! TCP on loopback; every run has an outer deadline.
+
+use nccl_tests_suite::launch::run_ranks;
+use std::time::Duration;
+
+fn results(fault: &str, bad: usize, n: usize) -> Vec<(usize, bool, u64, String)> {
+    let worker = env!("CARGO_BIN_EXE_fault_worker");
+    let env = [("FAULT", fault.to_string()), ("FAULT_RANK", bad.to_string()), ("NCCL_TIMEOUT", "60".into())];
+    let outs = run_ranks(worker, &[], n, &env, Duration::from_secs(120));
+    let mut res = Vec::new();
+    for o in &outs {
+        for line in o.stdout.lines().filter(|l| l.starts_with("RESULT ")) {
+            let mut it = line.splitn(5, ' ').skip(1);
+            let rank = it.next().unwrap().parse().unwrap();
+            let ok = it.next().unwrap() == "ok";
+            let ms = it.next().unwrap().parse().unwrap();
+            res.push((rank, ok, ms, it.next().unwrap_or("").to_string()));
+        }
+    }
+    res
+}
+
+#[test]
+fn killed_rank_fails_every_survivor_within_seconds() {
+    let (n, bad) = (4, 2);
+    let res = results("die", bad, n);
+    assert_eq!(res.len(), n - 1, "every survivor reports: {res:?}");
+    for (rank, ok, ms, err) in &res {
+        assert_ne!(*rank, bad);
+        assert!(!ok, "rank {rank} should have failed");
+        assert!(*ms < 10_000, "rank {rank} took {ms} ms to notice");
+        assert!(err.contains("rank 2") || err.contains("peer rank 2"), "rank {rank}: error does not name rank 2: {err}");
+    }
+}
+
+#[test]
+fn mismatched_collectives_name_ranks_and_calls() {
+    let (n, bad) = (3, 1);
+    let res = results("mismatch", bad, n);
+    assert_eq!(res.len(), n, "{res:?}");
+    for (rank, ok, ms, err) in &res {
+        assert!(!ok, "rank {rank} should have failed");
+        assert!(*ms < 10_000, "rank {rank} took {ms} ms");
+        assert!(err.contains("invalid usage"), "rank {rank}: {err}");
+        assert!(err.contains("rank 1 called broadcast(count=1024, float, root=0) as operation #3"), "rank {rank}: {err}");
+        assert!(err.contains("all_reduce(count=1024, float, sum)"), "rank {rank}: {err}");
+    }
+}
+
+#[test]
+fn no_fault_no_error() {
+    let res = results("none", 0, 3);
+    assert_eq!(res.len(), 3);
+    assert!(res.iter().all(|r| r.1), "{res:?}");
+}
