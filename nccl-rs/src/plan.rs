@@ -1,10 +1,23 @@
 //! The planner: picks the algorithm and the chunk size of each call.
 //!
-//! For now every collective runs its ring (or pairwise) schedule with chunks
-//! of one staging slot (`NCCL_BUFFSIZE / NCCL_STEPS`). The tuning model of
-//! the performance work plugs in here.
+//! The tuning model predicts `time = latency + bytes / bandwidth` per
+//! algorithm from two constants of the transport — one-way step latency α
+//! and link bandwidth β (measured on this machine; see [`Model`]) — and
+//! picks the cheapest:
+//!
+//! | algorithm | latency | bytes through each rank, each way |
+//! |---|---|---|
+//! | ring | `2(n-1)·α` | `2(n-1)/n · S` |
+//! | double binary tree | `2·depth·α` (+ pipeline fill) | `2·S` (interior in one tree, leaf in the other) |
+//! | direct (low latency) | `α` | `(n-1)·S` |
+//!
+//! `NCCL_ALGO` overrides the model, globally (`ring`, `tree`, `^tree`) or per
+//! collective (`allreduce:tree;broadcast:ring`). `NCCL_PROTO=Simple`
+//! (without `LL`) disables the direct path, as NCCL's Simple protocol has no
+//! low-latency mode; `NCCL_PROTO=LL` forces it for all-reduce.
 
 use crate::datatype::DataType;
+use crate::error::{Error, Result};
 use crate::schedule::{self, Schedule};
 
 /// Which collective, with its shape.
@@ -33,19 +46,217 @@ impl Coll {
             Coll::Scatter { .. } => "scatter",
         }
     }
+
+    /// The name `NCCL_ALGO`'s per-collective syntax uses.
+    fn algo_key(&self) -> &'static str {
+        match self {
+            Coll::AllReduce { .. } => "allreduce",
+            Coll::ReduceScatter { .. } => "reducescatter",
+            Coll::AllGather { .. } => "allgather",
+            Coll::Broadcast { .. } => "broadcast",
+            Coll::Reduce { .. } => "reduce",
+            Coll::AllToAll { .. } => "alltoall",
+            Coll::Gather { .. } => "gather",
+            Coll::Scatter { .. } => "scatter",
+        }
+    }
 }
 
-/// Builds the schedule of `coll` for `rank` of `nranks`.
-pub(crate) fn plan(coll: Coll, nranks: usize, rank: usize, _dtype: DataType, chunk: usize) -> Schedule {
-    let (n, r) = (nranks, rank);
-    match coll {
-        Coll::AllReduce { count } => schedule::all_reduce(n, r, count, chunk),
-        Coll::ReduceScatter { recv_count } => schedule::reduce_scatter(n, r, recv_count, chunk),
-        Coll::AllGather { send_count } => schedule::all_gather(n, r, send_count, chunk),
-        Coll::Broadcast { count, root } => schedule::broadcast(n, r, root, count, chunk),
-        Coll::Reduce { count, root } => schedule::reduce(n, r, root, count, chunk),
-        Coll::AllToAll { count } => schedule::all_to_all(n, r, count),
-        Coll::Gather { count, root } => schedule::gather(n, r, root, count),
-        Coll::Scatter { count, root } => schedule::scatter(n, r, root, count),
+/// All-reduce algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Algo {
+    /// Pipelined ring.
+    Ring,
+    /// Double binary tree.
+    Tree,
+    /// Exchange everything, reduce locally (tiny messages).
+    Direct,
+}
+
+const ALGOS: [Algo; 3] = [Algo::Ring, Algo::Tree, Algo::Direct];
+
+impl Algo {
+    fn parse(s: &str) -> Option<Algo> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ring" => Some(Algo::Ring),
+            "tree" => Some(Algo::Tree),
+            "direct" | "ll" => Some(Algo::Direct),
+            _ => None,
+        }
+    }
+}
+
+/// The cost constants of one transport.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Model {
+    /// One-way latency of one step, seconds.
+    pub(crate) alpha: f64,
+    /// Link bandwidth, bytes per second.
+    pub(crate) beta: f64,
+}
+
+impl Model {
+    /// Constants for a transport by name, measured on the 2-core machine
+    /// this was developed on (see the README's performance section).
+    pub(crate) fn for_transport(name: &str) -> Model {
+        match name {
+            "SHM" => Model { alpha: 1.5e-6, beta: 8e9 },
+            "Mem" => Model { alpha: 1e-6, beta: 10e9 },
+            _ => Model { alpha: 8e-6, beta: 3e9 },
+        }
+    }
+
+    /// Predicted seconds of an all-reduce of `bytes` over `n` ranks.
+    pub(crate) fn predict(&self, algo: Algo, n: usize, bytes: usize) -> f64 {
+        let (n, s) = (n as f64, bytes as f64);
+        match algo {
+            Algo::Ring => 2.0 * (n - 1.0) * self.alpha + 2.0 * (n - 1.0) / n * s / self.beta,
+            Algo::Tree => {
+                let depth = n.log2().ceil().max(1.0);
+                2.0 * (depth + TREE_FILL) * self.alpha + 2.0 * s / self.beta
+            }
+            Algo::Direct => self.alpha + (n - 1.0) * s / self.beta,
+        }
+    }
+}
+
+/// Extra latency steps the tree's pipeline needs to fill (its LAG).
+const TREE_FILL: f64 = 2.0;
+
+/// Largest message the direct path is ever chosen for by the model.
+const DIRECT_MAX_BYTES: usize = 64 << 10;
+
+/// Per-communicator planning state: the model and the user's overrides.
+#[derive(Clone, Debug)]
+pub(crate) struct Planner {
+    model: Model,
+    /// `(collective key or "*", allowed algorithms)` from `NCCL_ALGO`.
+    rules: Vec<(String, Vec<Algo>)>,
+    allow_direct: bool,
+    force_direct: bool,
+}
+
+impl Planner {
+    pub(crate) fn new(transport: &str, algo: Option<&str>, proto: Option<&str>) -> Result<Planner> {
+        let mut rules = Vec::new();
+        if let Some(spec) = algo {
+            for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+                let (key, list) = match part.split_once(':') {
+                    Some((k, l)) => (k.trim().to_ascii_lowercase(), l),
+                    None => ("*".to_string(), part),
+                };
+                let (exclude, list) = match list.trim().strip_prefix('^') {
+                    Some(rest) => (true, rest),
+                    None => (false, list),
+                };
+                let mut named = Vec::new();
+                for a in list.split(',') {
+                    match Algo::parse(a) {
+                        Some(x) => named.push(x),
+                        // NCCL's other algorithms (CollNet, NVLS, PAT) do not apply
+                        // to host memory; ignore them as NCCL ignores unavailable ones.
+                        None if ["collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"]
+                            .contains(&a.trim().to_ascii_lowercase().as_str()) => {}
+                        None => return Err(Error::InvalidArgument(format!("NCCL_ALGO={spec:?}: unknown algorithm {a:?}"))),
+                    }
+                }
+                let allowed = if exclude { ALGOS.into_iter().filter(|a| !named.contains(a)).collect() } else { named };
+                rules.push((key, allowed));
+            }
+        }
+        let proto = proto.map(|p| p.to_ascii_lowercase()).unwrap_or_default();
+        let (exclude, list) = match proto.strip_prefix('^') {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, proto.clone()),
+        };
+        let names_ll = list.split(',').any(|p| p.trim() == "ll");
+        let allow_direct = proto.is_empty() || (names_ll != exclude);
+        let force_direct = !exclude && names_ll && !list.split(',').any(|p| p.trim() != "ll");
+        Ok(Planner { model: Model::for_transport(transport), rules, allow_direct, force_direct })
+    }
+
+    fn allowed(&self, coll: Coll) -> Vec<Algo> {
+        let key = coll.algo_key();
+        let rule = self.rules.iter().rev().find(|(k, _)| k == key).or_else(|| self.rules.iter().rev().find(|(k, _)| k == "*"));
+        let mut algos = match rule {
+            Some((_, a)) if !a.is_empty() => a.clone(),
+            _ => ALGOS.to_vec(),
+        };
+        if !self.allow_direct {
+            algos.retain(|a| *a != Algo::Direct);
+        }
+        if self.force_direct && algos.contains(&Algo::Direct) {
+            algos = vec![Algo::Direct];
+        }
+        if algos.is_empty() {
+            algos.push(Algo::Ring);
+        }
+        algos
+    }
+
+    /// The all-reduce algorithm for `bytes` over `n` ranks.
+    pub(crate) fn all_reduce_algo(&self, n: usize, bytes: usize) -> Algo {
+        let allowed = self.allowed(Coll::AllReduce { count: 0 });
+        let cost = |a: &Algo| {
+            let big = *a == Algo::Direct && bytes > DIRECT_MAX_BYTES && allowed.len() > 1;
+            if big { f64::INFINITY } else { self.model.predict(*a, n, bytes) }
+        };
+        allowed.iter().copied().min_by(|a, b| cost(a).total_cmp(&cost(b))).unwrap_or(Algo::Ring)
+    }
+
+    /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the
+    /// staging slot size in elements.
+    pub(crate) fn plan(&self, coll: Coll, nranks: usize, rank: usize, dtype: DataType, chunk: usize) -> Schedule {
+        let (n, r) = (nranks, rank);
+        match coll {
+            Coll::AllReduce { count } => match self.all_reduce_algo(n, count * dtype.size()) {
+                Algo::Ring => schedule::all_reduce(n, r, count, chunk),
+                Algo::Tree => schedule::all_reduce_tree(n, r, count, chunk),
+                Algo::Direct => schedule::all_reduce_direct(n, r, count),
+            },
+            Coll::ReduceScatter { recv_count } => schedule::reduce_scatter(n, r, recv_count, chunk),
+            Coll::AllGather { send_count } => schedule::all_gather(n, r, send_count, chunk),
+            Coll::Broadcast { count, root } => schedule::broadcast(n, r, root, count, chunk),
+            Coll::Reduce { count, root } => schedule::reduce(n, r, root, count, chunk),
+            Coll::AllToAll { count } => schedule::all_to_all(n, r, count),
+            Coll::Gather { count, root } => schedule::gather(n, r, root, count),
+            Coll::Scatter { count, root } => schedule::scatter(n, r, root, count),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_prefers_direct_small_ring_large() {
+        let p = Planner::new("Socket", None, None).unwrap();
+        assert_eq!(p.all_reduce_algo(4, 8), Algo::Direct);
+        assert_eq!(p.all_reduce_algo(4, 64 << 20), Algo::Ring);
+        assert_eq!(p.all_reduce_algo(2, 64 << 20), Algo::Ring);
+    }
+
+    #[test]
+    fn nccl_algo_overrides() {
+        let p = Planner::new("Socket", Some("allreduce:tree;broadcast:ring"), None).unwrap();
+        assert_eq!(p.all_reduce_algo(8, 8), Algo::Tree);
+        assert_eq!(p.all_reduce_algo(8, 1 << 30), Algo::Tree);
+        let p = Planner::new("Socket", Some("ring"), None).unwrap();
+        assert_eq!(p.all_reduce_algo(8, 8), Algo::Ring);
+        let p = Planner::new("Socket", Some("^ring,direct"), None).unwrap();
+        assert_eq!(p.all_reduce_algo(8, 1 << 30), Algo::Tree);
+        assert!(Planner::new("Socket", Some("allreduce:bogus"), None).is_err());
+        assert!(Planner::new("Socket", Some("NVLS,ring"), None).is_ok());
+    }
+
+    #[test]
+    fn nccl_proto() {
+        let simple = Planner::new("Socket", None, Some("Simple")).unwrap();
+        assert_ne!(simple.all_reduce_algo(4, 8), Algo::Direct);
+        let ll = Planner::new("Socket", None, Some("LL")).unwrap();
+        assert_eq!(ll.all_reduce_algo(4, 1 << 20), Algo::Direct);
+        let not_ll = Planner::new("Socket", None, Some("^LL")).unwrap();
+        assert_ne!(not_ll.all_reduce_algo(4, 8), Algo::Direct);
     }
 }

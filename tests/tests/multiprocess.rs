@@ -6,8 +6,15 @@ use nccl_tests_suite::launch::run_ranks;
 use std::time::Duration;
 
 fn matrix_at(n: usize) {
+    matrix_with(n, &[]);
+}
+
+/// The matrix with extra environment (e.g. a forced algorithm).
+fn matrix_with(n: usize, extra: &[(&str, &str)]) {
     let worker = env!("CARGO_BIN_EXE_matrix_worker");
-    let outs = run_ranks(worker, &[], n, &[("NCCL_TIMEOUT", "120".into())], Duration::from_secs(900));
+    let mut env = vec![("NCCL_TIMEOUT", "120".to_string())];
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    let outs = run_ranks(worker, &[], n, &env, Duration::from_secs(900));
     let mut bad = Vec::new();
     for o in &outs {
         print!("{}", o.stdout);
@@ -46,4 +53,25 @@ fn matrix_5_ranks() {
 #[test]
 fn matrix_8_ranks() {
     matrix_at(8);
+}
+
+#[test]
+fn matrix_4_ranks_tree() {
+    matrix_with(4, &[("NCCL_ALGO", "allreduce:tree")]);
+}
+
+#[test]
+fn matrix_5_ranks_tree() {
+    matrix_with(5, &[("NCCL_ALGO", "allreduce:tree")]);
+}
+
+#[test]
+fn matrix_3_ranks_direct() {
+    matrix_with(3, &[("NCCL_ALGO", "allreduce:direct")]);
+}
+
+#[test]
+fn matrix_8_ranks_small_chunks() {
+    // Tiny staging slots: many pipelined chunks per call, every algorithm.
+    matrix_with(8, &[("NCCL_BUFFSIZE", "65536"), ("NCCL_STEPS", "4")]);
 }

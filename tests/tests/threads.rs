@@ -123,7 +123,15 @@ fn bad_arguments_are_errors_not_panics() {
         assert!(matches!(comm.broadcast_in_place(&mut out, 7), Err(Error::InvalidArgument(_))));
         assert!(matches!(comm.all_gather(&[1u8; 2], &mut [0u8; 3]), Err(Error::InvalidArgument(_))));
         assert!(matches!(comm.reduce_scatter_in_place(&mut [0u8; 3], RedOp::Sum), Err(Error::InvalidArgument(_))));
-        assert!(matches!(comm.send(&[1u8], comm.rank()), Err(Error::InvalidArgument(_))));
+        assert!(matches!(comm.send(&[1u8], comm.rank()), Err(Error::InvalidArgument(_))), "unpaired send to self");
+        assert!(matches!(comm.send(&[1u8], 9), Err(Error::InvalidArgument(_))));
+        let (a, mut b) = ([7u8; 3], [0u8; 3]);
+        let me = comm.rank();
+        let mut g = nccl_rs::P2pGroup::new();
+        g.send(&a, me);
+        g.recv(&mut b, me);
+        comm.run_group(g).unwrap();
+        assert_eq!(b, a);
         // The communicator is still usable after argument errors.
         comm.barrier().unwrap();
     });

@@ -15,7 +15,7 @@ use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{Call, CallBufs, Engine};
 use crate::error::{Error, Result};
-use crate::plan::{plan, Coll};
+use crate::plan::{Coll, Planner};
 use crate::schedule::Schedule;
 use crate::transport::NetError;
 use std::collections::VecDeque;
@@ -32,6 +32,7 @@ pub(crate) struct Core {
     pub(crate) seq: u64,
     pub(crate) failed: Option<String>,
     history: VecDeque<(u64, String)>,
+    planner: Planner,
 }
 
 /// FNV-1a over the description and sequence number, folded to 31 bits.
@@ -60,8 +61,8 @@ fn describe(coll: Coll, dtype: DataType, op: RedOp) -> String {
 }
 
 impl Core {
-    pub(crate) fn new(rank: usize, nranks: usize, engine: Engine, boot: Bootstrap) -> Core {
-        Core { rank, nranks, engine, boot, seq: 0, failed: None, history: VecDeque::with_capacity(HISTORY) }
+    pub(crate) fn new(rank: usize, nranks: usize, engine: Engine, boot: Bootstrap, planner: Planner) -> Core {
+        Core { rank, nranks, engine, boot, seq: 0, failed: None, history: VecDeque::with_capacity(HISTORY), planner }
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
@@ -76,7 +77,7 @@ impl Core {
     pub(crate) fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
         self.check_usable()?;
         let chunk = self.engine.chunk_elems(dtype.size());
-        let sched = plan(coll, self.nranks, self.rank, dtype, chunk);
+        let sched = self.planner.plan(coll, self.nranks, self.rank, dtype, chunk);
         self.seq += 1;
         let desc = describe(coll, dtype, op);
         let tag = fingerprint(self.seq, &desc);

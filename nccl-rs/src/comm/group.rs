@@ -62,14 +62,11 @@ impl Communicator {
     pub fn run_group(&mut self, group: P2pGroup<'_>) -> Result<()> {
         for op in &group.ops {
             let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
-            if peer >= self.nranks || peer == self.rank {
-                return Err(Error::invalid(format!(
-                    "send/recv: peer {peer} is not another rank (rank {} of {})",
-                    self.rank, self.nranks
-                )));
+            if peer >= self.nranks {
+                return Err(Error::invalid(format!("send/recv: peer {peer} is not a rank of {}", self.nranks)));
             }
         }
-        let sched = p2p_group(&group.ops);
+        let sched = p2p_group(self.rank, &group.ops).map_err(|e| Error::invalid(format!("send/recv: {e}")))?;
         let bufs = CallBufs { input: Region::empty(), output: Region::empty(), group: group.bufs };
         let what = format!("send/recv group of {} ops", group.ops.len());
         self.execute(&sched, DataType::Uint8, RedOp::Sum, P2P_TAG, what, bufs)

@@ -21,7 +21,7 @@ use crate::datatype::{DataType, RedOp};
 use crate::engine::{AbortHandle as Abort, CallBufs, Engine};
 use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
-use crate::plan::Coll;
+use crate::plan::{Coll, Planner};
 use crate::schedule::Schedule;
 use crate::transport::Net;
 use core::Core;
@@ -86,7 +86,9 @@ impl Communicator {
         let props = net.properties();
         let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
         let abort = engine.abort.clone();
-        let core = Arc::new(Mutex::new(Core::new(rank, nranks, engine, boot)));
+        let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
+            .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+        let core = Arc::new(Mutex::new(Core::new(rank, nranks, engine, boot, planner)));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
         }

@@ -293,6 +293,10 @@ impl<'a> Run<'a> {
                 }
                 Ok(())
             }
+            Step::Reduce { src, dst, count, finalize } => {
+                let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
+                self.reduce(dst, dst, src, finalize)
+            }
             Step::RecvReduceCopySend { to, src, dst, count, finalize, .. } => {
                 let slot = slot.ok_or_else(|| self.internal("reduction without a slot".into()))?;
                 let incoming = Region::new(self.slots[slot].ptr, self.bytes(count));
@@ -310,11 +314,11 @@ impl<'a> Run<'a> {
     fn reduce(&self, src: Region, dst: Region, incoming: Region, finalize: bool) -> Result<()> {
         let (dt, op) = (self.call.dtype, self.call.op);
         let overlap = |a: Region, b: Region| (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len;
-        if src.ptr != dst.ptr && overlap(src, dst) {
-            return Err(self.internal("partially overlapping reduction operands".into()));
+        if (src.ptr != dst.ptr && overlap(src, dst)) || overlap(incoming, dst) {
+            return Err(self.internal("overlapping reduction operands".into()));
         }
-        // SAFETY: `incoming` is a staging slot (engine-owned, disjoint from
-        // user memory) holding the completed receive; `dst` is a checked
+        // SAFETY: `incoming` is a staging slot or scratch range (engine-owned,
+        // disjoint from `dst` as checked above) holding completed data; `dst` is a checked
         // range of a writable buffer that no pending receive targets (the
         // schedule reduces each range once, after its data arrived).
         let (inc, out) = unsafe {

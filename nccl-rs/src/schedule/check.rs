@@ -143,6 +143,11 @@ fn exec(b: &mut SymBufs, step: &Step, incoming: Option<Vec<Val>>) -> Result<Opti
             write(b, dst, &v)?;
             None
         }
+        Step::Reduce { src, dst, count, .. } => {
+            let v = combine(&read(b, dst, count)?, &read(b, src, count)?)?;
+            write(b, dst, &v)?;
+            None
+        }
     })
 }
 

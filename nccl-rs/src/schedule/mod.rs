@@ -15,11 +15,15 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+mod direct;
 mod p2p;
 mod ring;
+mod tree;
 
 pub use p2p::{all_to_all, gather, p2p_group, scatter, P2pOp};
+pub use direct::all_reduce_direct;
 pub use ring::{all_gather, all_reduce, broadcast, reduce, reduce_scatter};
+pub use tree::{all_reduce_tree, btree, dtree, Tree};
 
 /// Where a step reads or writes, as an element offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,6 +100,18 @@ pub enum Step {
         /// Elements.
         count: usize,
     },
+    /// Local reduction `dst = dst ⊕ src` (then the average's division if
+    /// `finalize`).
+    Reduce {
+        /// Operand.
+        src: Loc,
+        /// Accumulator and result.
+        dst: Loc,
+        /// Elements.
+        count: usize,
+        /// Whether this produces the final value.
+        finalize: bool,
+    },
     /// Copy `count` elements locally.
     Copy {
         /// Source.
@@ -114,7 +130,7 @@ impl Step {
             Step::Recv { from, .. }
             | Step::RecvReduceCopySend { from, .. }
             | Step::RecvCopySend { from, .. } => Some(from),
-            Step::Send { .. } | Step::Copy { .. } => None,
+            Step::Send { .. } | Step::Copy { .. } | Step::Reduce { .. } => None,
         }
     }
 
@@ -123,7 +139,7 @@ impl Step {
         match *self {
             Step::Send { to, .. } | Step::RecvCopySend { to, .. } => Some(to),
             Step::RecvReduceCopySend { to, .. } => to,
-            Step::Recv { .. } | Step::Copy { .. } => None,
+            Step::Recv { .. } | Step::Copy { .. } | Step::Reduce { .. } => None,
         }
     }
 
@@ -134,7 +150,8 @@ impl Step {
             | Step::Recv { count, .. }
             | Step::RecvReduceCopySend { count, .. }
             | Step::RecvCopySend { count, .. }
-            | Step::Copy { count, .. } => count,
+            | Step::Copy { count, .. }
+            | Step::Reduce { count, .. } => count,
         }
     }
 

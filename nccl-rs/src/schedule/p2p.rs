@@ -71,21 +71,51 @@ pub enum P2pOp {
     },
 }
 
-/// A group of sends and receives: all sends first, then all receives, each
-/// in the caller's order (so per-peer order is kept, as NCCL matches it).
-pub fn p2p_group(ops: &[P2pOp]) -> Schedule {
+/// A group of sends and receives of rank `me`: all sends first, then all
+/// receives, each in the caller's order (so per-peer order is kept, as NCCL
+/// matches it). Sends to `me` pair in order with receives from `me` and
+/// become local copies; an unpaired one, or a pair of different sizes, is
+/// an error naming it.
+pub fn p2p_group(me: usize, ops: &[P2pOp]) -> Result<Schedule, String> {
     let mut steps = Vec::with_capacity(ops.len());
+    let self_sends: Vec<(usize, usize)> = ops
+        .iter()
+        .filter_map(|op| match *op {
+            P2pOp::Send { peer, buf, count } if peer == me => Some((buf, count)),
+            _ => None,
+        })
+        .collect();
+    let self_recvs: Vec<(usize, usize)> = ops
+        .iter()
+        .filter_map(|op| match *op {
+            P2pOp::Recv { peer, buf, count } if peer == me => Some((buf, count)),
+            _ => None,
+        })
+        .collect();
+    if self_sends.len() != self_recvs.len() {
+        return Err(format!("{} sends to self but {} receives from self", self_sends.len(), self_recvs.len()));
+    }
+    for ((sb, sc), (rb, rc)) in self_sends.into_iter().zip(self_recvs) {
+        if sc != rc {
+            return Err(format!("a send to self of {sc} elements meets a receive of {rc}"));
+        }
+        steps.push(Step::Copy { src: Loc::Group(sb, 0), dst: Loc::Group(rb, 0), count: sc });
+    }
     for op in ops {
         if let P2pOp::Send { peer, buf, count } = *op {
-            steps.push(Step::Send { to: peer, src: Loc::Group(buf, 0), count });
+            if peer != me {
+                steps.push(Step::Send { to: peer, src: Loc::Group(buf, 0), count });
+            }
         }
     }
     for op in ops {
         if let P2pOp::Recv { peer, buf, count } = *op {
-            steps.push(Step::Recv { from: peer, dst: Loc::Group(buf, 0), count });
+            if peer != me {
+                steps.push(Step::Recv { from: peer, dst: Loc::Group(buf, 0), count });
+            }
         }
     }
-    finish(steps)
+    Ok(finish(steps))
 }
 
 fn finish(mut steps: Vec<Step>) -> Schedule {

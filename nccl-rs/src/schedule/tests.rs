@@ -152,12 +152,39 @@ fn parts_cover_exactly() {
 
 #[test]
 fn p2p_group_sends_before_receives() {
-    let s = p2p_group(&[
+    let s = p2p_group(0, &[
         P2pOp::Recv { peer: 1, buf: 0, count: 4 },
         P2pOp::Send { peer: 1, buf: 1, count: 4 },
         P2pOp::Send { peer: 2, buf: 2, count: 0 },
-    ]);
+    ])
+    .unwrap();
     assert_eq!(s.steps.len(), 2);
     assert!(matches!(s.steps[0], Step::Send { to: 1, .. }));
     assert!(matches!(s.steps[1], Step::Recv { from: 1, .. }));
+}
+
+#[test]
+fn tree_and_direct_all_reduce_every_element_reduced_once() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for &ch in CHUNKS {
+                let b = run(n, |r| all_reduce_tree(n, r, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                for r in 0..n {
+                    expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &format!("tree n={n} c={c} ch={ch}"));
+                }
+            }
+            let b = run(n, |r| all_reduce_direct(n, r, c), |r| (0..c).map(|i| v(r, i)).collect(), c);
+            for r in 0..n {
+                expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &format!("direct n={n} c={c}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn p2p_group_pairs_self_sends_with_self_receives() {
+    let s = p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }, P2pOp::Recv { peer: 3, buf: 1, count: 5 }]).unwrap();
+    assert_eq!(s.steps, vec![Step::Copy { src: Loc::Group(0, 0), dst: Loc::Group(1, 0), count: 5 }]);
+    assert!(p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }]).is_err());
+    assert!(p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }, P2pOp::Recv { peer: 3, buf: 1, count: 4 }]).is_err());
 }

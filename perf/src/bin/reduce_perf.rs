@@ -1,0 +1,5 @@
+//! `reduce_perf`: measures and checks `reduce` like nccl-tests; see `-h`.
+
+fn main() -> std::process::ExitCode {
+    nccl_perf::perf_main(nccl_perf::Collective::Reduce)
+}

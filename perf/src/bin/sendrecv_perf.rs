@@ -1,0 +1,5 @@
+//! `sendrecv_perf`: measures and checks `sendrecv` like nccl-tests; see `-h`.
+
+fn main() -> std::process::ExitCode {
+    nccl_perf::perf_main(nccl_perf::Collective::SendRecv)
+}

@@ -1,0 +1,20 @@
+//! Performance tools for nccl-rs in the style of NVIDIA's nccl-tests.
+//!
+//! Each binary (`all_reduce_perf`, `all_gather_perf`, `reduce_scatter_perf`,
+//! `broadcast_perf`, `reduce_perf`, `alltoall_perf`, `sendrecv_perf`) calls
+//! [`perf_main`] with its [`Collective`]; the flags, sizes, bandwidth
+//! formulas and table follow nccl-tests. Ranks are threads of one process
+//! (`-t N`), the processes of a launcher (`ncclrun -n N`, torchrun, mpirun,
+//! srun), or a single rank.
+
+pub mod args;
+pub mod check;
+pub mod coll;
+pub mod data;
+pub mod exec;
+pub mod run;
+pub mod table;
+pub mod timing;
+
+pub use coll::Collective;
+pub use run::perf_main;
