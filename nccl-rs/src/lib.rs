@@ -36,6 +36,8 @@ pub mod datatype;
 mod engine;
 pub mod error;
 pub mod fp8;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod launch;
 mod logging;
 mod plan;

@@ -132,6 +132,23 @@ impl UniqueId {
     }
 }
 
+/// Fuzzing: decodes a hello.
+pub(crate) fn fuzz_hello(data: &[u8]) -> Result<(), String> {
+    wire::Hello::decode(data).map(|_| ())
+}
+
+/// Fuzzing: splits `data` into frames and decodes each like the peers do.
+pub(crate) fn fuzz_frames(data: &[u8]) {
+    let mut buf = wire::FrameBuf::default();
+    let mut input = data;
+    let _ = buf.fill(&mut input);
+    while let Ok(Some(f)) = buf.next_frame() {
+        let body = &f[1..];
+        let _ = wire::decode_gather(body);
+        let _ = msg::parse_seq(body);
+    }
+}
+
 pub(crate) fn io(what: String, source: std::io::Error) -> BootstrapError {
     BootstrapError::Io { what, source }
 }
