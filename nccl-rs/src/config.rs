@@ -18,6 +18,7 @@
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
+//! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
 use crate::error::{Error, Result};
 use std::time::Duration;
@@ -58,6 +59,8 @@ pub struct Config {
     pub shm_disable: bool,
     /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
+    /// The `NCCL_IB_*` settings of the verbs transport.
+    pub ib: transport_verbs::VerbsOptions,
 }
 
 impl Default for Config {
@@ -79,6 +82,7 @@ impl Default for Config {
             ib_disable: false,
             shm_disable: false,
             socket_buf_bytes: 4 << 20,
+            ib: transport_verbs::VerbsOptions::default(),
         }
     }
 }
@@ -115,6 +119,8 @@ impl Config {
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
             socket_buf_bytes: num(&text, "NCCL_SOCKET_SNDBUF", d.socket_buf_bytes, 4096..=(1 << 30))?,
+            ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
+                .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
         })
     }
 

@@ -38,6 +38,8 @@ pub mod error;
 pub mod fp8;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod kernels;
 pub mod launch;
 mod logging;
 mod plan;

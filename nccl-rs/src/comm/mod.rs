@@ -67,13 +67,13 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
 
 impl Communicator {
     /// Joins the job described by `id` as `rank` of `nranks`, over the
-    /// default transport (TCP). Blocks until every rank joined and all
-    /// connections are up, or `NCCL_BOOTSTRAP_TIMEOUT` passes.
+    /// network transport chosen by [`choose_net`] (verbs if a device is
+    /// usable, else TCP). Blocks until every rank joined and all connections
+    /// are up, or `NCCL_BOOTSTRAP_TIMEOUT` passes.
     pub fn init(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Communicator> {
         check_rank(nranks, rank)?;
-        let net = transport_tcp::TcpNet::new(tcp_options(config))
-            .map_err(|source| Error::Transport { rank, peer: rank, op: "choosing a network interface".into(), source })?;
-        Communicator::init_with_net(id, nranks, rank, config, Arc::new(net))
+        let net = choose_net(config, rank)?;
+        Communicator::init_with_net(id, nranks, rank, config, net)
     }
 
     /// As [`Communicator::init`], over the given transport.
@@ -178,6 +178,44 @@ impl Communicator {
 
     fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: String, bufs: CallBufs) -> Result<()> {
         self.idle_core()?.execute(sched, dtype, op, tag, what, bufs)
+    }
+}
+
+/// The network transport: `NCCL_NET=IB` requires verbs, `NCCL_NET=Socket` or
+/// `NCCL_IB_DISABLE=1` selects TCP, and otherwise verbs is tried (libibverbs
+/// loaded at run time) and TCP used, with an INFO line, if it is absent.
+pub fn choose_net(config: &Config, rank: usize) -> Result<Arc<dyn Net>> {
+    let want = config.net.as_deref().map(str::to_ascii_lowercase);
+    let tcp = || -> Result<Arc<dyn Net>> {
+        let net = transport_tcp::TcpNet::new(tcp_options(config))
+            .map_err(|source| Error::Transport { rank, peer: rank, op: "choosing a network interface".into(), source })?;
+        Ok(Arc::new(net))
+    };
+    match want.as_deref() {
+        None | Some("ib") | Some("socket") => {}
+        Some(other) => {
+            return Err(Error::InvalidArgument(format!("NCCL_NET={other:?}: expected IB or Socket")));
+        }
+    }
+    if config.ib_disable || want.as_deref() == Some("socket") {
+        if want.as_deref() == Some("ib") {
+            return Err(Error::InvalidArgument("NCCL_NET=IB contradicts NCCL_IB_DISABLE=1".into()));
+        }
+        return tcp();
+    }
+    let mut opts = config.ib.clone();
+    if opts.oob_ip.is_none() {
+        opts.oob_ip = crate::bootstrap::local_ip(config).ok();
+    }
+    match transport_verbs::VerbsNet::new(opts) {
+        Ok(net) => Ok(Arc::new(net)),
+        Err(e) if want.as_deref() == Some("ib") => {
+            Err(Error::InvalidArgument(format!("rank {rank}: NCCL_NET=IB but verbs is unusable: {e}")))
+        }
+        Err(e) => {
+            info!(rank, "{e}; falling back to NET/Socket");
+            tcp()
+        }
     }
 }
 

@@ -1,0 +1,498 @@
+//! The sending half: waits for each message's clear-to-send, then RDMA-writes
+//! the payload and the completion record (see the protocol in `comm`).
+
+use super::{
+    post_chain, register_for_send, split_parts, unknown_request, Conn, Fault, BOUNCE_BYTES,
+    MAX_MESSAGE_BYTES, POLL_BATCH, SLOTS,
+};
+use crate::device::Port;
+use crate::error::{VerbsError, WcStatus};
+use crate::regcache::{EntryId, RegCache};
+use crate::sys;
+use crate::verbs::{Mr, RegisteredBuf, ACCESS_REMOTE_WRITE};
+use crate::wire::{Cts, Record, RecordStatus, CTS_BYTES, RECORD_BYTES};
+use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Copied into the sender's bounce slot.
+    Bounce,
+    /// A registration cache entry.
+    Reg(EntryId),
+}
+
+struct SendOp {
+    seq: u64,
+    len: usize,
+    tag: u32,
+    src: Source,
+    lkey: u32,
+    src_addr: u64,
+    /// Signaled work requests still to complete (after posting).
+    pending_wrs: u32,
+    posted: bool,
+    done: bool,
+    error: Option<Fault>,
+    reported: bool,
+}
+
+/// The sending half of a verbs connection.
+pub(crate) struct VerbsSendComm {
+    /// Declared first: QPs are destroyed before the buffers below.
+    conn: Conn,
+    /// Clear-to-send FIFO the receiver writes (SLOTS × CTS_BYTES).
+    fifo: RegisteredBuf,
+    /// Outgoing records (SLOTS × RECORD_BYTES) then bounce slots.
+    staging: RegisteredBuf,
+    remote_records: u64,
+    remote_rkey: u32,
+    cache: RegCache<Mr>,
+    q: VecDeque<SendOp>,
+    next_seq: u64,
+    next_post: u64,
+    sq_free: Vec<u32>,
+    /// Per QP: send-queue entries freed by each outstanding signaled WR.
+    sq_batches: Vec<VecDeque<u32>>,
+    wr_chunk: usize,
+    wrs: Vec<sys::ibv_send_wr>,
+    sges: Vec<sys::ibv_sge>,
+}
+
+// SAFETY: the raw pointers are caller buffers that the isend contract
+// keeps valid until completion, whichever thread polls; the verbs objects
+// are thread-safe.
+unsafe impl Send for VerbsSendComm {}
+
+/// Send-queue depth for a port: room for every in-flight message's
+/// signaled WR plus the largest message's chunks.
+pub(crate) fn send_queue_depth(wr_chunk: usize) -> u32 {
+    let chunks = MAX_MESSAGE_BYTES.div_ceil(wr_chunk.max(1));
+    u32::try_from(2 * SLOTS + chunks + 2).unwrap_or(u32::MAX)
+}
+
+/// Bytes one RDMA write carries at most on `port`.
+pub(crate) fn wr_chunk(port: &Port) -> usize {
+    let max = usize::try_from(port.info.max_msg_sz).unwrap_or(usize::MAX);
+    if max == 0 {
+        MAX_MESSAGE_BYTES
+    } else {
+        max.clamp(64 << 10, MAX_MESSAGE_BYTES)
+    }
+}
+
+/// The sender's registered buffers, made before the handshake so their
+/// addresses can be advertised.
+pub(crate) struct SendBuffers {
+    pub(crate) fifo: RegisteredBuf,
+    pub(crate) staging: RegisteredBuf,
+}
+
+impl SendBuffers {
+    pub(crate) fn new(port: &Port) -> Result<SendBuffers, VerbsError> {
+        Ok(SendBuffers {
+            fifo: RegisteredBuf::new(&port.pd, SLOTS * CTS_BYTES, ACCESS_REMOTE_WRITE)?,
+            staging: RegisteredBuf::new(
+                &port.pd,
+                SLOTS * (RECORD_BYTES + BOUNCE_BYTES),
+                sys::IBV_ACCESS_LOCAL_WRITE,
+            )?,
+        })
+    }
+}
+
+impl VerbsSendComm {
+    pub(crate) fn new(
+        conn: Conn,
+        bufs: SendBuffers,
+        remote_records: u64,
+        remote_rkey: u32,
+        sq_depth: u32,
+    ) -> Self {
+        let nqps = conn.qps.len();
+        let wr_chunk = wr_chunk(&conn.port);
+        VerbsSendComm {
+            conn,
+            fifo: bufs.fifo,
+            staging: bufs.staging,
+            remote_records,
+            remote_rkey,
+            cache: RegCache::new(),
+            q: VecDeque::with_capacity(SLOTS),
+            next_seq: 0,
+            next_post: 0,
+            sq_free: vec![sq_depth; nqps],
+            sq_batches: vec![VecDeque::with_capacity(SLOTS); nqps],
+            wr_chunk,
+            wrs: Vec::new(),
+            sges: Vec::new(),
+        }
+    }
+
+    /// Destroys the QPs but keeps the side socket open: to the peer this
+    /// looks like a host that stopped answering (tests only).
+    #[cfg(test)]
+    pub(crate) fn destroy_qps_for_test(&mut self) {
+        self.conn.qps.clear();
+    }
+
+    fn bounce_ptr(&self, slot: usize) -> *mut u8 {
+        self.staging
+            .ptr()
+            .wrapping_add(SLOTS * RECORD_BYTES + slot * BOUNCE_BYTES)
+    }
+
+    fn record_ptr(&self, slot: usize) -> *mut u8 {
+        self.staging.ptr().wrapping_add(slot * RECORD_BYTES)
+    }
+
+    /// The clear-to-send entry for message `seq`, if it has fully arrived.
+    fn read_cts(&self, seq: u64) -> Option<Cts> {
+        let slot = (seq % SLOTS as u64) as usize;
+        let p = self.fifo.ptr().wrapping_add(slot * CTS_BYTES);
+        // SAFETY: `p + 56` is inside the FIFO buffer and 8-byte aligned
+        // (page-aligned buffer, 64-byte slots). The adapter writes this
+        // memory concurrently, hence the volatile read.
+        let tail = unsafe { std::ptr::read_volatile(p.wrapping_add(56).cast::<u64>()) };
+        if u64::from_le(tail) != seq + 1 {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: as above; the 64 bytes lie inside the FIFO buffer.
+        let b = unsafe { std::ptr::read_volatile(p.cast::<[u8; CTS_BYTES]>()) };
+        Cts::decode(&b, seq + 1)
+    }
+
+    fn progress(&mut self) {
+        if self.conn.fault.is_some() {
+            return;
+        }
+        self.reap();
+        while self.conn.fault.is_none() && self.post_next() {}
+        let pending = self.q.iter().any(|op| !op.done);
+        self.conn.check_peer(pending);
+    }
+
+    /// Processes send completions.
+    fn reap(&mut self) {
+        loop {
+            let n = self.conn.poll();
+            for i in 0..n {
+                let wc = self.conn.wc[i];
+                let qp = (wc.wr_id & 0xff) as usize;
+                let seq = wc.wr_id >> 8;
+                if wc.status != 0 {
+                    self.conn.fail(Fault::Completion {
+                        op: "RDMA write",
+                        status: WcStatus(wc.status),
+                        vendor_err: wc.vendor_err,
+                    });
+                    continue;
+                }
+                if let Some(freed) = self.sq_batches.get_mut(qp).and_then(VecDeque::pop_front) {
+                    self.sq_free[qp] += freed;
+                }
+                let Some(front) = self.q.front().map(|op| op.seq) else {
+                    continue;
+                };
+                let Some(op) = seq
+                    .checked_sub(front)
+                    .and_then(|i| self.q.get_mut(i as usize))
+                else {
+                    continue;
+                };
+                op.pending_wrs = op.pending_wrs.saturating_sub(1);
+                if op.pending_wrs == 0 && !op.done {
+                    op.done = true;
+                    if let Source::Reg(id) = op.src {
+                        drop(self.cache.release(id));
+                    }
+                }
+            }
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+    }
+
+    /// Posts the next send if its clear-to-send has arrived and the send
+    /// queues have room. Returns whether it posted.
+    fn post_next(&mut self) -> bool {
+        if self.next_post == self.next_seq {
+            return false;
+        }
+        let seq = self.next_post;
+        let Some(cts) = self.read_cts(seq) else {
+            return false;
+        };
+        let slot = (seq % SLOTS as u64) as usize;
+        if cts.slot as usize != slot {
+            self.conn.fail(Fault::Protocol(format!(
+                "clear-to-send {seq} names slot {}",
+                cts.slot
+            )));
+            return false;
+        }
+        let idx = (seq - self.q[0].seq) as usize;
+        let (len, tag, lkey, src_addr) = {
+            let op = &self.q[idx];
+            (op.len, op.tag, op.lkey, op.src_addr)
+        };
+        let (status, parts) = if cts.tag != tag {
+            (RecordStatus::TagMismatch, Vec::new())
+        } else if len as u64 > cts.size {
+            (RecordStatus::Truncated, Vec::new())
+        } else {
+            (RecordStatus::Ok, split_parts(len, self.conn.qps.len()))
+        };
+        // Work requests per QP: the payload chunks, plus the record on QP 0.
+        let mut need = vec![0u32; self.conn.qps.len()];
+        need[0] = 1;
+        for (i, &(_, l)) in parts.iter().enumerate() {
+            need[i] += u32::try_from(l.div_ceil(self.wr_chunk)).unwrap_or(u32::MAX);
+        }
+        if need.iter().zip(&self.sq_free).any(|(n, f)| n > f) {
+            return false; // wait for completions
+        }
+        let record = Record {
+            size: len as u64,
+            tag,
+            status,
+            nparts: u32::try_from(parts.len().max(1)).unwrap_or(1),
+            seq: seq as u32,
+        };
+        let rec = record.encode();
+        // SAFETY: the record slot lies inside `staging`, which we own; the
+        // adapter last read it for message seq - SLOTS, whose completion
+        // was polled before this request could be posted.
+        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), self.record_ptr(slot), RECORD_BYTES) };
+        let mut signaled = 0;
+        for (i, &n) in need.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            self.wrs.clear();
+            self.sges.clear();
+            if let Some(&(off, l)) = parts.get(i) {
+                let mut c = 0;
+                while c < l {
+                    let k = self.wr_chunk.min(l - c);
+                    self.push_wr(
+                        sys::IBV_WR_RDMA_WRITE,
+                        src_addr + (off + c) as u64,
+                        k,
+                        lkey,
+                        cts.addr + (off + c) as u64,
+                        cts.rkey,
+                    );
+                    c += k;
+                }
+            }
+            if i == 0 {
+                let (addr, key) = (self.record_ptr(slot) as u64, self.staging.mr().lkey());
+                let remote = self.remote_records + (slot * RECORD_BYTES) as u64;
+                self.push_wr(
+                    sys::IBV_WR_RDMA_WRITE_WITH_IMM,
+                    addr,
+                    RECORD_BYTES,
+                    key,
+                    remote,
+                    self.remote_rkey,
+                );
+            }
+            let last = self.wrs.last_mut().expect("at least one work request");
+            last.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+            last.imm_data = (seq as u32).to_be();
+            last.send_flags = sys::IBV_SEND_SIGNALED;
+            let wr_id = (seq << 8) | i as u64;
+            // SAFETY: `wrs`/`sges` are fully built; the SGEs name our
+            // staging buffer or memory registered for this request (valid
+            // until its completion, per the isend contract), and the remote
+            // ranges are those the receiver granted in its CTS / endpoint.
+            let posted =
+                unsafe { post_chain(&self.conn.qps[i], &mut self.wrs, &mut self.sges, wr_id) };
+            if let Err(e) = posted {
+                self.conn.fail(Fault::from_verbs(&e));
+                return false;
+            }
+            self.sq_free[i] -= n;
+            self.sq_batches[i].push_back(n);
+            signaled += 1;
+        }
+        let op = &mut self.q[idx];
+        op.posted = true;
+        op.pending_wrs = signaled;
+        self.next_post += 1;
+        match status {
+            RecordStatus::Ok => {}
+            RecordStatus::TagMismatch => {
+                let f = Fault::Tag {
+                    expected: cts.tag,
+                    got: tag,
+                };
+                op.error = Some(f.clone());
+                self.conn.fail(f);
+            }
+            RecordStatus::Truncated => {
+                let f = Fault::Truncated {
+                    posted: cts.size as usize,
+                    got: len,
+                };
+                op.error = Some(f.clone());
+                self.conn.fail(f);
+            }
+        }
+        true
+    }
+
+    fn push_wr(&mut self, opcode: u32, addr: u64, len: usize, lkey: u32, remote: u64, rkey: u32) {
+        self.sges.push(sys::ibv_sge {
+            addr,
+            length: u32::try_from(len).unwrap_or(u32::MAX),
+            lkey,
+        });
+        let mut wr = sys::ibv_send_wr {
+            opcode,
+            num_sge: 1,
+            ..Default::default()
+        };
+        wr.rdma.remote_addr = remote;
+        wr.rdma.rkey = rkey;
+        self.wrs.push(wr);
+    }
+
+    fn pop_reported(&mut self) {
+        while self.q.front().is_some_and(|op| op.reported) {
+            self.q.pop_front();
+        }
+    }
+}
+
+impl SendComm for VerbsSendComm {
+    fn reg_mr(&mut self, ptr: *const u8, len: usize) -> NetResult<MemHandle> {
+        let port = Arc::clone(&self.conn.port);
+        let id = self
+            .cache
+            .pin(ptr as usize, len, |s, l| register_for_send(&port, s, l))?;
+        Ok(MemHandle(id))
+    }
+
+    fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()> {
+        match self.cache.unpin(mr.0) {
+            Ok(released) => {
+                drop(released);
+                Ok(())
+            }
+            Err(()) => Err(NetError::Other(format!("unknown memory handle {}", mr.0))),
+        }
+    }
+
+    /// # Safety
+    /// The trait's contract ([`SendComm::isend`]): the buffer stays valid, and
+    /// untouched by the caller, until `test` reports the request or the
+    /// comm is dropped.
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        tag: u32,
+        mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        if let Some(e) = self.conn.error() {
+            return Err(e);
+        }
+        if self.q.len() >= SLOTS {
+            self.progress();
+            return Ok(None);
+        }
+        if len > MAX_MESSAGE_BYTES {
+            return Err(NetError::Other(format!(
+                "send of {len} bytes exceeds the {MAX_MESSAGE_BYTES} byte limit"
+            )));
+        }
+        let seq = self.next_seq;
+        let slot = (seq % SLOTS as u64) as usize;
+        let (src, lkey, src_addr) = match mr {
+            Some(h) => {
+                let id = self
+                    .cache
+                    .acquire_id(h.0, data as usize, len)
+                    .ok_or_else(|| {
+                        NetError::Other(format!(
+                            "memory handle {} does not cover the {len} bytes at {data:p}",
+                            h.0
+                        ))
+                    })?;
+                let key = self.cache.get(id).map_or(0, Mr::lkey);
+                (Source::Reg(id), key, data as u64)
+            }
+            None if len <= BOUNCE_BYTES => {
+                let dst = self.bounce_ptr(slot);
+                if len > 0 {
+                    // SAFETY: the caller guarantees `data..data+len` is
+                    // readable; the bounce slot is ours, BOUNCE_BYTES long,
+                    // and idle (the request that last used it has completed,
+                    // since at most SLOTS are outstanding).
+                    unsafe { std::ptr::copy_nonoverlapping(data, dst, len) };
+                }
+                (Source::Bounce, self.staging.mr().lkey(), dst as u64)
+            }
+            None => {
+                let port = Arc::clone(&self.conn.port);
+                let id = self
+                    .cache
+                    .acquire(data as usize, len, |s, l| register_for_send(&port, s, l))?;
+                let key = self.cache.get(id).map_or(0, Mr::lkey);
+                (Source::Reg(id), key, data as u64)
+            }
+        };
+        self.next_seq += 1;
+        self.q.push_back(SendOp {
+            seq,
+            len,
+            tag,
+            src,
+            lkey,
+            src_addr,
+            pending_wrs: 0,
+            posted: false,
+            done: false,
+            error: None,
+            reported: false,
+        });
+        self.progress();
+        Ok(Some(Request(seq + 1)))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<bool> {
+        let Some(seq) = req.0.checked_sub(1) else {
+            return Err(unknown_request(req));
+        };
+        let idx = match self.q.front() {
+            Some(f) if seq >= f.seq && ((seq - f.seq) as usize) < self.q.len() => {
+                (seq - f.seq) as usize
+            }
+            _ => return Err(unknown_request(req)),
+        };
+        if self.q[idx].reported {
+            return Err(unknown_request(req));
+        }
+        self.progress();
+        let op = &mut self.q[idx];
+        if let Some(f) = &op.error {
+            return Err(f.to_error(&self.conn.peer, &self.conn.port.name()));
+        }
+        if op.done {
+            debug_assert!(op.posted);
+            op.reported = true;
+            self.pop_reported();
+            return Ok(true);
+        }
+        match self.conn.error() {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
+    }
+}
