@@ -1,5 +1,7 @@
 //! Every collective × datatype × op × in/out-of-place × count × root, as
-//! real processes talking TCP over loopback, at 1, 2, 3, 4, 5 and 8 ranks.
+//! real processes at 1, 2, 3, 4, 5 and 8 ranks: over shared memory (the
+//! default between processes of one host) and over TCP on loopback
+//! (`NCCL_SHM_DISABLE=1`), with the ring, tree and direct all-reduce.
 //! Results are checked bit for bit by each rank (see `matrix_worker`).
 
 use nccl_tests_suite::launch::run_ranks;
@@ -74,4 +76,31 @@ fn matrix_3_ranks_direct() {
 fn matrix_8_ranks_small_chunks() {
     // Tiny staging slots: many pipelined chunks per call, every algorithm.
     matrix_with(8, &[("NCCL_BUFFSIZE", "65536"), ("NCCL_STEPS", "4")]);
+}
+
+const TCP: (&str, &str) = ("NCCL_SHM_DISABLE", "1");
+
+#[test]
+fn matrix_2_ranks_tcp() {
+    matrix_with(2, &[TCP]);
+}
+
+#[test]
+fn matrix_3_ranks_tcp() {
+    matrix_with(3, &[TCP]);
+}
+
+#[test]
+fn matrix_4_ranks_tcp_tree() {
+    matrix_with(4, &[TCP, ("NCCL_ALGO", "allreduce:tree")]);
+}
+
+#[test]
+fn matrix_5_ranks_tcp() {
+    matrix_with(5, &[TCP]);
+}
+
+#[test]
+fn matrix_8_ranks_tcp() {
+    matrix_with(8, &[TCP]);
 }

@@ -1,18 +1,44 @@
-//! Connection setup: every rank listens once per peer, the handles travel
-//! through the bootstrap all-gather, then all connects and accepts are
-//! polled together until the full mesh is up or the deadline passes.
+//! Connection setup: ranks exchange host identities, pick a transport per
+//! peer (shared memory between ranks of one host, the network otherwise),
+//! listen once per peer, pass the handles through the bootstrap all-gather,
+//! then poll all connects and accepts together until the full mesh is up or
+//! the deadline passes.
 
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_BYTES};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Mesh = (Vec<Option<Box<dyn SendComm>>>, Vec<Option<Box<dyn RecvComm>>>);
 
 const SLOT: usize = 1 + MAX_HANDLE_BYTES;
 
-/// Connects `rank` to every other rank through `net`.
-pub(crate) fn connect_mesh(net: &dyn Net, boot: &mut Bootstrap, rank: usize, n: usize, timeout: Duration) -> Result<Mesh> {
+/// This host's identity: the kernel's boot id (distinct per machine and
+/// per boot, shared by every process and network namespace of one kernel)
+/// plus the host name.
+pub(crate) fn host_identity() -> Vec<u8> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}/{}", boot_id.trim(), host.trim()).into_bytes()
+}
+
+/// Exchanges host identities: `same[p]` says whether rank `p` shares this
+/// rank's host.
+pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> {
+    let me = host_identity();
+    let all = boot.all_gather(&me).map_err(|source| Error::Bootstrap { rank, source })?;
+    Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
+}
+
+/// Connects `rank` to every other rank, through `net(peer)`.
+pub(crate) fn connect_mesh(
+    net: &dyn Fn(usize) -> Arc<dyn Net>,
+    boot: &mut Bootstrap,
+    rank: usize,
+    n: usize,
+    timeout: Duration,
+) -> Result<Mesh> {
     let transport = |peer: usize, op: &str| {
         let op = op.to_string();
         move |source| Error::Transport { rank, peer, op, source }
@@ -24,7 +50,7 @@ pub(crate) fn connect_mesh(net: &dyn Net, boot: &mut Bootstrap, rank: usize, n: 
             listeners.push(None);
             continue;
         }
-        let l = net.listen().map_err(transport(p, "listen"))?;
+        let l = net(p).listen().map_err(transport(p, "listen"))?;
         let h = l.handle();
         if h.len() > MAX_HANDLE_BYTES {
             return Err(Error::Internal { rank, msg: format!("transport handle of {} bytes", h.len()) });
@@ -45,7 +71,7 @@ pub(crate) fn connect_mesh(net: &dyn Net, boot: &mut Bootstrap, rank: usize, n: 
             msg: format!("rank {p} sent a handle table of {} bytes", theirs.len()),
         })?;
         let len = (entry[0] as usize).min(MAX_HANDLE_BYTES);
-        connectors.push(Some(net.connect(&entry[1..1 + len]).map_err(transport(p, "connect"))?));
+        connectors.push(Some(net(p).connect(&entry[1..1 + len]).map_err(transport(p, "connect"))?));
     }
     let mut send: Vec<Option<Box<dyn SendComm>>> = (0..n).map(|_| None).collect();
     let mut recv: Vec<Option<Box<dyn RecvComm>>> = (0..n).map(|_| None).collect();

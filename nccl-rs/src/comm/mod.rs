@@ -23,6 +23,7 @@ use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
 use crate::plan::{Coll, Planner};
 use crate::schedule::Schedule;
+use crate::transport::shm::{ShmNet, ShmOptions};
 use crate::transport::Net;
 use core::Core;
 use nonblocking::AsyncQueue;
@@ -81,9 +82,27 @@ impl Communicator {
         check_rank(nranks, rank)?;
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
-        let (send, recv) = connect::connect_mesh(&*net, &mut boot, rank, nranks, config.bootstrap_timeout)?;
+        let local = connect::colocated(&mut boot, rank)?;
+        let shm = if config.shm_disable || nranks == 1 || !local.iter().enumerate().any(|(p, l)| *l && p != rank) {
+            None
+        } else {
+            let opts = ShmOptions { buffsize: config.buffsize, slots: config.steps };
+            match ShmNet::new(opts) {
+                Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),
+                Err(e) => {
+                    tracing::warn!(rank, "shared memory unavailable ({e}); using {} for local peers", net.properties().name);
+                    None
+                }
+            }
+        };
+        let pick = |p: usize| match &shm {
+            Some(s) if local[p] => s.clone(),
+            _ => net.clone(),
+        };
+        let (send, recv) = connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
         boot.barrier().map_err(|source| Error::Bootstrap { rank, source })?;
-        let props = net.properties();
+        let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
+        let props = if remote || shm.is_none() { net.properties() } else { shm.as_ref().expect("checked").properties() };
         let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())

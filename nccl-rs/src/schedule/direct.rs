@@ -14,8 +14,11 @@ pub fn all_reduce_direct(n: usize, r: usize, count: usize) -> Schedule {
     }
     let at = |p: usize| Loc::Scratch(p * count);
     let mut steps = vec![Step::Copy { src: Loc::In(0), dst: at(r), count }];
+    // Send from the scratch copy, not from `In`: in place, `In` is `Out`,
+    // which the local reduction below overwrites while sends may still be
+    // reading.
     for s in 1..n {
-        steps.push(Step::Send { to: (r + s) % n, src: Loc::In(0), count });
+        steps.push(Step::Send { to: (r + s) % n, src: at(r), count });
     }
     for s in 1..n {
         let from = (r + n - s) % n;

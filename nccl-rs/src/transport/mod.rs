@@ -4,6 +4,7 @@
 //! The engine sees only these traits. TCP lives in `transport-tcp`.
 
 pub mod mem;
+pub mod shm;
 
 pub use nccl_net::{
     Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm, Request,

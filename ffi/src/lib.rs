@@ -1,0 +1,48 @@
+//! `libnccl.so.2` from nccl-rs: NVIDIA NCCL's C API over the Rust core.
+//!
+//! A program written against NVIDIA's `nccl.h` compiles against
+//! `include/nccl.h` (our own header, with NCCL's names, values and layouts)
+//! and links against this library unchanged. See `README.md` for the
+//! host-memory semantics, what is implemented, and how to build and test.
+//!
+//! # Layout
+//! * `types`: the C types. `panic`: the panic boundary and the
+//!   `nccl_api!` macro that defines each function with its `pnccl` twin.
+//! * `error`: the one mapping from core errors to `ncclResult_t`, and the
+//!   last-error text. `handle`: checked `ncclComm_t` handles.
+//! * `comm`: a communicator's state and the one place its work runs;
+//!   `worker`: the background thread of non-blocking communicators;
+//!   `group`: `ncclGroupStart`/`End` and the path every call is issued by.
+//! * `init`, `manage`, `coll`, `ops`, `mem`: the API, grouped as `nccl.h`.
+//!   `stubs`: functions not implemented yet (`ncclInvalidUsage`).
+//!   `config`: `ncclConfig_t` read by its `size`. `logging`: `NCCL_DEBUG*`.
+//!
+//! # Thread safety
+//! Every function may be called from any thread. Groups are per thread. A
+//! communicator is used by one thread at a time (as in NCCL); calls from
+//! two threads on one communicator are serialised, not undefined.
+//! `ncclCommAbort` may be called from another thread while an operation
+//! runs: the operation returns an error and the communicator is freed.
+//!
+//! # Resource cleanup
+//! `ncclCommDestroy` / `ncclCommAbort` free a communicator; its handle is
+//! dead afterwards and using it gives `ncclInvalidArgument`.
+
+pub mod coll;
+mod comm;
+mod config;
+pub mod error;
+pub mod group;
+mod handle;
+pub mod init;
+mod logging;
+pub mod manage;
+pub mod mem;
+pub mod ops;
+mod panic;
+pub mod stubs;
+pub mod types;
+mod worker;
+
+pub use error::map_error;
+pub use types::*;

@@ -1,0 +1,144 @@
+//! `ncclMemAlloc`/`ncclMemFree` (64-byte aligned host memory) and
+//! `ncclCommRegister`/`ncclCommDeregister` (accepted; nothing to do for
+//! host memory). Both keep a registry, so freeing a foreign pointer or a
+//! handle twice is an error, not heap corruption.
+
+use crate::comm::CommShared;
+use crate::error::{invalid, to_code, FfiResult};
+use crate::handle::lookup;
+use crate::panic::nccl_api;
+use crate::types::{ncclComm_t, ncclResult_t};
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Alignment of `ncclMemAlloc` memory (a cache line; enough for every
+/// datatype and for SIMD reductions).
+pub const MEM_ALIGN: usize = 64;
+
+fn allocations() -> MutexGuard<'static, HashMap<usize, Layout>> {
+    static ALLOCS: OnceLock<Mutex<HashMap<usize, Layout>>> = OnceLock::new();
+    ALLOCS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> FfiResult<ncclResult_t> {
+    if ptr.is_null() {
+        return Err(invalid("ncclMemAlloc: ptr is NULL"));
+    }
+    let p = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        let layout = Layout::from_size_align(size, MEM_ALIGN)
+            .map_err(|_| invalid(format!("ncclMemAlloc: size {size} is too large")))?;
+        // SAFETY: `layout` has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(nccl_rs::Error::System {
+                rank: 0,
+                what: format!("ncclMemAlloc of {size} bytes"),
+                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            });
+        }
+        allocations().insert(p as usize, layout);
+        p.cast()
+    };
+    // SAFETY: `ptr` is non-NULL and points to a `void*` (contract).
+    unsafe { ptr.write(p) };
+    Ok(ncclResult_t::Success)
+}
+
+fn mem_free(ptr: *mut c_void) -> FfiResult<ncclResult_t> {
+    if ptr.is_null() {
+        return Ok(ncclResult_t::Success);
+    }
+    let layout = allocations().remove(&(ptr as usize)).ok_or_else(|| {
+        invalid(format!(
+            "ncclMemFree: {ptr:?} was not returned by ncclMemAlloc (or was freed already)"
+        ))
+    })?;
+    // SAFETY: the pointer came from `alloc_zeroed` with this layout and was
+    // still registered, so it is freed exactly once.
+    unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+    Ok(ncclResult_t::Success)
+}
+
+/// A registration: which communicator it belongs to (by identity).
+struct Registration {
+    comm: Arc<CommShared>,
+}
+
+fn registrations() -> MutexGuard<'static, HashMap<usize, Registration>> {
+    static REGS: OnceLock<Mutex<HashMap<usize, Registration>>> = OnceLock::new();
+    REGS.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn register(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> FfiResult<ncclResult_t> {
+    let comm = lookup(comm)?;
+    if handle.is_null() {
+        return Err(invalid("ncclCommRegister: handle is NULL"));
+    }
+    if buff.is_null() && size > 0 {
+        return Err(invalid("ncclCommRegister: buff is NULL"));
+    }
+    let token = Box::into_raw(Box::new(0u8));
+    registrations().insert(token as usize, Registration { comm });
+    // SAFETY: `handle` is non-NULL and points to a `void*` (contract).
+    unsafe { handle.write(token.cast()) };
+    Ok(ncclResult_t::Success)
+}
+
+fn deregister(comm: ncclComm_t, handle: *mut c_void) -> FfiResult<ncclResult_t> {
+    let comm = lookup(comm)?;
+    let mut regs = registrations();
+    match regs.get(&(handle as usize)) {
+        Some(r) if Arc::ptr_eq(&r.comm, &comm) => {}
+        Some(_) => {
+            return Err(invalid(
+                "ncclCommDeregister: handle belongs to another communicator",
+            ))
+        }
+        None => {
+            return Err(invalid(format!(
+                "ncclCommDeregister: {handle:?} is not a live registration handle"
+            )))
+        }
+    }
+    regs.remove(&(handle as usize));
+    // SAFETY: the token came from `Box::into_raw(Box<u8>)` in `register`
+    // and was still registered, so it is freed exactly once.
+    drop(unsafe { Box::from_raw(handle.cast::<u8>()) });
+    Ok(ncclResult_t::Success)
+}
+
+nccl_api! {
+    /// Allocates 64-byte aligned host memory.
+    fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+        to_code(mem_alloc(ptr, size))
+    }
+
+    /// Frees memory from `ncclMemAlloc`.
+    fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
+        to_code(mem_free(ptr))
+    }
+
+    /// Registers a buffer (a no-op for host memory) and returns a handle.
+    fn ncclCommRegister / pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+        to_code(register(comm, buff, size, handle))
+    }
+
+    /// Releases a handle from `ncclCommRegister`.
+    fn ncclCommDeregister / pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+        to_code(deregister(comm, handle))
+    }
+}

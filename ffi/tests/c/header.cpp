@@ -1,0 +1,2 @@
+/* header.c compiled as C++. */
+#include "header.c"

@@ -1,0 +1,492 @@
+//! Compiles the C programs of `tests/c` against `include/nccl.h` with the
+//! system's `cc` / `c++`, links them against the built `libnccl.so.2`, and
+//! runs them (several processes where they need it). Also checks what the
+//! library exports, its SONAME and what it loads.
+//!
+//! The cdylib is found beside this test's executable (`target/<profile>`
+//! or its `deps/`).
+//! `nccl-dist/` there gets `libnccl.so.2` (a copy) and the `libnccl.so`
+//! link, as an installed NCCL has. Every run has a deadline.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`, where cargo put `libnccl.so`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// The newest build of `name`: `cargo test` links the library in
+/// `target/<profile>/deps` without copying it up (`cargo build` does).
+fn built(name: &str) -> PathBuf {
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let candidates = [
+        profile_dir().join("deps").join(name),
+        profile_dir().join(name),
+    ];
+    let newest = candidates
+        .iter()
+        .filter(|p| p.exists())
+        .max_by_key(|p| modified(p));
+    newest
+        .unwrap_or_else(|| panic!("{name} not built in {}", profile_dir().display()))
+        .clone()
+}
+
+/// `nccl-dist/`: `lib/libnccl.so.2`, `lib/libnccl.so -> libnccl.so.2`,
+/// `include/nccl.h`. Made once per test process.
+fn dist() -> &'static Path {
+    static DIST: OnceLock<PathBuf> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let built = built("libnccl.so");
+        let dist = profile_dir().join("nccl-dist");
+        let lib = dist.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(dist.join("include")).unwrap();
+        let tmp = lib.join(format!(".libnccl.so.2.{}", std::process::id()));
+        std::fs::copy(&built, &tmp).unwrap();
+        std::fs::rename(&tmp, lib.join("libnccl.so.2")).unwrap();
+        let link = lib.join("libnccl.so");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("libnccl.so.2", &link).unwrap();
+        std::fs::copy(
+            manifest().join("include/nccl.h"),
+            dist.join("include/nccl.h"),
+        )
+        .unwrap();
+        dist
+    })
+}
+
+fn lib_dir() -> PathBuf {
+    dist().join("lib")
+}
+
+fn work_dir(name: &str) -> PathBuf {
+    let d = profile_dir()
+        .join("nccl-c-tests")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles `tests/c/<src>` (C, or C++ for `.cpp`) into an executable
+/// linked against the library; `extra` adds flags. Each (source, flags)
+/// is compiled once per test process (tests run in parallel).
+fn compile(src: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let key = format!("{src} {}", extra.join(" "));
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(k, _)| *k == key) {
+        return exe.clone();
+    }
+    let exe = compile_now(src, extra);
+    built.push((key, exe.clone()));
+    exe
+}
+
+fn compile_now(src: &str, extra: &[&str]) -> PathBuf {
+    let cxx = src.ends_with(".cpp");
+    let out = profile_dir().join("nccl-c-tests").join(format!(
+        "{}{}",
+        src.replace('.', "_"),
+        extra.concat().replace(['-', '=', '/'], "_")
+    ));
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let mut cmd = Command::new(if cxx { "c++" } else { "cc" });
+    cmd.args(if cxx { ["-std=c++11"] } else { ["-std=c11"] })
+        .args([
+            "-D_POSIX_C_SOURCE=200809L",
+            "-D_DEFAULT_SOURCE",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+        ])
+        .arg("-I")
+        .arg(dist().join("include"))
+        .arg("-I")
+        .arg(manifest().join("tests/c"))
+        .args(extra)
+        .arg(manifest().join("tests/c").join(src))
+        .arg("-o")
+        .arg(&out);
+    if !extra.contains(&"-c") {
+        cmd.arg("-L")
+            .arg(lib_dir())
+            .arg("-lnccl")
+            .arg(format!("-Wl,-rpath,{}", lib_dir().display()))
+            .arg("-lpthread");
+    }
+    let o = cmd.output().expect("running the C compiler");
+    assert!(
+        o.status.success(),
+        "compiling {src} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// The environment of every program: loopback, bounded deadlines.
+fn command(exe: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_TIMEOUT", "60")
+        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env_remove("NCCL_COMM_BLOCKING")
+        .env_remove("NCCL_COMM_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A started program whose output is being collected.
+struct Running {
+    child: Child,
+    output: Vec<std::thread::JoinHandle<String>>,
+}
+
+fn start(mut c: Command) -> Running {
+    let mut child = c.spawn().expect("starting a test program");
+    let mut output = Vec::new();
+    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+        child.stdout.take().map(|p| Box::new(p) as _),
+        child.stderr.take().map(|p| Box::new(p) as _),
+    ];
+    for mut pipe in pipes.into_iter().flatten() {
+        output.push(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        }));
+    }
+    Running { child, output }
+}
+
+/// Waits for every program (all must exit 0), killing all at the deadline.
+/// Returns their output, each line prefixed with `what` and the index.
+fn wait_all(what: &str, mut running: Vec<Running>, limit: Duration) -> String {
+    let start = Instant::now();
+    let mut codes: Vec<Option<std::process::ExitStatus>> = vec![None; running.len()];
+    while codes.iter().any(Option::is_none) {
+        for (r, code) in running.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                *code = r.child.try_wait().expect("try_wait");
+            }
+        }
+        if start.elapsed() > limit {
+            for r in &mut running {
+                let _ = r.child.kill();
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut log = String::new();
+    for (i, r) in running.into_iter().enumerate() {
+        let mut child = r.child;
+        let _ = child.wait();
+        for h in r.output {
+            for line in h.join().unwrap_or_default().lines() {
+                log.push_str(&format!("[{what} {i}] {line}\n"));
+            }
+        }
+    }
+    eprint!("{log}");
+    for (i, code) in codes.iter().enumerate() {
+        match code {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("{what} process {i} failed: {s}\n{log}"),
+            None => panic!("{what} process {i} did not finish within {limit:?}\n{log}"),
+        }
+    }
+    log
+}
+
+fn run_one(exe: &Path, args: &[&str], envs: &[(&str, &str)], limit: Duration) -> String {
+    let mut c = command(exe);
+    c.args(args).envs(envs.iter().copied());
+    wait_all(
+        &exe.file_name().unwrap().to_string_lossy(),
+        vec![start(c)],
+        limit,
+    )
+}
+
+fn tool_output(tool: &str, args: &[&str], file: &Path) -> String {
+    let o = Command::new(tool)
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool}: {e}"));
+    assert!(
+        o.status.success(),
+        "{tool} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Every function of nccl.h (each must also exist with a `p` prefix).
+const API: &[&str] = &[
+    "ncclMemAlloc",
+    "ncclMemFree",
+    "ncclGetVersion",
+    "ncclGetUniqueId",
+    "ncclCommInitRankConfig",
+    "ncclCommInitRank",
+    "ncclCommInitAll",
+    "ncclCommFinalize",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclCommRevoke",
+    "ncclCommSplit",
+    "ncclCommShrink",
+    "ncclCommGetUniqueId",
+    "ncclCommGrow",
+    "ncclCommInitRankScalable",
+    "ncclGetErrorString",
+    "ncclGetLastError",
+    "ncclCommGetAsyncError",
+    "ncclCommCount",
+    "ncclCommCuDevice",
+    "ncclCommUserRank",
+    "ncclCommRegister",
+    "ncclCommDeregister",
+    "ncclCommSuspend",
+    "ncclCommResume",
+    "ncclCommMemStats",
+    "ncclCommWindowRegister",
+    "ncclCommWindowDeregister",
+    "ncclWinGetUserPtr",
+    "ncclRedOpCreatePreMulSum",
+    "ncclRedOpDestroy",
+    "ncclReduce",
+    "ncclBcast",
+    "ncclBroadcast",
+    "ncclAllReduce",
+    "ncclReduceScatter",
+    "ncclAllGather",
+    "ncclAlltoAll",
+    "ncclGather",
+    "ncclScatter",
+    "ncclAllReduceConfig",
+    "ncclBroadcastConfig",
+    "ncclReduceConfig",
+    "ncclAllGatherConfig",
+    "ncclReduceScatterConfig",
+    "ncclAlltoAllConfig",
+    "ncclGatherConfig",
+    "ncclScatterConfig",
+    "ncclSend",
+    "ncclRecv",
+    "ncclPutSignal",
+    "ncclSignal",
+    "ncclWaitSignal",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+    "ncclGroupSimulateEnd",
+    "ncclParamBind",
+    "ncclParamGetI8",
+    "ncclParamGetI16",
+    "ncclParamGetI32",
+    "ncclParamGetI64",
+    "ncclParamGetU8",
+    "ncclParamGetU16",
+    "ncclParamGetU32",
+    "ncclParamGetU64",
+    "ncclParamGetStr",
+    "ncclParamGet",
+    "ncclParamGetParameter",
+    "ncclParamGetAllParameterKeys",
+    "ncclParamDumpAll",
+    "ncclResetDebugInit",
+];
+
+#[test]
+fn exports_only_nccl_names_with_soname_and_no_rdma_or_cuda() {
+    let lib = lib_dir().join("libnccl.so.2");
+    let nm = tool_output("nm", &["-D", "--defined-only"], &lib);
+    let names: Vec<&str> = nm
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let stray: Vec<&&str> = names
+        .iter()
+        .filter(|n| !n.starts_with("nccl") && !n.starts_with("pnccl"))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "exported symbols other than nccl*/pnccl*: {stray:?}"
+    );
+    for f in API {
+        assert!(names.contains(f), "{f} is not exported");
+        let p = format!("p{f}");
+        assert!(names.contains(&p.as_str()), "{p} is not exported");
+    }
+    assert_eq!(names.len(), 2 * API.len(), "exports: {names:?}");
+    let dynamic = tool_output("readelf", &["-d"], &lib);
+    assert!(
+        dynamic.contains("Library soname: [libnccl.so.2]"),
+        "SONAME:\n{dynamic}"
+    );
+    let ldd = tool_output("ldd", &[], &lib);
+    for bad in ["libibverbs", "libcuda", "libcudart", "libmlx5", "librdmacm"] {
+        assert!(!ldd.contains(bad), "libnccl.so.2 loads {bad}:\n{ldd}");
+    }
+}
+
+#[test]
+fn header_compiles_in_c_and_cxx_with_and_without_cuda_headers() {
+    for src in ["header.c", "header.cpp"] {
+        let exe = compile(src, &["-pedantic"]);
+        let out = run_one(&exe, &[], &[], Duration::from_secs(60));
+        assert!(out.contains("header: OK"), "{out}");
+        let fake = format!("-I{}", manifest().join("tests/c/fakecuda").display());
+        compile(src, &["-c", &fake, "-DWITH_CUDA_FIRST"]);
+        compile(src, &["-c", &fake, "-DWITH_CUDA_AFTER"]);
+    }
+}
+
+#[test]
+fn static_library_links() {
+    let archive = built("libnccl.a");
+    let out = profile_dir().join("nccl-c-tests/header_static");
+    let o = Command::new("cc")
+        .args(["-std=c11", "-I"])
+        .arg(dist().join("include"))
+        .arg(manifest().join("tests/c/header.c"))
+        .arg(&archive)
+        .args(["-lpthread", "-ldl", "-lm", "-lgcc_s", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "static link failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(run_one(&out, &[], &[], Duration::from_secs(60)).contains("header: OK"));
+}
+
+#[test]
+fn init_all_four_ranks_as_threads_every_collective() {
+    let exe = compile("initall.c", &[]);
+    let out = run_one(&exe, &[], &[], Duration::from_secs(300));
+    assert!(out.contains("initall: OK"), "{out}");
+}
+
+#[test]
+fn multiprocess_four_ranks() {
+    let exe = compile("multiproc.c", &[]);
+    let dir = work_dir("multiproc");
+    let idfile = dir.join("nccl-id");
+    let n = 4;
+    let children: Vec<Running> = (0..n)
+        .map(|r| {
+            let mut c = command(&exe);
+            c.args([r.to_string(), n.to_string()]).arg(&idfile);
+            start(c)
+        })
+        .collect();
+    let log = wait_all("multiproc", children, Duration::from_secs(400));
+    assert_eq!(log.matches(": OK").count(), n, "{log}");
+}
+
+#[test]
+fn multiprocess_with_nccl_comm_id() {
+    let exe = compile("multiproc.c", &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let n = 2;
+    let children: Vec<Running> = (0..n)
+        .map(|r| {
+            let mut c = command(&exe);
+            c.args([r.to_string(), n.to_string(), "-".into()])
+                .env("NCCL_COMM_ID", &addr);
+            start(c)
+        })
+        .collect();
+    let log = wait_all("comm-id", children, Duration::from_secs(400));
+    assert_eq!(log.matches(": OK").count(), n, "{log}");
+}
+
+#[test]
+fn nonblocking_config_and_env_with_abort() {
+    let exe = compile("nonblocking.c", &[]);
+    let out = run_one(&exe, &["config"], &[], Duration::from_secs(150));
+    assert!(out.contains("nonblocking config: OK"), "{out}");
+    let out = run_one(
+        &exe,
+        &["env"],
+        &[("NCCL_COMM_BLOCKING", "0")],
+        Duration::from_secs(150),
+    );
+    assert!(out.contains("nonblocking env: OK"), "{out}");
+}
+
+#[test]
+fn bad_arguments_and_usage_get_nccl_codes() {
+    let exe = compile("errors.c", &[]);
+    let out = run_one(&exe, &[], &[], Duration::from_secs(150));
+    assert!(out.contains("errors: OK"), "{out}");
+}
+
+#[test]
+fn debug_file_gets_the_log() {
+    let exe = compile("errors.c", &[]);
+    let dir = work_dir("debugfile");
+    let pattern = dir.join("nccl.%h.%p.log");
+    let envs = [
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "ALL"),
+        ("NCCL_DEBUG_FILE", pattern.to_str().unwrap()),
+    ];
+    run_one(&exe, &[], &envs, Duration::from_secs(150));
+    let logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let text = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(
+        text.contains("ncclCommShrink is not implemented"),
+        "log file:\n{text}"
+    );
+}
+
+#[test]
+fn python_ctypes_example() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 not found: skipped");
+        return;
+    }
+    let lib = lib_dir().join("libnccl.so.2");
+    let script = manifest().join("examples/allreduce_ctypes.py");
+    let mut c = Command::new("python3");
+    c.arg(&script)
+        .arg(&lib)
+        .arg("3")
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_BOOTSTRAP_TIMEOUT", "60");
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let log = wait_all("ctypes", vec![start(c)], Duration::from_secs(200));
+    assert!(log.contains("ctypes all-reduce: OK"), "{log}");
+}

@@ -1,0 +1,129 @@
+//! Connection set-up: [`ShmListener`] (creates the segment) and
+//! [`ShmConnector`] (maps it and claims the sending side).
+
+use super::comm::{ShmRecvComm, ShmSendComm};
+use super::handle::ShmHandle;
+use super::peer::{own_pid, own_pidns};
+use super::segment::{new_nonce, Geometry, Segment};
+use nccl_net::{Connector, Listener, NetError, NetResult, RecvComm, SendComm};
+use std::sync::atomic::Ordering;
+
+/// Sender pid while a connector is claiming the segment.
+const CLAIMING: u32 = u32::MAX;
+
+/// The receiving end being set up: owns the segment until accepted.
+pub(super) struct ShmListener {
+    /// `None` once accepted.
+    seg: Option<Segment>,
+    handle: Vec<u8>,
+}
+
+impl ShmListener {
+    /// Creates a segment of geometry `geom`.
+    pub(super) fn new(geom: Geometry) -> NetResult<ShmListener> {
+        let nonce = new_nonce()?;
+        let seg = Segment::create(geom, nonce)?;
+        let total = geom.total_bytes().expect("checked by create");
+        let handle = ShmHandle {
+            name: seg.name().to_owned(),
+            size: total as u64,
+            nonce,
+        }
+        .encode();
+        tracing::debug!(segment = seg.name(), bytes = total, "SHM: listening");
+        Ok(ShmListener {
+            seg: Some(seg),
+            handle,
+        })
+    }
+}
+
+impl Listener for ShmListener {
+    fn handle(&self) -> &[u8] {
+        &self.handle
+    }
+
+    fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
+        let Some(seg) = &mut self.seg else {
+            return Err(NetError::Other("SHM: listener already accepted".into()));
+        };
+        let send = &seg.header().send.0;
+        // Acquire: pairs with the connector's Release store of its pid, so
+        // its pid namespace (stored before) is visible.
+        let pid = send.pid.load(Ordering::Acquire);
+        if pid == 0 || pid == CLAIMING {
+            return Ok(None);
+        }
+        let pidns = send.pidns.load(Ordering::Relaxed);
+        // Both sides have mapped it: the name is no longer needed.
+        seg.unlink();
+        let seg = self.seg.take().expect("checked above");
+        tracing::debug!(peer_pid = pid, "SHM: accepted");
+        Ok(Some(Box::new(ShmRecvComm::new(seg, pid as i32, pidns))))
+    }
+}
+
+impl Drop for ShmListener {
+    fn drop(&mut self) {
+        if let Some(seg) = &self.seg {
+            // A connector that already claimed the segment must not wait for
+            // a receiver that will never come. The segment's own drop
+            // unlinks the name.
+            seg.header().recv.0.closed.store(1, Ordering::Release);
+        }
+    }
+}
+
+/// The sending end being set up. All the work happens in
+/// [`ShmConnector::connect`] (local system calls only); polling yields the
+/// comm.
+pub(super) struct ShmConnector {
+    comm: Option<ShmSendComm>,
+}
+
+impl ShmConnector {
+    /// Maps the segment named by `handle`, checks it, claims the sending
+    /// side and unlinks the name.
+    pub(super) fn connect(handle: &[u8]) -> NetResult<ShmConnector> {
+        let h = ShmHandle::decode(handle)?;
+        let mut seg = Segment::open(&h.name, h.size, h.nonce)?;
+        let hdr = seg.header();
+        let recv_pid = hdr.recv.0.pid.load(Ordering::Relaxed) as i32;
+        let recv_pidns = hdr.recv.0.pidns.load(Ordering::Relaxed);
+        if hdr.recv.0.closed.load(Ordering::Acquire) != 0 {
+            return Err(NetError::Closed(format!(
+                "shm peer pid {recv_pid} (listener dropped)"
+            )));
+        }
+        // Claim the sending side: 0 -> CLAIMING (only one connector wins),
+        // then our pid namespace, then our pid with Release, which is what
+        // the listener's Acquire waits for.
+        if let Err(other) =
+            hdr.send
+                .0
+                .pid
+                .compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+        {
+            return Err(NetError::BadHandle(format!(
+                "SHM: segment {} is already connected (to pid {})",
+                h.name, other as i32
+            )));
+        }
+        hdr.send.0.pidns.store(own_pidns(), Ordering::Relaxed);
+        hdr.send.0.pid.store(own_pid() as u32, Ordering::Release);
+        seg.unlink();
+        tracing::debug!(segment = h.name, peer_pid = recv_pid, "SHM: connected");
+        Ok(ShmConnector {
+            comm: Some(ShmSendComm::new(seg, recv_pid, recv_pidns)),
+        })
+    }
+}
+
+impl Connector for ShmConnector {
+    fn poll_connect(&mut self) -> NetResult<Option<Box<dyn SendComm>>> {
+        match self.comm.take() {
+            Some(c) => Ok(Some(Box::new(c))),
+            None => Err(NetError::Other("SHM: connector already completed".into())),
+        }
+    }
+}

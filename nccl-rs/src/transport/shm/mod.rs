@@ -1,0 +1,179 @@
+//! Shared-memory transport for ranks on the same host: [`ShmNet`], NCCL's
+//! SHM transport shaped as an [`nccl_net::Net`].
+//!
+//! # Set-up
+//! * [`Net::listen`] (receiving side) creates a POSIX shared-memory segment
+//!   `/dev/shm/nccl-rs-<pid>-<random>` (mode 0600): a header page, then a
+//!   ring of `slots` slots of `buffsize / slots` bytes ([`ShmOptions`]). The
+//!   header holds a magic and layout version, a random nonce, the geometry,
+//!   each side's pid, pid namespace and `closed` flag, and the two ring
+//!   counters, each written by one side only and on cache lines of their
+//!   own. The handle (at most 128 bytes) carries the name, the size and the
+//!   nonce.
+//! * [`Net::connect`] (sending side) maps the segment, checks size, magic,
+//!   version, nonce and geometry, claims the sending side with a
+//!   compare-exchange on its pid (so a second connector is refused), and
+//!   unlinks the name. [`nccl_net::Listener::accept`] yields the receive
+//!   comm once the connector's pid is there (and unlinks the name too, which
+//!   is then a no-op). So no name outlives the connection; a listener
+//!   dropped unconnected unlinks its name; and [`ShmNet::new`] sweeps the
+//!   names left by listeners that died before anyone connected
+//!   (`nccl-rs-<pid>-*` with `pid` dead in our pid namespace). The memory
+//!   itself is freed by the kernel when the last mapping goes, even if a
+//!   process is killed.
+//!
+//! # Ring protocol
+//! One sender (producer) and one receiver (consumer) share a byte ring of
+//! `R` bytes and two monotonically increasing `u64` byte counters, `head`
+//! (written only by the producer) and `tail` (written only by the consumer).
+//! Stream byte `i` lives at ring offset `i % R`. Invariant:
+//! `tail <= head <= tail + R`.
+//!
+//! * **Produce.** The producer may write stream bytes `[head, tail + R)`:
+//!   they are free. It copies straight from the caller's send buffer into
+//!   the ring, then publishes with `head.store(new, Release)`.
+//! * **Consume.** The consumer loads `head` with `Acquire`; the Release /
+//!   Acquire pair makes every byte the producer wrote before that store
+//!   visible, so it copies `[tail, head)` straight into the caller's receive
+//!   buffer, then releases the bytes with `tail.store(new, Release)`.
+//! * **Reuse.** The producer loads `tail` with `Acquire` before writing over
+//!   released bytes; that pair orders the consumer's reads before the
+//!   producer's overwrites.
+//!
+//! Each side keeps its own counter locally and caches the other's, reloading
+//! it only when the cached value does not show enough data or room, so the
+//! counter lines move between cores only when needed. Counters are published
+//! when a slot fills or empties, and at the end of every poll: messages
+//! larger than a slot are pipelined slot by slot, and messages larger than
+//! the whole ring stream through it as slots free up. A counter out of range
+//! (a corrupt or hostile peer) is a [`NetError::Protocol`] error, never an
+//! out-of-bounds access.
+//!
+//! # Frames
+//! Every message is a frame starting at a 64-byte-aligned stream offset: a
+//! 16-byte header (tag `u32`, a frame mark `u32`, length `u64`, all
+//! little-endian) in the first 64-byte line; a payload of up to 48 bytes
+//! rides in the rest of that line (one line per small message); a longer
+//! payload follows from the next line on. Frames are padded to 64 bytes, so
+//! a header never straddles the end of the ring or of a slot. Receives are
+//! matched to frames in posting order; a different tag is
+//! [`NetError::TagMismatch`], a longer message [`NetError::Truncated`];
+//! either ends the connection.
+//!
+//! # Progress and peer death
+//! `isend` queues the request and writes as much as fits; `irecv` only
+//! queues; `test` on either side moves as many bytes as it can and never
+//! waits. When a poll moves nothing while requests are pending, it looks at
+//! the peer's `closed` flag (set when the peer's comm or listener is
+//! dropped) and, every 1000 such polls or 10 ms, checks that the peer's pid
+//! still exists and is not a zombie. A peer that is gone, once its published
+//! bytes are drained, gives [`NetError::Closed`]`("shm peer pid N")`.
+//! Waiting strategy (spin, yield, block) is the caller's business.
+//!
+//! [`NetError::Protocol`]: nccl_net::NetError::Protocol
+//! [`NetError::TagMismatch`]: nccl_net::NetError::TagMismatch
+//! [`NetError::Truncated`]: nccl_net::NetError::Truncated
+//! [`NetError::Closed`]: nccl_net::NetError::Closed
+
+mod comm;
+mod connect;
+mod handle;
+mod peer;
+mod ring;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use connect::{ShmConnector, ShmListener};
+use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
+use segment::Geometry;
+
+/// Default ring size per connection (NCCL's `NCCL_BUFFSIZE`).
+pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
+/// Default number of slots the ring is divided into.
+pub const DEFAULT_SLOTS: usize = 8;
+/// Requests that may be outstanding on one comm (NCCL's
+/// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
+pub const MAX_REQUESTS: usize = 32;
+/// Largest single message (1 TiB, or the address space on 32-bit targets).
+pub const MAX_MESSAGE_BYTES: usize = if usize::BITS > 40 {
+    1 << 40
+} else {
+    usize::MAX / 2
+};
+/// Speed reported in [`Properties`] (Mbit/s): a conservative figure for a
+/// copy-in / copy-out ring between two cores of this kind of machine.
+const SPEED_MBPS: u64 = 80_000;
+/// One-way latency of a small message through the ring (µs), polling.
+const LATENCY_US: f64 = 0.5;
+
+/// Settings of the shared-memory transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmOptions {
+    /// Ring bytes per connection (`NCCL_BUFFSIZE`; default 4 MiB).
+    pub buffsize: usize,
+    /// Slots the ring is divided into (default 8). A slot (`buffsize /
+    /// slots`, rounded down to 64 bytes) is the pipelining step of large
+    /// messages.
+    pub slots: usize,
+}
+
+impl Default for ShmOptions {
+    fn default() -> Self {
+        ShmOptions {
+            buffsize: DEFAULT_BUFFSIZE,
+            slots: DEFAULT_SLOTS,
+        }
+    }
+}
+
+/// The shared-memory transport: any number of connections between
+/// processes (or threads) of one host.
+#[derive(Debug)]
+pub struct ShmNet {
+    opts: ShmOptions,
+    geom: Geometry,
+}
+
+impl ShmNet {
+    /// Checks `opts` and removes stale segments left in `/dev/shm` by dead
+    /// processes.
+    pub fn new(opts: ShmOptions) -> NetResult<ShmNet> {
+        let geom = Geometry::new(opts.buffsize, opts.slots)?;
+        let removed = segment::sweep_stale();
+        if removed > 0 {
+            tracing::info!(removed, "SHM: removed stale segments");
+        }
+        Ok(ShmNet { opts, geom })
+    }
+
+    /// The settings in use.
+    pub fn options(&self) -> &ShmOptions {
+        &self.opts
+    }
+}
+
+impl Net for ShmNet {
+    fn properties(&self) -> Properties {
+        Properties {
+            name: "SHM".into(),
+            speed_mbps: SPEED_MBPS,
+            latency_us: LATENCY_US,
+            ptr_support: PtrSupport {
+                host: true,
+                ..Default::default()
+            },
+            needs_registration: false,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            max_requests: MAX_REQUESTS,
+        }
+    }
+
+    fn listen(&self) -> NetResult<Box<dyn Listener>> {
+        Ok(Box::new(ShmListener::new(self.geom)?))
+    }
+
+    fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
+        Ok(Box::new(ShmConnector::connect(handle)?))
+    }
+}

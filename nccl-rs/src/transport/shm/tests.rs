@@ -1,0 +1,787 @@
+//! Tests of the shared-memory transport: one process, two threads, and two
+//! processes (the test binary re-runs itself as the peer).
+
+use super::*;
+use nccl_net::{NetError, RecvComm, Request, SendComm, MAX_HANDLE_BYTES};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const CHILD_ENV: &str = "NCCL_RS_SHM_TEST_CHILD";
+const DIR_ENV: &str = "NCCL_RS_SHM_TEST_DIR";
+
+fn net() -> ShmNet {
+    ShmNet::new(ShmOptions::default()).unwrap()
+}
+
+/// Polls `f` until it yields, failing after [`DEADLINE`].
+fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<T> {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+fn shm_path(name: &str) -> PathBuf {
+    Path::new("/dev/shm").join(name)
+}
+
+fn name_of(handle: &[u8]) -> String {
+    handle::ShmHandle::decode(handle).unwrap().name
+}
+
+/// A connected pair over `net`; also returns the segment name.
+fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>, String) {
+    let mut l = net.listen().unwrap();
+    let name = name_of(l.handle());
+    let mut c = net.connect(l.handle()).unwrap();
+    let s = poll("connect", || c.poll_connect()).unwrap();
+    let r = poll("accept", || l.accept()).unwrap();
+    (s, r, name)
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
+    // SAFETY: every caller keeps `buf` alive and unmodified until the
+    // request is tested complete (or the comm is dropped).
+    poll("isend slot", || unsafe {
+        s.isend(buf.as_ptr(), buf.len(), tag, None)
+    })
+    .unwrap()
+}
+
+fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
+    // SAFETY: every caller keeps `buf` alive and untouched until the
+    // request is tested complete (or the comm is dropped).
+    poll("irecv slot", || unsafe {
+        r.irecv(buf.as_mut_ptr(), buf.len(), tag, None)
+    })
+    .unwrap()
+}
+
+/// Posts every message in `sizes` on both sides at once (as far as the
+/// request limit allows) and drives both from this thread.
+fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u64) {
+    let sends: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, seed + i as u64))
+        .collect();
+    let mut recvs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xAA; n + 3]).collect();
+    let mut sreq = Vec::new();
+    let mut rreq = Vec::new();
+    for (i, buf) in recvs.iter_mut().enumerate() {
+        rreq.push(Some(irecv(r, buf, i as u32)));
+    }
+    for (i, buf) in sends.iter().enumerate() {
+        sreq.push(Some(isend(s, buf, i as u32)));
+    }
+    let mut got = vec![0usize; sizes.len()];
+    let end = Instant::now() + DEADLINE;
+    // Test in reverse order too: completion is in order, reporting is not.
+    while sreq.iter().chain(rreq.iter()).any(Option::is_some) {
+        assert!(Instant::now() < end, "exchange timed out");
+        for i in (0..sizes.len()).rev() {
+            if let Some(q) = sreq[i] {
+                if s.test(q).unwrap() {
+                    sreq[i] = None;
+                }
+            }
+            if let Some(q) = rreq[i] {
+                if let Some(n) = r.test(q).unwrap() {
+                    got[i] = n;
+                    rreq[i] = None;
+                }
+            }
+        }
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        assert_eq!(got[i], n, "size of message {i}");
+        assert!(
+            recvs[i][..n] == sends[i][..],
+            "content of message {i} ({n} bytes)"
+        );
+        assert_eq!(
+            &recvs[i][n..],
+            &[0xAA; 3],
+            "bytes past message {i} untouched"
+        );
+    }
+}
+
+/// Sends `bufs` in order, waiting for each (any thread).
+fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
+    for b in bufs {
+        let q = isend(s, b, tag);
+        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    }
+}
+
+/// Receives into buffers of `sizes` and checks against `pattern(size, seed + i)`.
+fn recv_check(r: &mut dyn RecvComm, sizes: &[usize], seed: u64, tag: u32) {
+    for (i, &n) in sizes.iter().enumerate() {
+        let mut buf = vec![0u8; n];
+        let q = irecv(r, &mut buf, tag);
+        let got = poll("recv", || r.test(q)).unwrap();
+        assert_eq!(got, n, "size of message {i}");
+        assert!(
+            buf == pattern(n, seed + i as u64),
+            "content of message {i} ({n} bytes)"
+        );
+    }
+}
+
+#[test]
+fn handshake_and_unlink() {
+    let net = net();
+    assert_eq!(net.properties().name, "SHM");
+    let mut l = net.listen().unwrap();
+    assert!(l.handle().len() <= MAX_HANDLE_BYTES);
+    let name = name_of(l.handle());
+    assert!(
+        name.starts_with(&format!("nccl-rs-{}-", std::process::id())),
+        "{name}"
+    );
+    assert!(shm_path(&name).exists());
+    assert!(l.accept().unwrap().is_none(), "nobody connected yet");
+    // The bootstrap pads handles: padding must not matter.
+    let mut padded = l.handle().to_vec();
+    padded.resize(MAX_HANDLE_BYTES, 0);
+    let mut c = net.connect(&padded).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    let mut r = poll("accept", || l.accept()).unwrap();
+    assert!(
+        !shm_path(&name).exists(),
+        "segment name survives the connection"
+    );
+    assert!(c.poll_connect().is_err() && l.accept().is_err());
+    exchange(s.as_mut(), r.as_mut(), &[5], 1);
+}
+
+#[test]
+fn unconnected_listener_unlinks_on_drop() {
+    let l = net().listen().unwrap();
+    let name = name_of(l.handle());
+    assert!(shm_path(&name).exists());
+    drop(l);
+    assert!(!shm_path(&name).exists());
+}
+
+#[test]
+fn wrong_nonce_and_second_connector_are_refused() {
+    let net = net();
+    let mut l = net.listen().unwrap();
+    let mut bad = l.handle().to_vec();
+    bad[20] ^= 0x40; // inside the nonce
+    match net.connect(&bad) {
+        Err(NetError::BadHandle(m)) => assert!(m.contains("nonce"), "{m}"),
+        other => panic!("wrong nonce accepted: {:?}", other.map(|_| ())),
+    }
+    let mut bad = l.handle().to_vec();
+    bad[8] ^= 1; // size
+    assert!(matches!(net.connect(&bad), Err(NetError::BadHandle(_))));
+    assert!(
+        l.accept().unwrap().is_none(),
+        "a refused connector must not connect"
+    );
+    // The genuine handle still works, once.
+    let handle = l.handle().to_vec();
+    let mut c = net.connect(&handle).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    let mut r = poll("accept", || l.accept()).unwrap();
+    assert!(matches!(net.connect(&handle), Err(NetError::BadHandle(_))));
+    exchange(s.as_mut(), r.as_mut(), &[0, 100], 2);
+}
+
+const SIZES: &[usize] = &[0, 1, 7, 48, 49, 63, 64, 65, 4095, 1 << 20, 64 << 20];
+
+#[test]
+fn sizes_one_at_a_time_both_directions() {
+    let net = net();
+    let (mut s1, mut r1, _) = pair(&net);
+    let (mut s2, mut r2, _) = pair(&net);
+    for (i, &n) in SIZES.iter().enumerate() {
+        exchange(s1.as_mut(), r1.as_mut(), &[n], 10 + i as u64);
+        exchange(s2.as_mut(), r2.as_mut(), &[n], 100 + i as u64);
+    }
+}
+
+#[test]
+fn many_in_flight_larger_than_ring() {
+    // A 64 KiB ring: most of these exceed it.
+    let net = ShmNet::new(ShmOptions {
+        buffsize: 64 << 10,
+        slots: 8,
+    })
+    .unwrap();
+    let (mut s, mut r, _) = pair(&net);
+    let sizes = [0, 1, 7, 4095, 1 << 20, 0, 65 << 10, 48, 3 << 20, 100_000, 1];
+    exchange(s.as_mut(), r.as_mut(), &sizes, 7);
+    // Default ring (4 MiB): messages of more than the whole ring, in flight
+    // together with small ones.
+    let (mut s, mut r, _) = pair(&self::net());
+    exchange(
+        s.as_mut(),
+        r.as_mut(),
+        &[9 << 20, 3, 5 << 20, 0, 4 << 20, 4095],
+        8,
+    );
+}
+
+#[test]
+fn request_limit_and_unknown_requests() {
+    let (mut s, mut r, _) = pair(&net());
+    let bufs: Vec<Vec<u8>> = (0..MAX_REQUESTS + 1)
+        .map(|i| pattern(10, i as u64))
+        .collect();
+    let mut reqs = Vec::new();
+    for b in &bufs[..MAX_REQUESTS] {
+        // SAFETY: `bufs` outlives the requests, all tested below.
+        reqs.push(
+            unsafe { s.isend(b.as_ptr(), b.len(), 0, None) }
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // SAFETY: refused, nothing is kept.
+    assert!(unsafe { s.isend(bufs[0].as_ptr(), 10, 0, None) }
+        .unwrap()
+        .is_none());
+    assert!(s.test(Request(9999)).is_err());
+    for q in reqs {
+        assert!(s.test(q).unwrap(), "small sends complete into the ring");
+        assert!(s.test(q).is_err(), "reported twice");
+    }
+    recv_check(r.as_mut(), &[10; MAX_REQUESTS], 0, 0);
+    assert!(r.test(Request(12345)).is_err());
+}
+
+#[test]
+fn small_ring_two_threads_random_sizes() {
+    // 4 slots of 1 KiB: constant wrapping, frames split across slots.
+    let net = ShmNet::new(ShmOptions {
+        buffsize: 4096,
+        slots: 4,
+    })
+    .unwrap();
+    let (mut s, mut r, _) = pair(&net);
+    let sizes: Vec<usize> = pattern(3000, 99)
+        .chunks(2)
+        .map(|c| (usize::from(c[0]) << 8 | usize::from(c[1])) % 9000)
+        .collect();
+    let bufs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 1000 + i as u64))
+        .collect();
+    let sender = std::thread::spawn(move || {
+        // Keep several in flight.
+        let mut pending = std::collections::VecDeque::new();
+        for b in &bufs {
+            pending.push_back(isend(s.as_mut(), b, 3));
+            while pending.len() >= 5 {
+                let q = *pending.front().unwrap();
+                if s.test(q).unwrap() {
+                    pending.pop_front();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        for q in pending {
+            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+        }
+    });
+    recv_check(r.as_mut(), &sizes, 1000, 3);
+    sender.join().unwrap();
+}
+
+#[test]
+fn big_stream_two_threads() {
+    let (mut s, mut r, _) = pair(&net());
+    let sizes = [64 << 20, 1, 64 << 20, 12345, 0, 5 << 20];
+    let bufs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 500 + i as u64))
+        .collect();
+    let sender = std::thread::spawn(move || send_all(s.as_mut(), &bufs, 9));
+    recv_check(r.as_mut(), &sizes, 500, 9);
+    sender.join().unwrap();
+}
+
+#[test]
+fn tag_mismatch() {
+    let (mut s, mut r, _) = pair(&net());
+    let data = pattern(100, 1);
+    let q = isend(s.as_mut(), &data, 1);
+    assert!(s.test(q).unwrap());
+    let mut buf = vec![0u8; 100];
+    let q = irecv(r.as_mut(), &mut buf, 2);
+    match r.test(q) {
+        Err(NetError::TagMismatch {
+            expected: 2,
+            got: 1,
+        }) => {}
+        other => panic!("expected a tag mismatch, got {other:?}"),
+    }
+    // The fault sticks.
+    assert!(matches!(r.test(q), Err(NetError::TagMismatch { .. })));
+    // SAFETY: refused, nothing is kept.
+    assert!(unsafe { r.irecv(buf.as_mut_ptr(), 1, 1, None) }.is_err());
+}
+
+#[test]
+fn truncation() {
+    let (mut s, mut r, _) = pair(&net());
+    for (len, posted) in [(100, 50), (1 << 20, (1 << 20) - 1), (49, 48)] {
+        let data = pattern(len, 2);
+        let q = isend(s.as_mut(), &data, 0);
+        let mut buf = vec![0u8; posted];
+        let rq = irecv(r.as_mut(), &mut buf, 0);
+        match r.test(rq) {
+            Err(NetError::Truncated { posted: p, got }) => assert_eq!((p, got), (posted, len)),
+            other => panic!("expected truncation, got {other:?}"),
+        }
+        let _ = s.test(q);
+        (s, r, _) = pair(&net());
+    }
+}
+
+#[test]
+fn dropped_sender_gives_closed_after_draining() {
+    let (mut s, mut r, _) = pair(&net());
+    let data = pattern(3 << 20, 3);
+    let q = isend(s.as_mut(), &data, 0);
+    assert!(s.test(q).unwrap(), "3 MiB fits in the 4 MiB ring");
+    drop(s);
+    // What was sent before the drop still arrives.
+    recv_check(r.as_mut(), &[3 << 20], 3, 0);
+    let mut buf = vec![0u8; 10];
+    let q = irecv(r.as_mut(), &mut buf, 0);
+    match poll("closed", || r.test(q)) {
+        Err(NetError::Closed(m)) => assert!(
+            m.contains(&format!("shm peer pid {}", std::process::id())),
+            "{m}"
+        ),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+}
+
+#[test]
+fn dropped_receiver_gives_closed() {
+    let (mut s, r, _) = pair(&net());
+    drop(r);
+    let data = pattern(9 << 20, 4); // more than the ring: must wait for room
+    let q = isend(s.as_mut(), &data, 0);
+    assert!(matches!(
+        poll("closed", || Ok(s.test(q)?.then_some(()))),
+        Err(NetError::Closed(_))
+    ));
+}
+
+#[test]
+fn dropped_listener_gives_closed() {
+    let net = net();
+    let l = net.listen().unwrap();
+    let mut c = net.connect(l.handle()).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    drop(l);
+    let data = pattern(5 << 20, 5);
+    let q = isend(s.as_mut(), &data, 0);
+    assert!(matches!(
+        poll("closed", || Ok(s.test(q)?.then_some(()))),
+        Err(NetError::Closed(_))
+    ));
+    // And a connect after the listener is gone fails.
+    let l = net.listen().unwrap();
+    let h = l.handle().to_vec();
+    drop(l);
+    assert!(net.connect(&h).is_err());
+}
+
+#[test]
+fn sweep_removes_segments_of_dead_processes() {
+    use std::os::unix::fs::FileExt;
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let tag = format!(
+        "{:x}",
+        pattern(8, u64::from(dead))
+            .iter()
+            .fold(0u64, |a, &b| a << 8 | u64::from(b))
+    );
+    let stale = shm_path(&format!("nccl-rs-{dead}-{tag}"));
+    let other_ns = shm_path(&format!("nccl-rs-{dead}-{tag}ff"));
+    let live = shm_path(&format!("nccl-rs-1-{tag}"));
+    let off = (std::mem::offset_of!(segment::Header, recv)
+        + std::mem::offset_of!(segment::Side, pidns)) as u64;
+    for (p, ns) in [
+        (&stale, peer::own_pidns()),
+        (&other_ns, peer::own_pidns() ^ 1),
+        (&live, peer::own_pidns()),
+    ] {
+        let f = std::fs::File::create(p).unwrap();
+        f.set_len(8192).unwrap();
+        f.write_all_at(&ns.to_le_bytes(), off).unwrap();
+    }
+    let _net = net();
+    let (a, b, c) = (stale.exists(), other_ns.exists(), live.exists());
+    let _ = std::fs::remove_file(&other_ns);
+    let _ = std::fs::remove_file(&live);
+    let _ = std::fs::remove_file(&stale);
+    assert!(!a, "segment of dead pid {dead} not swept");
+    assert!(b, "segment from another pid namespace swept");
+    assert!(c, "segment of a live process swept");
+}
+
+// ---- Two processes: the test binary runs `child_peer` as the peer. ----
+
+fn test_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "nccl-rs-shm-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_handle(path: &Path, handle: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, handle).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn read_handle(path: &Path, child: Option<&mut Child>) -> Vec<u8> {
+    let mut child = child;
+    poll("handle file", || {
+        if let Some(c) = child.as_deref_mut() {
+            assert!(c.try_wait().unwrap().is_none(), "peer process exited early");
+        }
+        Ok(std::fs::read(path).ok())
+    })
+    .unwrap()
+}
+
+fn spawn_child(mode: &str, dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "transport::shm::tests::child_peer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, mode)
+        .env(DIR_ENV, dir)
+        .spawn()
+        .unwrap()
+}
+
+/// Kills and reaps `child` when dropped (a failed assertion must not leave
+/// a peer spinning).
+struct Reap(Option<Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+const ECHO_SIZES: &[usize] = &[0, 1, 7, 4095, 1 << 20, 9 << 20];
+
+/// The peer process. A no-op unless run by one of the tests below.
+#[test]
+fn child_peer() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
+    let net = net();
+    let h = read_handle(&dir.join("parent.handle"), None);
+    let mut c = net.connect(&h).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    match mode.as_str() {
+        "echo" => {
+            let mut l = net.listen().unwrap();
+            write_handle(&dir.join("child.handle"), l.handle());
+            let mut r = poll("accept", || l.accept()).unwrap();
+            // Receive from the parent, check, send the same back.
+            recv_check(r.as_mut(), ECHO_SIZES, 40, 1);
+            let bufs: Vec<Vec<u8>> = ECHO_SIZES
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| pattern(n, 40 + i as u64))
+                .collect();
+            send_all(s.as_mut(), &bufs, 2);
+        }
+        "stream" => {
+            let buf = pattern(16 << 20, 77);
+            loop {
+                let q = isend(s.as_mut(), &buf, 0);
+                // Runs until the parent kills us; a deadline guards against
+                // a parent that died first.
+                if poll("send", || Ok(s.test(q)?.then_some(()))).is_err() {
+                    return;
+                }
+            }
+        }
+        m => panic!("unknown child mode {m}"),
+    }
+}
+
+#[test]
+fn cross_process_both_directions() {
+    let dir = test_dir();
+    let net = net();
+    let mut l = net.listen().unwrap();
+    write_handle(&dir.join("parent.handle"), l.handle());
+    let mut child = Reap(Some(spawn_child("echo", &dir)));
+    let mut r = poll("accept", || {
+        assert!(
+            child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
+            "peer exited early"
+        );
+        l.accept()
+    })
+    .unwrap();
+    let h = read_handle(&dir.join("child.handle"), child.0.as_mut());
+    let mut c = net.connect(&h).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    let bufs: Vec<Vec<u8>> = ECHO_SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 40 + i as u64))
+        .collect();
+    send_all(s.as_mut(), &bufs, 1);
+    recv_check(r.as_mut(), ECHO_SIZES, 40, 2);
+    let status = child.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "peer failed: {status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cross_process_sigkill_gives_closed() {
+    let dir = test_dir();
+    let net = net();
+    let mut l = net.listen().unwrap();
+    write_handle(&dir.join("parent.handle"), l.handle());
+    let mut child = Reap(Some(spawn_child("stream", &dir)));
+    let pid = child.0.as_ref().unwrap().id();
+    let mut r = poll("accept", || {
+        assert!(
+            child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
+            "peer exited early"
+        );
+        l.accept()
+    })
+    .unwrap();
+    for _ in 0..2 {
+        recv_check(r.as_mut(), &[16 << 20], 77, 0);
+    }
+    // Mid-transfer: the child is blocked on a full ring, inside a message.
+    let mut buf = vec![0u8; 16 << 20];
+    let mut q = irecv(r.as_mut(), &mut buf, 0);
+    let mut killed: Option<Instant> = None;
+    let res: NetResult<()> = loop {
+        match r.test(q) {
+            Ok(None) => {}
+            Ok(Some(n)) => {
+                // Completed before the kill landed; wait on the next one.
+                assert_eq!(n, 16 << 20);
+                q = irecv(r.as_mut(), &mut buf, 0);
+            }
+            Err(e) => break Err(e),
+        }
+        let t = *killed.get_or_insert_with(|| {
+            // SIGKILL, not reaped yet: the peer stays a zombie meanwhile.
+            child.0.as_mut().unwrap().kill().unwrap();
+            Instant::now()
+        });
+        assert!(t.elapsed() < DEADLINE, "no error after the peer was killed");
+        std::thread::yield_now();
+    };
+    let killed = killed.unwrap();
+    let took = killed.elapsed();
+    match res {
+        Err(NetError::Closed(m)) => assert!(m.contains(&format!("shm peer pid {pid}")), "{m}"),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    eprintln!("SHM: peer death noticed {took:?} after SIGKILL");
+    assert!(
+        took < Duration::from_secs(2),
+        "peer death noticed only after {took:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- Throughput (run by hand, release build). ----
+
+/// Prints best / median / mean GB/s of per-message `times`.
+fn report(what: &str, size: usize, times: &mut [f64]) {
+    let total: f64 = times.iter().sum();
+    times.sort_by(f64::total_cmp);
+    let gbs = |t: f64| size as f64 / t / 1e9;
+    println!(
+        "{what}: {size:>9} B x {:>5}: best {:6.2}  median {:6.2}  mean {:6.2} GB/s   (loadavg {})",
+        times.len(),
+        gbs(times[0]),
+        gbs(times[times.len() / 2]),
+        gbs(total / times.len() as f64),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
+/// Streams `iters` messages of `size` bytes between two threads and
+/// reports the receive side's per-message times.
+fn stream_bench(opts: &ShmOptions, size: usize, iters: usize) {
+    let net = ShmNet::new(opts.clone()).unwrap();
+    let (mut s, mut r, _) = pair(&net);
+    let src = pattern(size, 1);
+    let sender = std::thread::spawn(move || {
+        for _ in 0..iters + 2 {
+            // SAFETY: `src` outlives the request, completed below.
+            let q = unsafe { s.isend(src.as_ptr(), size, 0, None) }
+                .unwrap()
+                .unwrap();
+            while !s.test(q).unwrap() {}
+        }
+    });
+    let mut dst = vec![0u8; size];
+    let mut once = |r: &mut dyn RecvComm| {
+        let t = Instant::now();
+        // SAFETY: `dst` outlives the request, completed here.
+        let q = unsafe { r.irecv(dst.as_mut_ptr(), size, 0, None) }
+            .unwrap()
+            .unwrap();
+        while r.test(q).unwrap().is_none() {}
+        t.elapsed().as_secs_f64()
+    };
+    once(r.as_mut());
+    once(r.as_mut());
+    let mut times: Vec<f64> = (0..iters).map(|_| once(r.as_mut())).collect();
+    sender.join().unwrap();
+    report(
+        &format!("SHM buffsize {:>8} slots {:>3}", opts.buffsize, opts.slots),
+        size,
+        &mut times,
+    );
+}
+
+fn memcpy_bench() {
+    let src = pattern(64 << 20, 2);
+    let mut dst = vec![0u8; 64 << 20];
+    let mut times: Vec<f64> = (0..16)
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(&src);
+            std::hint::black_box(&mut dst);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    report("memcpy (one thread)", 64 << 20, &mut times);
+}
+
+/// 64 MiB only, default options, next to memcpy:
+/// `cargo test --release -p nccl-rs --lib shm::tests::bench_64mib -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_64mib() {
+    stream_bench(&ShmOptions::default(), 64 << 20, 16);
+    memcpy_bench();
+}
+
+/// `cargo test --release -p nccl-rs --lib shm::tests::bench_throughput -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_throughput() {
+    for (opts, sizes) in [
+        (
+            ShmOptions::default(),
+            &[64usize << 20, 16 << 20, 1 << 20, 64 << 10][..],
+        ),
+        (
+            ShmOptions {
+                buffsize: 4 << 20,
+                slots: 64,
+            },
+            &[64 << 20, 1 << 20, 64 << 10][..],
+        ),
+        (
+            ShmOptions {
+                buffsize: 1 << 20,
+                slots: 16,
+            },
+            &[64 << 20, 1 << 20][..],
+        ),
+    ] {
+        for &size in sizes {
+            stream_bench(&opts, size, ((1usize << 30) / size).clamp(5, 2000));
+        }
+    }
+    memcpy_bench();
+    // Ping-pong latency, 8 bytes.
+    let net = net();
+    let (mut s1, mut r1, _) = pair(&net);
+    let (mut s2, mut r2, _) = pair(&net);
+    let n = 200_000;
+    let echo = std::thread::spawn(move || {
+        let mut b = [0u8; 8];
+        for _ in 0..n {
+            // SAFETY: `b` outlives each request, completed before reuse.
+            let q = unsafe { r1.irecv(b.as_mut_ptr(), 8, 0, None) }
+                .unwrap()
+                .unwrap();
+            while r1.test(q).unwrap().is_none() {}
+            // SAFETY: as above.
+            let q = unsafe { s2.isend(b.as_ptr(), 8, 0, None) }
+                .unwrap()
+                .unwrap();
+            while !s2.test(q).unwrap() {}
+        }
+    });
+    let mut b = [0u8; 8];
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: `b` outlives each request, completed before reuse.
+        let q = unsafe { s1.isend(b.as_ptr(), 8, 0, None) }
+            .unwrap()
+            .unwrap();
+        while !s1.test(q).unwrap() {}
+        // SAFETY: as above.
+        let q = unsafe { r2.irecv(b.as_mut_ptr(), 8, 0, None) }
+            .unwrap()
+            .unwrap();
+        while r2.test(q).unwrap().is_none() {}
+    }
+    let dt = t.elapsed().as_secs_f64();
+    echo.join().unwrap();
+    println!(
+        "SHM 8 B ping-pong: {:.2} us one-way",
+        dt / n as f64 / 2.0 * 1e6
+    );
+}
