@@ -20,7 +20,11 @@ impl Communicator {
         let leader = members.first().map(|m| m.1);
         let mut id_bytes = [0u8; UNIQUE_ID_BYTES];
         if leader == Some(self.rank) {
-            let id = UniqueId::new(config).map_err(|source| Error::Bootstrap { rank: self.rank, source })?;
+            // A fixed NCCL_COMM_ID names the parent's root; the new
+            // communicator gets a root of its own on a fresh port.
+            let mut fresh = config.clone();
+            fresh.comm_id = None;
+            let id = UniqueId::new(&fresh).map_err(|source| Error::Bootstrap { rank: self.rank, source })?;
             id_bytes = id.to_bytes();
         }
         let mut ids = vec![0u8; UNIQUE_ID_BYTES * self.nranks];
