@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Measures nccl-rs against Open MPI and Gloo on this machine, in one run, and
+# prints a markdown table of bus bandwidth (GB/s) and time per op.
+#   REPS=3 NS="2 4" OPS="allreduce allgather reduce_scatter broadcast alltoall" bash scripts/compare.sh
+# Needs the peers (bash ../shared/peers/setup.sh) and release binaries.
+set -u
+cd "$(dirname "$0")/.."
+PEERS=${PEERS:-../shared/peers}
+BIN=${BIN:-/tmp/peers}; VENV=${VENV:-/tmp/peers/venv}
+REPS=${REPS:-3}; NS=${NS:-"2 4"}; T=${T:-0.3}
+OPS=${OPS:-"allreduce allgather reduce_scatter broadcast alltoall"}
+SIZES=${SIZES:-"8 1024 65536 1048576 16777216 67108864"}
+OUT=${OUT:-/tmp/nccl-rs-compare.txt}
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+tool() { case $1 in allreduce) echo all_reduce_perf;; allgather) echo all_gather_perf;; reduce_scatter) echo reduce_scatter_perf;;
+  broadcast) echo broadcast_perf;; alltoall) echo alltoall_perf;; esac; }
+csv=$(echo $SIZES | tr ' ' ,)
+: > "$OUT"
+for r in $(seq 1 "$REPS"); do
+  for N in $NS; do
+    for op in $OPS; do
+      for cfg in shm tcp; do
+        env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
+        echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+        for s in $SIZES; do
+          env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
+            -b $s -e $s -n 20 -w 5 -c 0 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
+        done
+      done
+      echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      $MPIRUN -np $N "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
+      echo "=== rep $r cfg mpi-tcp N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      $MPIRUN -np $N --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 \
+        | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
+      echo "=== rep $r cfg gloo N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      GLOO_SOCKET_IFNAME=lo "$VENV/bin/python" "$PEERS/gloo_bench.py" -n $N -s $csv -o $op -t $T 2>&1 \
+        | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
+    done
+  done
+done
+python3 scripts/compare_summary.py "$OUT"

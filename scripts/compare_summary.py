@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Medians over reps of scripts/compare.sh output, as a markdown table.
+
+Each cell: median time per op and median bus bandwidth (GB/s). The last
+column is nccl-rs's best (shm or tcp) over the best peer, by time."""
+import re, statistics, sys
+from collections import defaultdict
+
+d = defaultdict(list)
+cfg = None
+for line in open(sys.argv[1]):
+    m = re.match(r"=== rep \d+ cfg (\S+) N=(\d+) op (\S+)", line)
+    if m:
+        cfg = (m.group(1), int(m.group(2)), m.group(3))
+        continue
+    f = line.split()
+    if cfg and len(f) == 4:
+        try:
+            d[(cfg, int(f[0]))].append((float(f[2]), float(f[3])))
+        except ValueError:
+            pass
+
+def lab(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1024 else f"{b} B"
+
+def ft(us):
+    return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} us" if us >= 100 else f"{us:.1f} us"
+
+cfgs = ["nccl-rs-shm", "nccl-rs-tcp", "mpi-shm", "mpi-tcp", "gloo"]
+keys = sorted({(c[1], c[2], s) for (c, s) in d})
+print("| N | op | size | " + " | ".join(cfgs) + " | best ours / best peer (time) |")
+print("|---|---|---|" + "---|" * (len(cfgs) + 1))
+for n, op, s in sorted(keys, key=lambda k: (k[0], k[1], k[2])):
+    cells, times = [], {}
+    for c in cfgs:
+        v = d.get(((c, n, op), s))
+        if not v:
+            cells.append("-")
+            continue
+        t = statistics.median(x[0] for x in v)
+        b = statistics.median(x[1] for x in v)
+        times[c] = t
+        cells.append(f"{ft(t)} / {b:.2f}")
+    ours = min([times[c] for c in cfgs[:2] if c in times] or [0])
+    peer = min([times[c] for c in cfgs[2:] if c in times] or [0])
+    ratio = f"{peer / ours:.2f}x faster" if ours and peer and ours <= peer else (f"{ours / peer:.2f}x slower" if ours and peer else "-")
+    print(f"| {n} | {op} | {lab(s)} | " + " | ".join(cells) + f" | {ratio} |")
