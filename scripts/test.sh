@@ -12,3 +12,11 @@ cargo build --release --workspace --all-targets
 cargo test --release --workspace
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
+if [ "$(id -u)" = 0 ] && [ "${NCCL_RS_SKIP_RXE:-0}" != 1 ]; then
+  echo "== soft-RoCE: verbs tests, collectives at 2 and 4 ranks and all_reduce_perf over rxe0 in a QEMU guest"
+  bash scripts/rxe/run.sh
+  echo "== soft-RoCE: two guests across a lossy link (netem 1%)"
+  bash scripts/rxe/two-guests.sh
+else
+  echo "== soft-RoCE stage skipped (needs root; NCCL_RS_SKIP_RXE=${NCCL_RS_SKIP_RXE:-0})"
+fi

@@ -32,6 +32,8 @@
 pub mod bootstrap;
 pub mod comm;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod datatype;
 mod engine;
 pub mod error;

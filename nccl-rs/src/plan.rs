@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::schedule::{self, Schedule};
 
 /// Which collective, with its shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Coll {
     AllReduce { count: usize },
     ReduceScatter { recv_count: usize },

@@ -3,7 +3,10 @@
 # our machines) and returns the guest's verdict.
 #
 # Usage: boot.sh <vmlinuz> <initrd.cpio.gz> <console.log> [extra kernel args]
-# Env:   RXE_TIMEOUT (s, default 600), RXE_SMP (2), RXE_MEM (2G)
+# Env:   RXE_TIMEOUT (s, default 600), RXE_SMP (2), RXE_MEM (2G),
+#        RXE_NETDEV (QEMU -netdev for eth0, default "user,id=n0"; the
+#        device is virtio-net-pci on netdev n0), RXE_MAC (its MAC address),
+#        RXE_PREFIX (prefix of the console lines echoed, default "  | ")
 #
 # The guest's /init prints "RXE-RESULT rc=N" and writes N to the
 # isa-debug-exit port, so QEMU exits with 2N+1. Both must agree; anything
@@ -20,9 +23,9 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
   -nographic -no-reboot \
   -kernel "$KERNEL" -initrd "$INITRD" \
   -append "console=ttyS0 panic=-1 quiet loglevel=3 $*" \
-  -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
+  -netdev "${RXE_NETDEV:-user,id=n0}" -device "virtio-net-pci,netdev=n0${RXE_MAC:+,mac=$RXE_MAC}" \
   -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-  < /dev/null 2>&1 | tr -d '\r' | tee "$LOG" | sed -u 's/^/  | /'
+  < /dev/null 2>&1 | tr -d '\r' | tee "$LOG" | sed -u "s#^#${RXE_PREFIX:-  | }#"
 qrc=${PIPESTATUS[0]}
 wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
 marker=$(sed -n 's/.*RXE-RESULT rc=\([0-9]*\).*/\1/p' "$LOG" | tail -n 1)

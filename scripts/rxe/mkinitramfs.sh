@@ -1,11 +1,12 @@
 #!/bin/bash
 # mkinitramfs.sh — packs the guest's root filesystem:
 #   busybox (static) + its applets, the kernel modules of the rxe / virtio-net
-#   chain, iproute2's `ip` and `rdma`, libibverbs with the rxe provider,
-#   ibv_devinfo / ibv_rc_pingpong, our /init, and a payload directory (test
-#   binaries and the script that runs them) at /payload.
-# Shared libraries are copied next to the binaries that need them (found with
-# ldd), plus what is dlopen'ed and so invisible to ldd (libibverbs itself for
+#   chain (plus sch_netem), iproute2's `ip`, `rdma` and `tc`, libibverbs
+#   with the rxe provider, ibv_devinfo / ibv_rc_pingpong, our /init, and a
+#   payload directory (test binaries, nccl-rs binaries, the scripts that run
+#   them) at /payload.
+# Shared libraries are copied for every ELF file of the payload, at any
+# depth, and for the tools (found with ldd), plus what is dlopen'ed and so invisible to ldd (libibverbs itself for
 # our binaries, the rxe provider for libibverbs).
 #
 # Usage: mkinitramfs.sh <kernel-dir> <kver> <payload-dir> <out.cpio.gz>
@@ -41,7 +42,7 @@ add_bin() {   # add_bin <name-or-path> [dest-dir]
 
 # --- userland --------------------------------------------------------------
 cp /bin/busybox "$ROOT/usr/bin/busybox"
-for b in ip rdma ibv_devinfo ibv_devices ibv_rc_pingpong; do add_bin "$b"; done
+for b in ip rdma tc ibv_devinfo ibv_devices ibv_rc_pingpong; do add_bin "$b"; done
 for applet in $("$ROOT/usr/bin/busybox" --list); do
   [ -e "$ROOT/usr/bin/$applet" ] || ln -s busybox "$ROOT/usr/bin/$applet"
 done
@@ -58,7 +59,8 @@ cp /etc/libibverbs.d/rxe.driver "$ROOT/etc/libibverbs.d/"
 add_lib "$LIBDIR/libgcc_s.so.1"
 
 # --- kernel modules (with their dependencies, from modules.dep) -------------
-MODS="virtio_pci virtio_net crc32_generic rdma_rxe"
+# sch_netem: loss inside the guests of two-guests.sh.
+MODS="virtio_pci virtio_net crc32_generic rdma_rxe sch_netem"
 SRC="$KDIR/lib/modules/$KVER"
 DST="$ROOT/usr/lib/modules/$KVER"
 mkdir -p "$DST"
@@ -83,8 +85,8 @@ printf '127.0.0.1 localhost\n10.0.2.15 guest\n' > "$ROOT/etc/hosts"
 install -m 755 "$HERE/init" "$ROOT/init"
 mkdir -p "$ROOT/payload"
 cp -a "$PAYLOAD"/. "$ROOT/payload/"
-for f in "$ROOT"/payload/*; do
-  if [ -f "$f" ] && [ "$(head -c 4 "$f" | tail -c 3)" = ELF ]; then add_deps "$f"; fi
+find "$ROOT/payload" -type f | while read -r f; do
+  if [ "$(head -c 4 "$f" | tail -c 3)" = ELF ]; then add_deps "$f"; fi
 done
 
 (cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$OUT"

@@ -30,7 +30,9 @@ use tracing::{debug, warn};
 /// How long an unauthenticated connection may take to send its hello.
 pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 /// Most unauthenticated connections held at once.
-pub(crate) const MAX_PENDING: usize = 64;
+pub(crate) const MAX_PENDING: usize = 256;
+/// Most connections accepted before pending hellos are read again.
+const ACCEPT_BATCH: usize = 16;
 
 struct Pending {
     stream: TcpStream,
@@ -132,15 +134,22 @@ fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option
             return None;
         }
         let mut moved = false;
-        while let Ok((stream, peer)) = listener.accept() {
+        // Accept a bounded batch, then serve reads, so a flood of idle
+        // connections cannot starve the ranks' hellos.
+        for _ in 0..ACCEPT_BATCH {
+            let Ok((stream, peer)) = listener.accept() else { break };
             moved = true;
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
             if pending.len() >= MAX_PENDING {
-                let old = pending.remove(0);
+                // Evict the connection that has shown the least: the oldest
+                // of those that sent nothing yet, else the oldest.
+                let victim = pending.iter().position(|p| p.buf.is_empty()).unwrap_or(0);
+                let old = pending.remove(victim);
                 warn!(peer = %old.peer, "bootstrap root: dropping an unauthenticated connection (too many pending)");
             }
-            if stream.set_nonblocking(true).is_ok() {
-                pending.push(Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() });
-            }
+            pending.push(Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() });
         }
         let mut i = 0;
         while i < pending.len() {

@@ -13,16 +13,22 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{Call, CallBufs, Engine};
+use crate::engine::{Call, CallBufs, Engine, OpLabel};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
 use crate::schedule::Schedule;
 use crate::transport::NetError;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How many operation descriptions are kept for mismatch reports.
 const HISTORY: usize = 64;
+/// How many recent schedules are kept for reuse (training loops repeat a
+/// few shapes; rebuilding the schedule would cost more than a small call).
+const CACHED_SCHEDULES: usize = 16;
+
+type CacheKey = (Coll, DataType, usize);
 
 pub(crate) struct Core {
     pub(crate) rank: usize,
@@ -31,38 +37,24 @@ pub(crate) struct Core {
     pub(crate) boot: Bootstrap,
     pub(crate) seq: u64,
     pub(crate) failed: Option<String>,
-    history: VecDeque<(u64, String)>,
+    history: VecDeque<OpLabel>,
     planner: Planner,
-}
-
-/// FNV-1a over the description and sequence number, folded to 31 bits.
-fn fingerprint(seq: u64, desc: &str) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in seq.to_le_bytes().iter().chain(desc.as_bytes()) {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h & !P2P_TAG
-}
-
-fn describe(coll: Coll, dtype: DataType, op: RedOp) -> String {
-    let reduces = matches!(coll, Coll::AllReduce { .. } | Coll::ReduceScatter { .. } | Coll::Reduce { .. });
-    let op = if reduces { format!(", {op}") } else { String::new() };
-    match coll {
-        Coll::AllReduce { count } | Coll::AllToAll { count } => format!("{}(count={count}, {dtype}{op})", coll.name()),
-        Coll::ReduceScatter { recv_count: count } | Coll::AllGather { send_count: count } => {
-            format!("{}(count={count}, {dtype}{op})", coll.name())
-        }
-        Coll::Broadcast { count, root }
-        | Coll::Reduce { count, root }
-        | Coll::Gather { count, root }
-        | Coll::Scatter { count, root } => format!("{}(count={count}, {dtype}{op}, root={root})", coll.name()),
-    }
+    cache: VecDeque<(CacheKey, Arc<Schedule>)>,
 }
 
 impl Core {
     pub(crate) fn new(rank: usize, nranks: usize, engine: Engine, boot: Bootstrap, planner: Planner) -> Core {
-        Core { rank, nranks, engine, boot, seq: 0, failed: None, history: VecDeque::with_capacity(HISTORY), planner }
+        Core {
+            rank,
+            nranks,
+            engine,
+            boot,
+            seq: 0,
+            failed: None,
+            history: VecDeque::with_capacity(HISTORY),
+            planner,
+            cache: VecDeque::with_capacity(CACHED_SCHEDULES),
+        }
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
@@ -72,21 +64,32 @@ impl Core {
         }
     }
 
+    fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
+        let chunk = self.engine.chunk_elems(dtype.size());
+        let key = (coll, dtype, chunk);
+        if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
+            return self.cache[i].1.clone();
+        }
+        let sched = Arc::new(self.planner.plan(coll, self.nranks, self.rank, dtype, chunk));
+        if self.cache.len() == CACHED_SCHEDULES {
+            self.cache.pop_front();
+        }
+        self.cache.push_back((key, sched.clone()));
+        sched
+    }
+
     /// Plans and runs one collective on raw buffers: the one path of every
     /// collective, blocking or async.
     pub(crate) fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
         self.check_usable()?;
-        let chunk = self.engine.chunk_elems(dtype.size());
-        let sched = self.planner.plan(coll, self.nranks, self.rank, dtype, chunk);
+        let sched = self.schedule(coll, dtype);
         self.seq += 1;
-        let desc = describe(coll, dtype, op);
-        let tag = fingerprint(self.seq, &desc);
-        let what = format!("{desc} as operation #{}", self.seq);
+        let label = OpLabel::Coll { coll, dtype, op, seq: self.seq };
         if self.history.len() == HISTORY {
             self.history.pop_front();
         }
-        self.history.push_back((self.seq, desc));
-        self.execute(&sched, dtype, op, tag, what, bufs)
+        self.history.push_back(label);
+        self.execute(&sched, dtype, op, label.fingerprint() & !P2P_TAG, label, bufs)
     }
 
     pub(crate) fn execute(
@@ -95,16 +98,18 @@ impl Core {
         dtype: DataType,
         op: RedOp,
         tag: u32,
-        what: String,
+        what: OpLabel,
         bufs: CallBufs,
     ) -> Result<()> {
         self.check_usable()?;
         let Core { rank, engine, boot, history, seq, .. } = self;
         let (rank, seq) = (*rank, *seq);
         let describe = |s: u64| {
-            history.iter().find(|(k, _)| *k == s).map(|(_, d)| d.clone()).unwrap_or_else(|| {
-                format!("no operation #{s} (its last was #{seq})")
-            })
+            history
+                .iter()
+                .find(|l| matches!(l, OpLabel::Coll { seq, .. } if *seq == s))
+                .map(OpLabel::call)
+                .unwrap_or_else(|| format!("no operation #{s} (its last was #{seq})"))
         };
         let to_error = |ev: Event| match ev {
             Event::RemoteFailure(msg) => Error::Remote { rank, msg },

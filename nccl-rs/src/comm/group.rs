@@ -4,7 +4,7 @@
 
 use super::{Communicator, P2P_TAG};
 use crate::datatype::{DataType, Element, RedOp};
-use crate::engine::{CallBufs, Region};
+use crate::engine::{CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::schedule::{p2p_group, P2pOp};
 use std::marker::PhantomData;
@@ -68,7 +68,7 @@ impl Communicator {
         }
         let sched = p2p_group(self.rank, &group.ops).map_err(|e| Error::invalid(format!("send/recv: {e}")))?;
         let bufs = CallBufs { input: Region::empty(), output: Region::empty(), group: group.bufs };
-        let what = format!("send/recv group of {} ops", group.ops.len());
+        let what = OpLabel::Group { ops: group.ops.len() };
         self.execute(&sched, DataType::Uint8, RedOp::Sum, P2P_TAG, what, bufs)
     }
 

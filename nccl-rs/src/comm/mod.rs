@@ -18,7 +18,7 @@ use crate::bootstrap::{Bootstrap, UniqueId};
 
 use crate::config::Config;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{AbortHandle as Abort, CallBufs, Engine};
+use crate::engine::{AbortHandle as Abort, CallBufs, Engine, OpLabel};
 use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
 use crate::plan::{Coll, Planner};
@@ -195,7 +195,7 @@ impl Communicator {
         self.idle_core()?.collective(coll, dtype, op, bufs)
     }
 
-    fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: String, bufs: CallBufs) -> Result<()> {
+    fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: OpLabel, bufs: CallBufs) -> Result<()> {
         self.idle_core()?.execute(sched, dtype, op, tag, what, bufs)
     }
 }

@@ -7,9 +7,11 @@
 //! then sleeping, until the deadline.
 
 mod buffers;
+mod label;
 mod run;
 
 pub(crate) use buffers::{CallBufs, Region};
+pub(crate) use label::OpLabel;
 pub(crate) use run::{Call, Run};
 
 use crate::error::{Error, Result};
@@ -44,10 +46,20 @@ pub(crate) struct Engine {
     pub(crate) recv: Vec<Option<Box<dyn RecvComm>>>,
     slot_bytes: usize,
     slots: Vec<AlignedBuf>,
+    slot_regions: SlotRegions,
     scratch: AlignedBuf,
+    book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
 }
+
+/// The staging slots' memory, computed once.
+struct SlotRegions(Vec<Region>);
+
+// SAFETY: the regions point into `Engine::slots`, heap buffers owned by the
+// same `Engine` that never grow after the regions are taken; they move with
+// the engine and are only dereferenced by whoever holds it mutably.
+unsafe impl Send for SlotRegions {}
 
 /// How long to busy-poll before yielding, and to yield before sleeping.
 const SPIN: Duration = Duration::from_micros(50);
@@ -73,7 +85,9 @@ impl Engine {
             recv,
             slot_bytes,
             slots: (0..nslots).map(|_| AlignedBuf::default()).collect(),
+            slot_regions: SlotRegions(Vec::new()),
             scratch: AlignedBuf::default(),
+            book: run::Bookkeeping::default(),
             timeout,
             abort: AbortHandle::default(),
         }
@@ -90,22 +104,25 @@ impl Engine {
         let scratch_bytes = call.sched.scratch * elem;
         self.scratch.ensure(scratch_bytes);
         let slot_bytes = self.slot_bytes;
-        for s in &mut self.slots {
-            s.ensure(slot_bytes);
+        if self.slot_regions.0.is_empty() {
+            for s in &mut self.slots {
+                s.ensure(slot_bytes);
+            }
+            self.slot_regions.0 = self.slots.iter_mut().map(|s| Region::new(s.as_mut_ptr(), slot_bytes)).collect();
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
-        let slots = self.slots.iter_mut().map(|s| Region::new(s.as_mut_ptr(), slot_bytes)).collect();
-        Run::new(self.rank, self.nranks, &mut self.send, &mut self.recv, call, bufs, scratch, slots)
+        let slots = &self.slot_regions.0;
+        Run::new(self.rank, self.nranks, &mut self.send, &mut self.recv, call, bufs, scratch, slots, &mut self.book)
     }
 
     /// Runs one operation to completion or to the deadline. While idle it
     /// calls `health` about once a millisecond; an error from it (another
     /// rank failed) ends the operation.
     pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs, health: &mut dyn FnMut() -> Option<Error>) -> Result<()> {
-        let (rank, timeout, what) = (self.rank, self.timeout, call.what.clone());
+        let (rank, timeout, what) = (self.rank, self.timeout, call.what);
         let abort = self.abort.clone();
         if abort.is_aborted() {
-            return Err(Error::Aborted { rank, op: what });
+            return Err(Error::Aborted { rank, op: what.to_string() });
         }
         let mut run = self.start(call, bufs)?;
         let start = Instant::now();
@@ -132,7 +149,7 @@ impl Engine {
                 std::thread::sleep(SLEEP);
             }
             if abort.is_aborted() {
-                return Err(Error::Aborted { rank, op: what });
+                return Err(Error::Aborted { rank, op: what.to_string() });
             }
             if idle >= HEALTH_EVERY && now - last_health >= HEALTH_EVERY {
                 last_health = now;
@@ -141,7 +158,7 @@ impl Engine {
                 }
             }
             if polls % 64 == 0 && now - start > timeout {
-                return Err(Error::Timeout { rank, op: what, after: timeout, waiting_for: run.waiting_for() });
+                return Err(Error::Timeout { rank, op: what.to_string(), after: timeout, waiting_for: run.waiting_for() });
             }
         }
     }

@@ -24,13 +24,22 @@ pub(crate) struct Call<'a> {
     pub(crate) dtype: DataType,
     pub(crate) op: RedOp,
     pub(crate) tag: u32,
-    /// For error messages, e.g. "all_reduce #12".
-    pub(crate) what: String,
+    /// For error messages.
+    pub(crate) what: super::OpLabel,
 }
 
-struct Posted {
+pub(super) struct Posted {
     req: Request,
     slot: Option<usize>,
+}
+
+/// Per-run bookkeeping kept by the engine between runs so a call allocates
+/// nothing once warm.
+#[derive(Default)]
+pub(super) struct Bookkeeping {
+    posted: Vec<Option<Posted>>,
+    sends: VecDeque<(usize, Request)>,
+    free_slots: Vec<usize>,
 }
 
 /// The state of one operation in flight.
@@ -42,13 +51,13 @@ pub(crate) struct Run<'a> {
     call: Call<'a>,
     bufs: CallBufs,
     scratch: Region,
-    slots: Vec<Region>,
-    free_slots: Vec<usize>,
-    posted: Vec<Option<Posted>>,
+    slots: &'a [Region],
+    free_slots: &'a mut Vec<usize>,
+    posted: &'a mut Vec<Option<Posted>>,
     next_post: usize,
     cur: usize,
     window: usize,
-    sends: VecDeque<(usize, Request)>,
+    sends: &'a mut VecDeque<(usize, Request)>,
     /// A send the transport had no room for yet; retried before any
     /// further step executes, so per-peer order is kept.
     blocked: Option<(usize, Region)>,
@@ -64,31 +73,37 @@ impl<'a> Run<'a> {
         call: Call<'a>,
         bufs: CallBufs,
         scratch: Region,
-        slots: Vec<Region>,
+        slots: &'a [Region],
+        book: &'a mut Bookkeeping,
     ) -> Result<Run<'a>> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
+        book.posted.clear();
+        book.posted.resize_with(n, || None);
+        book.sends.clear();
+        book.free_slots.clear();
+        book.free_slots.extend((0..slots.len()).rev());
         Ok(Run {
             rank,
             nranks,
             send,
             recv,
-            free_slots: (0..slots.len()).rev().collect(),
+            free_slots: &mut book.free_slots,
             slots,
             call,
             bufs,
             scratch,
-            posted: (0..n).map(|_| None).collect(),
+            posted: &mut book.posted,
             next_post: 0,
             cur: 0,
             window,
-            sends: VecDeque::new(),
+            sends: &mut book.sends,
             blocked: None,
         })
     }
 
     fn net_err(&self, peer: usize, source: NetError) -> Error {
-        Error::Transport { rank: self.rank, peer, op: self.call.what.clone(), source }
+        Error::Transport { rank: self.rank, peer, op: self.call.what.to_string(), source }
     }
 
     fn internal(&self, msg: String) -> Error {

@@ -40,7 +40,7 @@ fn drive(engines: &mut [Engine], scheds: &[Schedule], dtype: DataType, op: RedOp
                 output: Region::new(o.as_mut_ptr(), o.len()),
                 group: vec![],
             };
-            let call = Call { sched: s, dtype, op, tag: 1, what: "test".into() };
+            let call = Call { sched: s, dtype, op, tag: 1, what: OpLabel::Test };
             e.start(call, bufs).unwrap()
         })
         .collect();

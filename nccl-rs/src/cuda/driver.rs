@@ -1,0 +1,460 @@
+//! Loading the CUDA driver without panicking, and the entry points we use.
+//!
+//! cudarc (feature `dynamic-loading`) finds and opens `libcuda` at run
+//! time, so nothing here links against CUDA. Its generated wrappers panic
+//! when the library or a symbol is missing and return `CUresult` as a Rust
+//! enum (a driver newer than the bindings could return a code outside it).
+//! So we only use cudarc to find and hold the library
+//! (`cudarc::driver::sys::{is_culib_present, culib}`) and resolve the
+//! entry points ourselves, once, with `int` results: a missing library or
+//! symbol is an [`CudaError`], never a panic, and the whole load also runs
+//! inside `catch_unwind`.
+//!
+//! `NCCL_CUDA_DISABLE=1` turns CUDA off (everything is host memory).
+//! `NCCL_CUDA_DRIVER=/path/libcuda.so.1` loads that file first; cudarc's
+//! search then finds it by its SONAME (tests use this for a fake driver).
+
+use super::CudaError;
+use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
+use std::sync::OnceLock;
+
+/// `CUDA_SUCCESS`.
+pub(crate) const SUCCESS: c_int = 0;
+/// `CUDA_ERROR_NO_DEVICE`.
+pub(crate) const ERROR_NO_DEVICE: c_int = 100;
+/// `CUDA_ERROR_INVALID_CONTEXT`.
+pub(crate) const ERROR_INVALID_CONTEXT: c_int = 201;
+
+/// `CUpointer_attribute` values (cuda.h; stable ABI).
+pub(crate) mod ptr_attr {
+    pub(crate) const CONTEXT: i32 = 1;
+    pub(crate) const MEMORY_TYPE: i32 = 2;
+    pub(crate) const IS_MANAGED: i32 = 8;
+    pub(crate) const DEVICE_ORDINAL: i32 = 9;
+}
+
+/// `CUmemorytype` values.
+pub(crate) mod mem_type {
+    pub(crate) const DEVICE: u32 = 2;
+    pub(crate) const UNIFIED: u32 = 4;
+}
+
+/// `CUdevice_attribute` values.
+pub(crate) mod dev_attr {
+    pub(crate) const PCI_BUS_ID: i32 = 33;
+    pub(crate) const PCI_DEVICE_ID: i32 = 34;
+    pub(crate) const UNIFIED_ADDRESSING: i32 = 41;
+    pub(crate) const PCI_DOMAIN_ID: i32 = 50;
+    pub(crate) const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+    pub(crate) const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+    pub(crate) const GPU_DIRECT_RDMA_SUPPORTED: i32 = 116;
+    pub(crate) const DMA_BUF_SUPPORTED: i32 = 124;
+}
+
+/// `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`: waiting threads
+/// sleep instead of spinning (the CPU runs the host collective).
+pub(crate) const EVENT_FLAGS: c_uint = 0x1 | 0x2;
+/// `CU_MEMHOSTALLOC_PORTABLE`: pinned memory usable from every context.
+pub(crate) const MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
+/// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
+pub(crate) const MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+
+macro_rules! api {
+    (
+        required { $($name:ident : fn($($arg:ty),*);)* }
+        optional { $($oname:ident : fn($($oarg:ty),*);)* }
+    ) => {
+        /// The driver entry points, resolved once.
+        #[allow(non_snake_case)]
+        pub(crate) struct Api {
+            $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> c_int,)*
+            $(pub(crate) $oname: Option<unsafe extern "C" fn($($oarg),*) -> c_int>,)*
+        }
+
+        impl Api {
+            /// Resolves every entry point through `get` (name with its
+            /// NUL → address).
+            ///
+            /// # Safety
+            /// `get` must return addresses of the CUDA driver's functions
+            /// of those names, from a library that is never unloaded.
+            unsafe fn resolve(get: impl Fn(&[u8]) -> Option<*const c_void>) -> Result<Api, CudaError> {
+                Ok(Api {
+                    $($name: {
+                        let p = get(concat!(stringify!($name), "\0").as_bytes())
+                            .ok_or_else(|| CudaError::MissingSymbol(stringify!($name).into()))?;
+                        // SAFETY: the driver exports this function with this
+                        // C signature (cuda.h); `p` is its non-NULL address.
+                        unsafe { std::mem::transmute::<*const c_void, unsafe extern "C" fn($($arg),*) -> c_int>(p) }
+                    },)*
+                    $($oname: get(concat!(stringify!($oname), "\0").as_bytes()).map(|p| {
+                        // SAFETY: as above; optional (newer drivers only).
+                        unsafe { std::mem::transmute::<*const c_void, unsafe extern "C" fn($($oarg),*) -> c_int>(p) }
+                    }),)*
+                })
+            }
+        }
+    };
+}
+
+api! {
+    required {
+        cuInit: fn(c_uint);
+        cuDriverGetVersion: fn(*mut c_int);
+        cuDeviceGetCount: fn(*mut c_int);
+        cuDeviceGet: fn(*mut CUdevice, c_int);
+        cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
+        cuDeviceGetAttribute: fn(*mut c_int, c_int, CUdevice);
+        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
+        cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
+        cuCtxSetCurrent: fn(CUcontext);
+        cuCtxGetCurrent: fn(*mut CUcontext);
+        cuCtxGetDevice: fn(*mut CUdevice);
+        cuPointerGetAttribute: fn(*mut c_void, c_int, CUdeviceptr);
+        cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
+        cuMemFree_v2: fn(CUdeviceptr);
+        cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint);
+        cuMemFreeHost: fn(*mut c_void);
+        cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+        cuStreamGetCtx: fn(CUstream, *mut CUcontext);
+        cuEventCreate: fn(*mut CUevent, c_uint);
+        cuEventRecord: fn(CUevent, CUstream);
+        cuEventSynchronize: fn(CUevent);
+        cuEventDestroy_v2: fn(CUevent);
+        cuGetErrorName: fn(c_int, *mut *const c_char);
+    }
+    optional {
+        cuMemGetHandleForAddressRange: fn(*mut c_void, CUdeviceptr, usize, c_int, c_ulonglong);
+    }
+}
+
+/// What the driver said at load time.
+pub(crate) struct Driver {
+    pub(crate) api: Api,
+    pub(crate) version: i32,
+    pub(crate) devices: i32,
+}
+
+/// Whether an environment flag is set to something true.
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var(name)
+        .map(|v| {
+            let v = v.trim().to_ascii_lowercase();
+            !(v.is_empty() || v == "0" || v == "false" || v == "no" || v == "off")
+        })
+        .unwrap_or(false)
+}
+
+/// The driver, loaded and initialised once per process; an error if CUDA
+/// is disabled, absent, or has no device.
+pub(crate) fn driver() -> Result<&'static Driver, CudaError> {
+    static DRIVER: OnceLock<Result<Driver, CudaError>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            std::panic::catch_unwind(load).unwrap_or_else(|p| {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(CudaError::Panicked(msg))
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The driver's entry points (the driver must be loaded).
+pub(crate) fn api() -> Result<&'static Api, CudaError> {
+    driver().map(|d| &d.api)
+}
+
+fn load() -> Result<Driver, CudaError> {
+    if env_flag("NCCL_CUDA_DISABLE") {
+        return Err(CudaError::Disabled);
+    }
+    if let Some(path) = std::env::var_os("NCCL_CUDA_DRIVER").filter(|p| !p.is_empty()) {
+        preload(&path)?;
+    }
+    // SAFETY: only tries to open candidate names; opens nothing for good.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError::NotFound);
+    }
+    // SAFETY: present (checked above), so `culib` opens it instead of
+    // panicking; it stays loaded for the life of the process.
+    let lib = unsafe { cudarc::driver::sys::culib() };
+    let get = |name: &[u8]| {
+        // SAFETY: looking a symbol up has no side effect; the address is
+        // only used as the function cuda.h declares under that name.
+        let sym = unsafe { lib.get::<*const c_void>(name) };
+        sym.ok().map(|s| *s).filter(|p| !p.is_null())
+    };
+    // SAFETY: `get` resolves in the driver library, never unloaded.
+    let api = unsafe { Api::resolve(get) }?;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        match (api.cuInit)(0) {
+            SUCCESS => {}
+            ERROR_NO_DEVICE => return Err(CudaError::NoDevice),
+            code => return Err(CudaError::call("cuInit", code, Some(&api))),
+        }
+        let mut version = 0;
+        check(&api, "cuDriverGetVersion", (api.cuDriverGetVersion)(&mut version))?;
+        let mut devices = 0;
+        check(&api, "cuDeviceGetCount", (api.cuDeviceGetCount)(&mut devices))?;
+        if devices < 1 {
+            return Err(CudaError::NoDevice);
+        }
+        Ok(Driver {
+            api,
+            version,
+            devices,
+        })
+    }
+}
+
+/// Opens `path` and keeps it loaded, so that the driver search finds it by
+/// its SONAME (`libcuda.so.1`).
+fn preload(path: &std::ffi::OsStr) -> Result<(), CudaError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_bytes())
+        .map_err(|_| CudaError::Unsupported("NCCL_CUDA_DRIVER contains a NUL byte".into()))?;
+    // SAFETY: a NUL-terminated path; the handle is deliberately never
+    // closed (the driver stays loaded for the life of the process).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns NULL or a NUL-terminated message.
+        let why = unsafe {
+            let e = libc::dlerror();
+            if e.is_null() {
+                "unknown error".to_string()
+            } else {
+                CStr::from_ptr(e).to_string_lossy().into_owned()
+            }
+        };
+        return Err(CudaError::Unsupported(format!(
+            "NCCL_CUDA_DRIVER={}: {why}",
+            path.to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+/// `Ok` for `CUDA_SUCCESS`, else the call's error.
+pub(crate) fn check(api: &Api, call: &'static str, code: c_int) -> Result<(), CudaError> {
+    if code == SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::call(call, code, Some(api)))
+    }
+}
+
+/// The driver's name for an error code (`CUDA_ERROR_...`).
+pub(crate) fn error_name(api: Option<&Api>, code: c_int) -> String {
+    let mut p: *const c_char = std::ptr::null();
+    // SAFETY: valid out-pointer; the driver returns a static string.
+    if let Some(api) = api {
+        if unsafe { (api.cuGetErrorName)(code, &mut p) } == SUCCESS && !p.is_null() {
+            // SAFETY: non-NULL static NUL-terminated string.
+            return unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        }
+    }
+    format!("CUresult {code}")
+}
+
+/// Raw handles are plain addresses to the driver; these wrappers let them
+/// cross threads inside our types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Ctx(pub(crate) usize);
+
+impl Ctx {
+    pub(crate) fn raw(self) -> CUcontext {
+        self.0 as CUcontext
+    }
+}
+
+/// The retained primary context of device `ordinal` (cached; retained once
+/// per process, as the CUDA runtime does).
+pub(crate) fn primary_ctx(ordinal: i32) -> Result<Ctx, CudaError> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static CTXS: OnceLock<Mutex<HashMap<i32, Ctx>>> = OnceLock::new();
+    let api = api()?;
+    let mut map = CTXS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = map.get(&ordinal) {
+        return Ok(*c);
+    }
+    let mut dev: CUdevice = 0;
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        check(api, "cuDeviceGet", (api.cuDeviceGet)(&mut dev, ordinal))?;
+        check(
+            api,
+            "cuDevicePrimaryCtxRetain",
+            (api.cuDevicePrimaryCtxRetain)(&mut ctx, dev),
+        )?;
+    }
+    let c = Ctx(ctx as usize);
+    map.insert(ordinal, c);
+    Ok(c)
+}
+
+/// The calling thread's current context, if any.
+pub(crate) fn current_ctx() -> Option<Ctx> {
+    let api = api().ok()?;
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { (api.cuCtxGetCurrent)(&mut ctx) };
+    (rc == SUCCESS && !ctx.is_null()).then_some(Ctx(ctx as usize))
+}
+
+/// Makes a context current on this thread until dropped, then restores
+/// the previous one (a blocking call runs on the application's thread,
+/// whose CUDA state must come back as it was).
+pub(crate) struct CtxGuard {
+    prev: Option<CUcontext>,
+}
+
+impl CtxGuard {
+    pub(crate) fn bind(ctx: Ctx) -> Result<CtxGuard, CudaError> {
+        let api = api()?;
+        let mut prev: CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; `ctx` is a live context.
+        unsafe {
+            check(api, "cuCtxGetCurrent", (api.cuCtxGetCurrent)(&mut prev))?;
+            if prev == ctx.raw() {
+                return Ok(CtxGuard { prev: None });
+            }
+            check(api, "cuCtxSetCurrent", (api.cuCtxSetCurrent)(ctx.raw()))?;
+        }
+        Ok(CtxGuard { prev: Some(prev) })
+    }
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        if let (Some(prev), Ok(api)) = (self.prev, api()) {
+            // SAFETY: restores the context that was current before (or
+            // none).
+            let rc = unsafe { (api.cuCtxSetCurrent)(prev) };
+            if rc != SUCCESS {
+                tracing::warn!(
+                    "restoring the CUDA context failed: {}",
+                    error_name(Some(api), rc)
+                );
+            }
+        }
+    }
+}
+
+/// A CUDA event (blocking sync, no timing), destroyed on drop.
+pub(crate) struct Event(CUevent);
+
+// SAFETY: a CUevent is a driver handle usable from any thread.
+unsafe impl Send for Event {}
+
+impl Event {
+    /// A new event in the current context.
+    pub(crate) fn new() -> Result<Event, CudaError> {
+        let api = api()?;
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check(api, "cuEventCreate", unsafe {
+            (api.cuEventCreate)(&mut e, EVENT_FLAGS)
+        })?;
+        Ok(Event(e))
+    }
+
+    pub(crate) fn record(&self, stream: CUstream) -> Result<(), CudaError> {
+        let api = api()?;
+        // SAFETY: live event; `stream` is the caller's stream of the
+        // current context.
+        check(api, "cuEventRecord", unsafe {
+            (api.cuEventRecord)(self.0, stream)
+        })
+    }
+
+    pub(crate) fn wait(&self) -> Result<(), CudaError> {
+        let api = api()?;
+        // SAFETY: live event.
+        check(api, "cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(self.0)
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: live event, destroyed once.
+            unsafe { (api.cuEventDestroy_v2)(self.0) };
+        }
+    }
+}
+
+/// Pinned (page-locked, portable) host memory, freed on drop.
+pub(crate) struct Pinned {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: plain host memory owned by this value.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// `bytes` of pinned memory (a context must be current).
+    pub(crate) fn new(bytes: usize) -> Result<Pinned, CudaError> {
+        let api = api()?;
+        let cap = bytes.max(64).next_multiple_of(4096);
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check(api, "cuMemHostAlloc", unsafe {
+            (api.cuMemHostAlloc)(&mut p, cap, MEMHOSTALLOC_PORTABLE)
+        })?;
+        Ok(Pinned {
+            ptr: p.cast(),
+            cap,
+        })
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: allocated by cuMemHostAlloc, freed once; no copy uses
+            // it any more (owners wait for their events first).
+            unsafe { (api.cuMemFreeHost)(self.ptr.cast()) };
+        }
+    }
+}
+
+/// Enqueues a copy of `bytes` from `src` to `dst` (any memory: unified
+/// addressing) on `stream`.
+///
+/// # Safety
+/// Both ranges must stay valid until the copy has run on the stream.
+pub(crate) unsafe fn copy_async(
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<(), CudaError> {
+    let api = api()?;
+    // SAFETY: forwarded contract.
+    check(api, "cuMemcpyAsync", unsafe {
+        (api.cuMemcpyAsync)(dst as CUdeviceptr, src as CUdeviceptr, bytes, stream)
+    })
+}

@@ -1,0 +1,629 @@
+//! Collectives and send/recv on device buffers, staged through pinned host
+//! memory and ordered on a CUDA stream.
+//!
+//! # Stream semantics
+//! A call on device buffers behaves as NCCL's on its stream `s`:
+//! * it reads its input only after the work enqueued on `s` before the
+//!   call (the device→host copies are enqueued on `s`, and the host waits
+//!   for an event recorded after them);
+//! * its results are written by host→device copies enqueued on `s`, so
+//!   work enqueued on `s` after the call sees them, and
+//!   `cuStreamSynchronize(s)` / `cudaStreamSynchronize(s)` waits for them.
+//!
+//! The call returns once the network part is done and the copies back are
+//! enqueued (the stream completes them). It does not return before the
+//! stream's earlier work has produced the input: unlike NCCL's kernels,
+//! the host has to wait for it. (A fully asynchronous variant, where a
+//! proxy thread runs the network part and the stream waits on a flag with
+//! `cuStreamWaitValue32`, needs every call of a communicator to go through
+//! that proxy; it is described in `ffi/README.md`.)
+//!
+//! # Pipeline
+//! A buffer larger than one chunk (`NCCL_CUDA_STAGING_CHUNK`, 2 MiB by
+//! default) runs as consecutive collectives on chunks. The device→host
+//! copy of chunk k+1 is enqueued before the network works on chunk k, and
+//! the copy back of chunk k is enqueued right after it, so copies in both
+//! directions overlap the network. Two slots of pinned buffers alternate;
+//! they are allocated on first use, grown when needed, and kept by the
+//! [`Stager`] (one per communicator).
+
+use super::driver::{self, copy_async, CtxGuard, Ctx, Event, Pinned};
+use super::pointer::{self, PtrInfo};
+use super::CudaError;
+use crate::comm::raw::{RawArgs, RawColl, RawP2p};
+use crate::datatype::scale_in_place;
+use crate::error::{Error, Result};
+use crate::Communicator;
+use cudarc::driver::sys::{CUcontext, CUstream};
+
+/// A CUDA stream as the C API passes it (`cudaStream_t` / `CUstream`): 0
+/// is the legacy default stream, 1 `cudaStreamLegacy`, 2
+/// `cudaStreamPerThread`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stream(pub usize);
+
+impl Stream {
+    /// The legacy default stream.
+    pub const DEFAULT: Stream = Stream(0);
+
+    /// From a raw `CUstream`.
+    pub fn from_raw(s: CUstream) -> Stream {
+        Stream(s as usize)
+    }
+
+    /// A stream handle, not one of the special values 0, 1, 2.
+    pub fn is_handle(self) -> bool {
+        self.0 > 2
+    }
+
+    /// The handle work is enqueued on. `cudaStreamPerThread` is the
+    /// calling thread's stream, and calls may run on another thread
+    /// (group and worker threads), so it becomes the legacy default
+    /// stream, which is ordered with every blocking stream of the context,
+    /// the per-thread ones included.
+    pub(crate) fn effective(self) -> CUstream {
+        match self.0 {
+            2 => std::ptr::null_mut(),
+            s => s as CUstream,
+        }
+    }
+}
+
+/// Tuning of the staging engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagingOptions {
+    /// Bytes staged per pipeline step (`NCCL_CUDA_STAGING_CHUNK`, default
+    /// 2 MiB, at least 4 KiB). Every rank must use the same value.
+    pub chunk_bytes: usize,
+    /// Split large buffers into chunks (`NCCL_CUDA_PIPELINE`, default on).
+    pub pipeline: bool,
+}
+
+impl Default for StagingOptions {
+    fn default() -> Self {
+        StagingOptions {
+            chunk_bytes: 2 << 20,
+            pipeline: true,
+        }
+    }
+}
+
+impl StagingOptions {
+    /// From the process environment.
+    pub fn from_env() -> Result<StagingOptions> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Through `get` (tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<StagingOptions> {
+        let mut o = StagingOptions::default();
+        if let Some(v) = get("NCCL_CUDA_STAGING_CHUNK").filter(|v| !v.trim().is_empty()) {
+            o.chunk_bytes = parse_bytes(&v)
+                .filter(|&b| (4096..=(1usize << 30)).contains(&b))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "NCCL_CUDA_STAGING_CHUNK={v:?}: expected bytes between 4096 and 1G (suffix K, M or G allowed)"
+                    ))
+                })?;
+        }
+        if let Some(v) = get("NCCL_CUDA_PIPELINE").filter(|v| !v.trim().is_empty()) {
+            o.pipeline = match v.trim() {
+                "0" => false,
+                "1" => true,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "NCCL_CUDA_PIPELINE={v:?}: expected 0 or 1"
+                    )))
+                }
+            };
+        }
+        Ok(o)
+    }
+}
+
+/// `123`, `64K`, `2M`, `1G` (binary units).
+fn parse_bytes(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.chars().last()?.to_ascii_uppercase() {
+        'K' => (&s[..s.len() - 1], 10),
+        'M' => (&s[..s.len() - 1], 20),
+        'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+/// One pinned buffer with the event recorded after the last copy that
+/// uses it, and whether that copy may still be running.
+#[derive(Default)]
+struct Buf {
+    mem: Option<Pinned>,
+    ev: Option<Event>,
+    pending: bool,
+}
+
+impl Buf {
+    /// Waits for the last copy using this buffer.
+    fn settle(&mut self) -> std::result::Result<(), CudaError> {
+        if self.pending {
+            if let Some(ev) = &self.ev {
+                ev.wait()?;
+            }
+            self.pending = false;
+        }
+        Ok(())
+    }
+
+    /// At least `bytes` of pinned memory, not in use by a copy.
+    fn reserve(&mut self, bytes: usize) -> std::result::Result<*mut u8, CudaError> {
+        self.settle()?;
+        if self.ev.is_none() {
+            self.ev = Some(Event::new()?);
+        }
+        if self.mem.as_ref().is_none_or(|m| m.cap() < bytes) {
+            self.mem = None;
+            self.mem = Some(Pinned::new(bytes)?);
+        }
+        Ok(self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr))
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr)
+    }
+
+    /// Records this buffer's event on `s` after the copies just enqueued.
+    fn mark(&mut self, s: CUstream) -> std::result::Result<(), CudaError> {
+        if let Some(ev) = &self.ev {
+            ev.record(s)?;
+            self.pending = true;
+        }
+        Ok(())
+    }
+}
+
+/// One pipeline slot: staged input and output of a chunk.
+#[derive(Default)]
+struct Slot {
+    inp: Buf,
+    out: Buf,
+}
+
+/// Stages device buffers through pinned host memory for one communicator
+/// (or several, used one at a time). Keeps its pinned buffers and events
+/// between calls. `Send`, not `Sync`: one call at a time.
+pub struct Stager {
+    opts: StagingOptions,
+    /// The context our events belong to.
+    ctx: Option<Ctx>,
+    slots: [Slot; 2],
+    p2p: Vec<Buf>,
+}
+
+impl std::fmt::Debug for Stager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stager")
+            .field("opts", &self.opts)
+            .field("ctx", &self.ctx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Stager {
+    fn default() -> Self {
+        Stager::new(StagingOptions::default())
+    }
+}
+
+/// The context a call's CUDA work runs in: the stream's, or for the
+/// special streams the thread's current context, or the buffer's.
+pub(crate) fn op_ctx(stream: Stream, bufs: &[PtrInfo]) -> std::result::Result<Ctx, CudaError> {
+    let api = driver::api()?;
+    if stream.is_handle() {
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: a stream handle of the application; valid out-pointer.
+        let rc = unsafe { (api.cuStreamGetCtx)(stream.effective(), &mut ctx) };
+        driver::check(api, "cuStreamGetCtx", rc)?;
+        return Ok(Ctx(ctx as usize));
+    }
+    let dev = bufs.iter().find(|b| b.is_device());
+    if let (Some(cur), Some(d)) = (driver::current_ctx(), dev) {
+        if d.ctx.is_none_or(|c| c == cur) {
+            return Ok(cur);
+        }
+    }
+    match dev {
+        Some(PtrInfo { ctx: Some(c), .. }) => Ok(*c),
+        Some(d) => driver::primary_ctx(d.ordinal().unwrap_or(0)),
+        None => driver::current_ctx().map_or_else(|| driver::primary_ctx(0), Ok),
+    }
+}
+
+fn cuda(rank: usize) -> impl Fn(CudaError) -> Error {
+    move |e| e.into_error(rank)
+}
+
+/// Blocks of `count` elements in the input and output of `coll` (n for
+/// the all-to-one and one-to-all layouts).
+fn blocks(coll: RawColl, n: usize) -> (usize, usize) {
+    match coll {
+        RawColl::ReduceScatter | RawColl::Scatter => (n, 1),
+        RawColl::AllGather | RawColl::Gather => (1, n),
+        RawColl::AllToAll => (n, n),
+        RawColl::AllReduce | RawColl::Broadcast | RawColl::Reduce => (1, 1),
+    }
+}
+
+/// Copies `bytes` from `src` to `dst`: enqueued on `s` if either side is
+/// device memory, else at once on the CPU.
+///
+/// # Safety
+/// Both ranges valid (until the copy ran on `s`); no overlap.
+unsafe fn copy(
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    device: bool,
+    s: CUstream,
+) -> std::result::Result<bool, CudaError> {
+    if bytes == 0 {
+        return Ok(false);
+    }
+    if device {
+        // SAFETY: forwarded contract.
+        unsafe { copy_async(dst, src, bytes, s) }?;
+        Ok(true)
+    } else {
+        // SAFETY: forwarded contract; host memory on both sides.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(false)
+    }
+}
+
+impl Stager {
+    /// A stager with these options. Allocates nothing until used.
+    pub fn new(opts: StagingOptions) -> Stager {
+        Stager {
+            opts,
+            ctx: None,
+            slots: Default::default(),
+            p2p: Vec::new(),
+        }
+    }
+
+    /// A stager with the options of the environment.
+    pub fn from_env() -> Result<Stager> {
+        Ok(Stager::new(StagingOptions::from_env()?))
+    }
+
+    /// Its options.
+    pub fn options(&self) -> &StagingOptions {
+        &self.opts
+    }
+
+    /// Whether a call on these buffers needs staging (one of them is
+    /// device memory). False for everything without CUDA.
+    pub fn needs_staging(ptrs: &[*const u8]) -> bool {
+        driver::api().is_ok() && ptrs.iter().any(|p| pointer::info(*p).is_device())
+    }
+
+    /// Makes `ctx` current (until the guard drops) and moves our events
+    /// there, settling the copies of the previous context first.
+    fn enter(&mut self, ctx: Ctx) -> std::result::Result<CtxGuard, CudaError> {
+        if self.ctx.is_some_and(|c| c != ctx) {
+            self.release();
+        }
+        let g = CtxGuard::bind(ctx)?;
+        self.ctx = Some(ctx);
+        Ok(g)
+    }
+
+    /// Waits for every copy still using our buffers and frees the events
+    /// (in their context). Pinned memory is portable and stays.
+    fn release(&mut self) {
+        let Some(old) = self.ctx.take() else { return };
+        let Ok(_g) = CtxGuard::bind(old) else { return };
+        let bufs = self
+            .slots
+            .iter_mut()
+            .flat_map(|s| [&mut s.inp, &mut s.out])
+            .chain(self.p2p.iter_mut());
+        for b in bufs {
+            if let Err(e) = b.settle() {
+                tracing::warn!("waiting for a staging copy failed: {e}");
+            }
+            b.ev = None;
+        }
+    }
+
+    /// Runs one collective of `comm` with NCCL's meanings of `a`, on any
+    /// memory. With host memory only (always, without CUDA) it is
+    /// `comm.collective_raw(a)`. With device memory it is staged and
+    /// ordered on `stream` (see the module docs).
+    ///
+    /// `prescale`: multiply the input by this scalar (one element of
+    /// `a.dtype`, as bytes) first: `ncclRedOpCreatePreMulSum`.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_raw`], except that the buffers may be
+    /// device memory, valid until the work enqueued on `stream` by this
+    /// call has run; `stream` must be a live stream (or 0, 1, 2).
+    pub unsafe fn collective(
+        &mut self,
+        comm: &mut Communicator,
+        a: &RawArgs,
+        stream: Stream,
+        prescale: Option<&[u8]>,
+    ) -> Result<()> {
+        let (rank, n) = (comm.rank(), comm.size());
+        let rooted = matches!(
+            a.coll,
+            RawColl::Broadcast | RawColl::Reduce | RawColl::Gather | RawColl::Scatter
+        );
+        if rooted && a.root >= n {
+            return Err(Error::InvalidArgument(format!("root {} is not a rank of {n}", a.root)));
+        }
+        let (sb, rb) = comm.raw_sizes(a);
+        let es = a.dtype.size();
+        for (what, p, len) in [("sendbuff", a.send, sb), ("recvbuff", a.recv.cast_const(), rb)] {
+            if len > 0 && p.is_null() {
+                return Err(Error::InvalidArgument(format!("{what} is NULL but {len} bytes are needed")));
+            }
+            if len > 0 && (p as usize) % es != 0 {
+                return Err(Error::InvalidArgument(format!("{what} {p:?} is not aligned for {}", a.dtype)));
+            }
+        }
+        if let Some(s) = prescale {
+            if s.len() != es {
+                return Err(Error::InvalidArgument(format!(
+                    "PreMulSum scalar of {} bytes for {}",
+                    s.len(),
+                    a.dtype
+                )));
+            }
+        }
+        let si = if sb > 0 { pointer::info(a.send) } else { PtrInfo::HOST };
+        let ri = if rb > 0 { pointer::info(a.recv) } else { PtrInfo::HOST };
+        if !si.is_device() && !ri.is_device() {
+            return match prescale {
+                // SAFETY: forwarded contract (host memory).
+                None => unsafe { comm.collective_raw(a) },
+                Some(scalar) => {
+                    let mut copy = vec![0u64; sb.div_ceil(8)];
+                    let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut copy)[..sb];
+                    if sb > 0 {
+                        // SAFETY: `send` is readable for `sb` bytes (contract).
+                        bytes.copy_from_slice(unsafe { std::slice::from_raw_parts(a.send, sb) });
+                    }
+                    scale_in_place(a.dtype, bytes, scalar);
+                    let args = RawArgs {
+                        send: copy.as_ptr().cast(),
+                        ..*a
+                    };
+                    // SAFETY: our aligned copy of the input; `recv` as the
+                    // caller guarantees.
+                    unsafe { comm.collective_raw(&args) }
+                }
+            };
+        }
+        if a.count == 0 {
+            // SAFETY: nothing is read or written.
+            return unsafe { comm.collective_raw(a) };
+        }
+        let err = cuda(rank);
+        let ctx = op_ctx(stream, &[si, ri]).map_err(&err)?;
+        let _g = self.enter(ctx).map_err(&err)?;
+        let s = stream.effective();
+        let c = a.count;
+        let (in_blocks, out_blocks) = blocks(a.coll, n);
+        let ce = match self.opts.pipeline {
+            true => (self.opts.chunk_bytes / (es * in_blocks.max(out_blocks))).clamp(1, c),
+            false => c,
+        };
+        let nchunks = c.div_ceil(ce);
+        let in_bytes = |len: usize| if sb > 0 { in_blocks * len * es } else { 0 };
+        let out_bytes = |len: usize| if rb > 0 { out_blocks * len * es } else { 0 };
+        for slot in &mut self.slots[..nchunks.min(2)] {
+            slot.inp.reserve(in_bytes(ce)).map_err(&err)?;
+            slot.out.reserve(out_bytes(ce)).map_err(&err)?;
+        }
+        tracing::trace!(
+            "rank {rank}: staging {:?} of {c} {} in {nchunks} chunk(s) on stream {:#x}",
+            a.coll,
+            a.dtype,
+            stream.0
+        );
+        let span = |k: usize| (k * ce, ce.min(c - k * ce));
+        // Enqueues (or, for host input, does) the copies of chunk k's
+        // input into its slot.
+        let stage_in = |slot: &mut Slot, k: usize| -> std::result::Result<(), CudaError> {
+            let (s0, len) = span(k);
+            if sb == 0 {
+                return Ok(());
+            }
+            let mut queued = false;
+            for b in 0..in_blocks {
+                let src = a.send.wrapping_add((b * c + s0) * es);
+                let dst = slot.inp.ptr().wrapping_add(b * len * es);
+                // SAFETY: `src` lies in the caller's send buffer (block b,
+                // elements s0..s0+len of count c), `dst` in our reserved
+                // slot; both live until the copy ran (contract / we wait).
+                queued |= unsafe { copy(dst, src, len * es, si.is_device(), s) }?;
+            }
+            if queued {
+                slot.inp.mark(s)?;
+            }
+            Ok(())
+        };
+        stage_in(&mut self.slots[0], 0).map_err(&err)?;
+        for k in 0..nchunks {
+            if k + 1 < nchunks {
+                stage_in(&mut self.slots[(k + 1) % 2], k + 1).map_err(&err)?;
+            }
+            let slot = &mut self.slots[k % 2];
+            let (s0, len) = span(k);
+            slot.inp.settle().map_err(&err)?;
+            slot.out.settle().map_err(&err)?;
+            if let (Some(scalar), true) = (prescale, sb > 0) {
+                // SAFETY: the input copies of this chunk finished; the
+                // slot holds `in_bytes(len)` bytes.
+                let staged = unsafe { std::slice::from_raw_parts_mut(slot.inp.ptr(), in_bytes(len)) };
+                scale_in_place(a.dtype, staged, scalar);
+            }
+            let host = RawArgs {
+                send: if sb > 0 { slot.inp.ptr() } else { std::ptr::null() },
+                recv: if rb > 0 { slot.out.ptr() } else { std::ptr::null_mut() },
+                count: len,
+                op: a.op,
+                ..*a
+            };
+            // SAFETY: pinned host buffers of the sizes NCCL defines for
+            // `len` elements (reserved for `ce >= len`), used by no copy.
+            unsafe { comm.collective_raw(&host) }?;
+            if rb > 0 {
+                let mut queued = false;
+                for b in 0..out_blocks {
+                    let dst = a.recv.wrapping_add((b * c + s0) * es);
+                    let src = slot.out.ptr().wrapping_add(b * len * es);
+                    // SAFETY: `dst` lies in the caller's receive buffer,
+                    // `src` in our slot, kept until the copy ran (the
+                    // slot's event is waited on before reuse).
+                    queued |= unsafe { copy(dst, src, len * es, ri.is_device(), s) }.map_err(&err)?;
+                }
+                if queued {
+                    slot.out.mark(s).map_err(&err)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a group of sends and receives, any of them on device memory,
+    /// each ordered on its stream. `run` is called once with the host
+    /// view of the group: device buffers replaced by pinned staging
+    /// buffers (sends already filled); it runs the exchange (for the C ABI
+    /// including sends to self).
+    ///
+    /// # Safety
+    /// As [`Communicator::run_group_raw`], except that buffers may be
+    /// device memory, valid until the copies enqueued on their streams by
+    /// this call have run.
+    pub unsafe fn p2p(
+        &mut self,
+        rank: usize,
+        ops: &[(RawP2p, Stream)],
+        run: impl FnOnce(&[RawP2p]) -> Result<()>,
+    ) -> Result<()> {
+        let infos: Vec<PtrInfo> = ops
+            .iter()
+            .map(|(o, _)| if o.bytes > 0 { pointer::info(o.ptr) } else { PtrInfo::HOST })
+            .collect();
+        let Some(first) = infos.iter().position(PtrInfo::is_device) else {
+            let plain: Vec<RawP2p> = ops.iter().map(|(o, _)| *o).collect();
+            return run(&plain);
+        };
+        for (o, _) in ops {
+            if o.bytes > 0 && o.ptr.is_null() {
+                return Err(Error::InvalidArgument(format!(
+                    "NULL buffer for {} bytes with peer {}",
+                    o.bytes, o.peer
+                )));
+            }
+        }
+        let err = cuda(rank);
+        let ctx = op_ctx(ops[first].1, &infos[first..=first]).map_err(&err)?;
+        let _g = self.enter(ctx).map_err(&err)?;
+        if self.p2p.len() < ops.len() {
+            self.p2p.resize_with(ops.len(), Buf::default);
+        }
+        let mut host: Vec<RawP2p> = Vec::with_capacity(ops.len());
+        for (i, ((o, st), info)) in ops.iter().zip(&infos).enumerate() {
+            if !info.is_device() {
+                host.push(*o);
+                continue;
+            }
+            let buf = &mut self.p2p[i];
+            let p = buf.reserve(o.bytes).map_err(&err)?;
+            if o.is_send {
+                let s = st.effective();
+                // SAFETY: the send buffer is valid for `bytes` once the
+                // stream reaches this point (contract); `p` is ours.
+                unsafe { copy_async(p, o.ptr, o.bytes, s) }.map_err(&err)?;
+                buf.mark(s).map_err(&err)?;
+            }
+            host.push(RawP2p { ptr: p, ..*o });
+        }
+        for (i, ((o, _), info)) in ops.iter().zip(&infos).enumerate() {
+            if o.is_send && info.is_device() {
+                self.p2p[i].settle().map_err(&err)?;
+            }
+        }
+        run(&host)?;
+        for (i, ((o, st), info)) in ops.iter().zip(&infos).enumerate() {
+            if !o.is_send && info.is_device() {
+                let s = st.effective();
+                let buf = &mut self.p2p[i];
+                // SAFETY: the receive buffer is valid for `bytes` until the
+                // stream ran this copy (contract); the staging buffer is
+                // kept until its event completes.
+                unsafe { copy_async(o.ptr, buf.ptr(), o.bytes, s) }.map_err(&err)?;
+                buf.mark(s).map_err(&err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.ctx {
+            let _g = CtxGuard::bind(ctx);
+            self.release();
+            // Free the pinned memory while the context is still current.
+            self.slots = Default::default();
+            self.p2p.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse() {
+        let get = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(StagingOptions::from_lookup(get(&[])).unwrap(), StagingOptions::default());
+        let o = StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "64K"), ("NCCL_CUDA_PIPELINE", "0")]))
+            .unwrap();
+        assert_eq!((o.chunk_bytes, o.pipeline), (65536, false));
+        assert_eq!(
+            StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "8388608")])).unwrap().chunk_bytes,
+            8 << 20
+        );
+        for bad in ["12", "x", "2T", "4G"] {
+            let pairs: &'static [(&str, &str)] = Box::leak(Box::new([("NCCL_CUDA_STAGING_CHUNK", bad)]));
+            assert!(StagingOptions::from_lookup(get(pairs)).is_err(), "{bad}");
+        }
+        assert!(StagingOptions::from_lookup(get(&[("NCCL_CUDA_PIPELINE", "yes")])).is_err());
+    }
+
+    #[test]
+    fn block_layouts() {
+        assert_eq!(blocks(RawColl::AllReduce, 4), (1, 1));
+        assert_eq!(blocks(RawColl::AllGather, 4), (1, 4));
+        assert_eq!(blocks(RawColl::ReduceScatter, 4), (4, 1));
+        assert_eq!(blocks(RawColl::AllToAll, 4), (4, 4));
+        assert_eq!(blocks(RawColl::Gather, 3), (1, 3));
+        assert_eq!(blocks(RawColl::Scatter, 3), (3, 1));
+    }
+
+    #[test]
+    fn special_streams() {
+        assert!(!Stream(0).is_handle() && !Stream(1).is_handle() && !Stream(2).is_handle());
+        assert!(Stream(0x1000).is_handle());
+        assert!(Stream(2).effective().is_null());
+        assert_eq!(Stream(1).effective() as usize, 1);
+    }
+}
