@@ -197,6 +197,8 @@ pub struct Stager {
     ctx: Option<Ctx>,
     slots: [Slot; 2],
     p2p: Vec<Buf>,
+    /// The INFO line about the data path was logged.
+    announced: bool,
 }
 
 impl std::fmt::Debug for Stager {
@@ -287,6 +289,7 @@ impl Stager {
             ctx: None,
             slots: Default::default(),
             p2p: Vec::new(),
+            announced: false,
         }
     }
 
@@ -314,6 +317,16 @@ impl Stager {
         }
         let g = CtxGuard::bind(ctx)?;
         self.ctx = Some(ctx);
+        if !self.announced {
+            self.announced = true;
+            tracing::info!(
+                "device buffers: staged through pinned host memory on the call's stream ({})",
+                match self.opts.pipeline {
+                    true => format!("pipelined in {} byte chunks", self.opts.chunk_bytes),
+                    false => "whole buffers".into(),
+                }
+            );
+        }
         Ok(g)
     }
 

@@ -51,6 +51,7 @@ pub(crate) struct Engine {
     book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
+    spin: Duration,
 }
 
 /// The staging slots' memory, computed once.
@@ -62,7 +63,11 @@ struct SlotRegions(Vec<Region>);
 unsafe impl Send for SlotRegions {}
 
 /// How long to busy-poll before yielding, and to yield before sleeping.
+/// When more ranks share this host than it has cores, spinning steals the
+/// core a peer needs, so the engine yields almost at once
+/// ([`Engine::set_oversubscribed`]).
 const SPIN: Duration = Duration::from_micros(50);
+const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(2);
 const YIELD: Duration = Duration::from_millis(2);
 const SLEEP: Duration = Duration::from_micros(100);
 /// How often an idle operation asks whether another rank failed.
@@ -90,7 +95,13 @@ impl Engine {
             book: run::Bookkeeping::default(),
             timeout,
             abort: AbortHandle::default(),
+            spin: SPIN,
         }
+    }
+
+    /// Whether more ranks run on this host than it has cores.
+    pub(crate) fn set_oversubscribed(&mut self, yes: bool) {
+        self.spin = if yes { SPIN_OVERSUBSCRIBED } else { SPIN };
     }
 
     /// Elements per pipelined chunk for elements of `elem` bytes.
@@ -121,6 +132,7 @@ impl Engine {
     pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs, health: &mut dyn FnMut() -> Option<Error>) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what);
         let abort = self.abort.clone();
+        let spin = self.spin;
         if abort.is_aborted() {
             return Err(Error::Aborted { rank, op: what.to_string() });
         }
@@ -141,7 +153,7 @@ impl Engine {
             let now = Instant::now();
             let idle = now - *idle_since.get_or_insert(now);
             polls = polls.wrapping_add(1);
-            if idle < SPIN {
+            if idle < spin {
                 std::hint::spin_loop();
             } else if idle < YIELD {
                 std::thread::yield_now();
