@@ -23,8 +23,9 @@ for r in $(seq 1 "$REPS"); do
         env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
         echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
         for s in $SIZES; do
+          iters=20; [ "$s" -le 1048576 ] && iters=200; [ "$s" -le 65536 ] && iters=2000
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
-            -b $s -e $s -n 20 -w 5 -c 0 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
+            -b $s -e $s -n $iters -w 20 -c 0 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
         done
       done
       echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"

@@ -103,9 +103,7 @@ impl Communicator {
         boot.barrier().map_err(|source| Error::Bootstrap { rank, source })?;
         let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
         let props = if remote || shm.is_none() { net.properties() } else { shm.as_ref().expect("checked").properties() };
-        let mut engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        engine.set_oversubscribed(local.iter().filter(|l| **l).count() > cores);
+        let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
