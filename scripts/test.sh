@@ -10,6 +10,8 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 echo "== cargo $(cargo --version | cut -d' ' -f2), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
+echo "== the cuda feature (no GPU here: driver-absent and fake-driver tests)"
+cargo test --release -p nccl-rs -p nccl-ffi --features nccl-rs/cuda,nccl-ffi/cuda
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
 if [ "$(id -u)" = 0 ] && [ "${NCCL_RS_SKIP_RXE:-0}" != 1 ]; then

@@ -1,8 +1,10 @@
 //! The collectives, `ncclSend` and `ncclRecv`. Each entry point checks its
 //! arguments (with NCCL's count meanings), builds one `Work` and issues
-//! it; nothing else happens here (as NCCL's `collectives.cc`).
+//! it; nothing else happens here (as NCCL's `collectives.cc`). The
+//! `cudaStream_t` travels with the work: with the `cuda` feature, work on
+//! device memory is ordered on it (`device.rs`); otherwise it is unused.
 
-use crate::comm::{CollWork, CommShared, Work};
+use crate::comm::{CollWork, CommShared, P2pWork, Work};
 use crate::error::{invalid, FfiResult};
 use crate::group::{code, issue};
 use crate::handle::lookup;
@@ -79,6 +81,7 @@ fn collective(
     op: Option<c_int>,
     root: c_int,
     comm: ncclComm_t,
+    stream: cudaStream_t,
 ) -> FfiResult<ncclResult_t> {
     let shared: Arc<CommShared> = lookup(comm)?;
     let dtype = dtype_of(name, dtype)?;
@@ -124,10 +127,12 @@ fn collective(
         dtype,
         op,
         root,
+        stream: stream as usize,
     };
     issue(&shared, Work::Coll(work))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn p2p(
     name: &str,
     is_send: bool,
@@ -136,6 +141,7 @@ fn p2p(
     dtype: c_int,
     peer: c_int,
     comm: ncclComm_t,
+    stream: cudaStream_t,
 ) -> FfiResult<ncclResult_t> {
     let shared = lookup(comm)?;
     let dtype = dtype_of(name, dtype)?;
@@ -158,11 +164,14 @@ fn p2p(
     )?;
     issue(
         &shared,
-        Work::P2p(vec![RawP2p {
-            is_send,
-            peer,
-            ptr: buf.cast(),
-            bytes,
+        Work::P2p(vec![P2pWork {
+            op: RawP2p {
+                is_send,
+                peer,
+                ptr: buf.cast(),
+                bytes,
+            },
+            stream: stream as usize,
         }]),
     )
 }
@@ -194,16 +203,14 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclReduce", RawColl::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm))
+        code(collective("ncclReduce", RawColl::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream))
     }
 
     /// In-place broadcast from `root`.
     fn ncclBcast / pncclBcast(
         buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclBcast", RawColl::Broadcast, buff, buff, count, datatype, None, root, comm))
+        code(collective("ncclBcast", RawColl::Broadcast, buff, buff, count, datatype, None, root, comm, stream))
     }
 
     /// Broadcast from `root`.
@@ -211,8 +218,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclBroadcast", RawColl::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm))
+        code(collective("ncclBroadcast", RawColl::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
     }
 
     /// All-reduce.
@@ -220,8 +226,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclAllReduce", RawColl::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm))
+        code(collective("ncclAllReduce", RawColl::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream))
     }
 
     /// Reduce-scatter (`recvcount` elements per rank).
@@ -229,8 +234,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclReduceScatter", RS, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm))
+        code(collective("ncclReduceScatter", RS, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream))
     }
 
     /// All-gather (`sendcount` elements per rank).
@@ -238,8 +242,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclAllGather", RawColl::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm))
+        code(collective("ncclAllGather", RawColl::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream))
     }
 
     /// All-to-all (`count` elements to and from each rank).
@@ -247,8 +250,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclAlltoAll", RawColl::AllToAll, sendbuff, recvbuff, count, datatype, None, 0, comm))
+        code(collective("ncclAlltoAll", RawColl::AllToAll, sendbuff, recvbuff, count, datatype, None, 0, comm, stream))
     }
 
     /// Gather to `root`.
@@ -256,8 +258,7 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclGather", RawColl::Gather, sendbuff, recvbuff, count, datatype, None, root, comm))
+        code(collective("ncclGather", RawColl::Gather, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
     }
 
     /// Scatter from `root`.
@@ -265,24 +266,21 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(collective("ncclScatter", RawColl::Scatter, sendbuff, recvbuff, count, datatype, None, root, comm))
+        code(collective("ncclScatter", RawColl::Scatter, sendbuff, recvbuff, count, datatype, None, root, comm, stream))
     }
 
     /// Sends `count` elements to `peer`.
     fn ncclSend / pncclSend(
         sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(p2p("ncclSend", true, sendbuff.cast_mut(), count, datatype, peer, comm))
+        code(p2p("ncclSend", true, sendbuff.cast_mut(), count, datatype, peer, comm, stream))
     }
 
     /// Receives `count` elements from `peer`.
     fn ncclRecv / pncclRecv(
         recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: ncclComm_t, stream: cudaStream_t,
     ) -> ncclResult_t {
-        let _ = stream;
-        code(p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm))
+        code(p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream))
     }
 
     /// [`ncclAllReduce`] with a per-call config (hints ignored).
@@ -290,10 +288,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclAllReduceConfig", config) }.and_then(|()| {
-            collective("ncclAllReduceConfig", RawColl::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm)
+            collective("ncclAllReduceConfig", RawColl::AllReduce, sendbuff, recvbuff, count, datatype, Some(op), 0, comm, stream)
         }))
     }
 
@@ -302,10 +299,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclBroadcastConfig", config) }.and_then(|()| {
-            collective("ncclBroadcastConfig", RawColl::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm)
+            collective("ncclBroadcastConfig", RawColl::Broadcast, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
         }))
     }
 
@@ -314,10 +310,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclReduceConfig", config) }.and_then(|()| {
-            collective("ncclReduceConfig", RawColl::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm)
+            collective("ncclReduceConfig", RawColl::Reduce, sendbuff, recvbuff, count, datatype, Some(op), root, comm, stream)
         }))
     }
 
@@ -326,10 +321,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: ncclComm_t,
         stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclAllGatherConfig", config) }.and_then(|()| {
-            collective("ncclAllGatherConfig", RawColl::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm)
+            collective("ncclAllGatherConfig", RawColl::AllGather, sendbuff, recvbuff, sendcount, datatype, None, 0, comm, stream)
         }))
     }
 
@@ -338,10 +332,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclReduceScatterConfig", config) }.and_then(|()| {
-            collective("ncclReduceScatterConfig", RS, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm)
+            collective("ncclReduceScatterConfig", RS, sendbuff, recvbuff, recvcount, datatype, Some(op), 0, comm, stream)
         }))
     }
 
@@ -350,10 +343,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: ncclComm_t,
         stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclAlltoAllConfig", config) }.and_then(|()| {
-            collective("ncclAlltoAllConfig", RawColl::AllToAll, sendbuff, recvbuff, count, datatype, None, 0, comm)
+            collective("ncclAlltoAllConfig", RawColl::AllToAll, sendbuff, recvbuff, count, datatype, None, 0, comm, stream)
         }))
     }
 
@@ -362,10 +354,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclGatherConfig", config) }.and_then(|()| {
-            collective("ncclGatherConfig", RawColl::Gather, sendbuff, recvbuff, count, datatype, None, root, comm)
+            collective("ncclGatherConfig", RawColl::Gather, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
         }))
     }
 
@@ -374,10 +365,9 @@ nccl_api! {
         sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int,
         comm: ncclComm_t, stream: cudaStream_t, config: *const ncclCollConfig_t,
     ) -> ncclResult_t {
-        let _ = stream;
         // SAFETY: `config` is NULL or a readable ncclCollConfig_t (contract).
         code(unsafe { check_coll_config("ncclScatterConfig", config) }.and_then(|()| {
-            collective("ncclScatterConfig", RawColl::Scatter, sendbuff, recvbuff, count, datatype, None, root, comm)
+            collective("ncclScatterConfig", RawColl::Scatter, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
         }))
     }
 }

@@ -8,8 +8,9 @@
 //! is what `ncclCommGetAsyncError` reports as `ncclInProgress`.
 
 use crate::config::CommSettings;
+use crate::device::{self, Stager};
 use crate::error::{usage, Failure, FfiResult};
-use crate::ops::{premultiplied, OpChoice, RedOps};
+use crate::ops::{premultiplied, OpChoice, RedOps, Scalar};
 use crate::worker::Worker;
 use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
 use nccl_rs::comm::AbortHandle;
@@ -28,6 +29,16 @@ pub(crate) struct CollWork {
     pub(crate) dtype: DataType,
     pub(crate) op: OpChoice,
     pub(crate) root: usize,
+    /// The `cudaStream_t` (as an address; 0 is the default stream).
+    pub(crate) stream: usize,
+}
+
+/// One send or receive with its `cudaStream_t`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct P2pWork {
+    pub(crate) op: RawP2p,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) stream: usize,
 }
 
 /// One queued operation of a communicator.
@@ -37,7 +48,7 @@ pub(crate) enum Work {
     /// A collective.
     Coll(CollWork),
     /// Sends and receives that run together (peer may be this rank).
-    P2p(Vec<RawP2p>),
+    P2p(Vec<P2pWork>),
     /// `ncclCommSplit`; `child` is the new handle's state (`None` for
     /// `NCCL_SPLIT_NOCOLOR`).
     Split {
@@ -80,6 +91,9 @@ pub(crate) struct CommShared {
     status: Mutex<Status>,
     idle: Condvar,
     ops: Mutex<RedOps>,
+    /// Pinned staging buffers for device memory (`cuda` feature), made on
+    /// first use.
+    stager: Mutex<Option<Stager>>,
     pub(crate) worker: Worker,
 }
 
@@ -106,6 +120,7 @@ impl CommShared {
             status: Mutex::default(),
             idle: Condvar::new(),
             ops: Mutex::default(),
+            stager: Mutex::new(None),
             worker: Worker::default(),
         };
         if let Some(i) = ident {
@@ -297,8 +312,8 @@ impl CommShared {
         };
         match w {
             Work::Init(_) => unreachable!("handled above"),
-            Work::Coll(c) => run_coll(core, c),
-            Work::P2p(ops) => run_p2p(core, ops),
+            Work::Coll(c) => run_coll(core, &mut lock(&self.stager), c),
+            Work::P2p(ops) => device::run_p2p(core, &mut lock(&self.stager), ops, run_p2p),
             Work::Split { color, key, child } => {
                 let mut config = child
                     .as_ref()
@@ -352,7 +367,7 @@ impl CommShared {
     }
 }
 
-fn run_coll(core: &mut Communicator, c: CollWork) -> FfiResult<()> {
+fn run_coll(core: &mut Communicator, stager: &mut Option<Stager>, c: CollWork) -> FfiResult<()> {
     let mut args = RawArgs {
         coll: c.coll,
         send: c.send,
@@ -362,16 +377,22 @@ fn run_coll(core: &mut Communicator, c: CollWork) -> FfiResult<()> {
         op: c.op.core_op(),
         root: c.root,
     };
+    let scalar = match &c.op {
+        OpChoice::PreMul(s) => Some(device::scalar_bytes(s, c.dtype, c.stream)?),
+        OpChoice::Builtin(_) => None,
+    };
+    if device::coll_on_device(core, &args) {
+        return device::run_coll(core, stager, &args, c.stream, scalar.as_deref());
+    }
     let _copy;
-    if let OpChoice::PreMul(scalar) = &c.op {
+    if let Some(scalar) = scalar {
         let bytes = core.raw_sizes(&args).0;
         if bytes > 0 && c.send.is_null() {
             return Err(crate::error::invalid("sendbuff is NULL"));
         }
         // SAFETY: the application lent `send` for `bytes` bytes (the
-        // collective's input size on this rank) until the call completes;
-        // a pointer scalar is valid until ncclRedOpDestroy.
-        _copy = unsafe { premultiplied(c.send, bytes, c.dtype, scalar) };
+        // collective's input size on this rank) until the call completes.
+        _copy = unsafe { premultiplied(c.send, bytes, c.dtype, &Scalar::Value(scalar)) };
         args.send = _copy.as_ptr().cast();
     }
     // SAFETY: `send`/`recv` are the application's buffers of the sizes NCCL

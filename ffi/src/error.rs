@@ -21,7 +21,8 @@ use std::io::ErrorKind;
 /// * `InvalidArgument` → `ncclInvalidArgument`
 /// * `InvalidUsage`, `Poisoned` → `ncclInvalidUsage`
 /// * `Timeout` → `ncclTimeout`
-/// * `System` → `ncclSystemError`
+/// * `System` → `ncclSystemError`, or `ncclUnhandledCudaError` when a CUDA
+///   driver call failed (`cuda` feature)
 /// * `Internal` → `ncclInternalError`
 /// * `Remote` (another rank failed or died, reported through the
 ///   bootstrap's health channel) → `ncclRemoteError`
@@ -44,6 +45,10 @@ pub fn map_error(e: &Error) -> ncclResult_t {
             ncclResult_t::InvalidUsage
         }
         Error::Timeout { .. } => ncclResult_t::Timeout,
+        #[cfg(feature = "cuda")]
+        Error::System { .. } if nccl_rs::cuda::CudaError::of(e).is_some() => {
+            ncclResult_t::UnhandledCudaError
+        }
         Error::System { .. } => ncclResult_t::SystemError,
         Error::Internal { .. } => ncclResult_t::InternalError,
         Error::Remote { .. } => ncclResult_t::RemoteError,

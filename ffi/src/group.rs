@@ -151,7 +151,7 @@ fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
 /// Sorts queued calls into one batch per communicator: inits, splits and
 /// collectives in order, then one merged send/recv group.
 fn batches(calls: Vec<(Arc<CommShared>, Work)>) -> Vec<Batch> {
-    let mut out: Vec<(Batch, Vec<nccl_rs::comm::raw::RawP2p>)> = Vec::new();
+    let mut out: Vec<(Batch, Vec<crate::comm::P2pWork>)> = Vec::new();
     for (comm, work) in calls {
         let i = match out.iter().position(|((c, _, _), _)| Arc::ptr_eq(c, &comm)) {
             Some(i) => i,

@@ -72,7 +72,7 @@ unsafe fn init_rank(
         start_comm_id_root(&settings, &uid)
             .map_err(|source| Error::Bootstrap { rank: r, source })?;
     }
-    let shared = CommShared::new(settings, Some((r, n)), 0);
+    let shared = CommShared::new(settings, Some((r, n)), crate::device::current_device());
     let res = issue(&shared, Work::Init(uid))?;
     // SAFETY: `out` is non-NULL and writable (contract).
     unsafe { out.write(new_handle(shared)) };
@@ -103,24 +103,11 @@ fn init_all(out: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> FfiResu
         .ok()
         .filter(|&n| n > 0)
         .ok_or_else(|| invalid(format!("ncclCommInitAll: ndev {ndev} < 1")))?;
-    let devices: Vec<c_int> = if devlist.is_null() {
-        (0..ndev).collect()
-    } else {
+    let listed = (!devlist.is_null()).then(|| {
         // SAFETY: a non-NULL devlist has ndev entries (contract).
-        unsafe { std::slice::from_raw_parts(devlist, n) }.to_vec()
-    };
-    for (i, d) in devices.iter().enumerate() {
-        if *d < 0 {
-            return Err(invalid(format!(
-                "ncclCommInitAll: devlist[{i}] = {d} is negative"
-            )));
-        }
-        if devices[..i].contains(d) {
-            return Err(usage(format!(
-                "ncclCommInitAll: device {d} appears twice in devlist"
-            )));
-        }
-    }
+        unsafe { std::slice::from_raw_parts(devlist, n) }
+    });
+    let devices = crate::device::initall_devices(n, listed)?;
     let settings = config::from_env()?;
     let id =
         UniqueId::new(&settings.core).map_err(|source| Error::Bootstrap { rank: 0, source })?;

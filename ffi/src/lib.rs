@@ -12,7 +12,8 @@
 //!   last-error text. `handle`: checked `ncclComm_t` handles.
 //! * `comm`: a communicator's state and the one place its work runs;
 //!   `worker`: the background thread of non-blocking communicators;
-//!   `group`: `ncclGroupStart`/`End` and the path every call is issued by.
+//!   `group`: `ncclGroupStart`/`End` and the path every call is issued by;
+//!   `device`: device pointers and streams (the `cuda` feature).
 //! * `init`, `manage`, `coll`, `ops`, `mem`: the API, grouped as `nccl.h`.
 //!   `stubs`: functions not implemented yet (`ncclInvalidUsage`).
 //!   `config`: `ncclConfig_t` read by its `size`. `logging`: `NCCL_DEBUG*`.
@@ -31,6 +32,7 @@
 pub mod coll;
 mod comm;
 mod config;
+mod device;
 pub mod error;
 pub mod group;
 mod handle;

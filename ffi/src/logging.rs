@@ -63,8 +63,10 @@ fn targets(subsys: &str) -> &'static [&'static str] {
         "INIT" => &[
             "nccl::init",
             "nccl::manage",
+            "nccl::device",
             "nccl_rs::comm",
             "nccl_rs::launch",
+            "nccl_rs::cuda",
         ],
         "COLL" => &[
             "nccl::coll",
@@ -73,12 +75,17 @@ fn targets(subsys: &str) -> &'static [&'static str] {
             "nccl_rs::engine",
         ],
         "P2P" => &["nccl::coll", "nccl_rs::comm", "nccl_rs::engine"],
-        "NET" => &["transport_tcp", "nccl_net", "nccl_rs::transport"],
+        "NET" => &[
+            "transport_tcp",
+            "nccl_net",
+            "nccl_rs::transport",
+            "nccl_rs::cuda",
+        ],
         "SHM" => &["nccl_rs::transport"],
         "BOOTSTRAP" => &["nccl_rs::bootstrap"],
         "ENV" => &["nccl::config", "nccl::stubs", "nccl_rs::config"],
         "GRAPH" | "TUNING" => &["nccl_rs::plan", "nccl_rs::schedule"],
-        "ALLOC" => &["nccl::mem", "nccl_rs::engine"],
+        "ALLOC" => &["nccl::mem", "nccl_rs::engine", "nccl_rs::cuda"],
         "CALL" => &["nccl"],
         _ => &[],
     }
@@ -134,7 +141,7 @@ mod tests {
         assert_eq!(filter("info", "BOOTSTRAP"), "warn,nccl_rs::bootstrap=info");
         assert_eq!(
             filter("info", "^NET"),
-            "info,transport_tcp=warn,nccl_net=warn,nccl_rs::transport=warn"
+            "info,transport_tcp=warn,nccl_net=warn,nccl_rs::transport=warn,nccl_rs::cuda=warn"
         );
         assert_eq!(level(Some("info")), "info");
         assert_eq!(level(None), "warn");

@@ -106,7 +106,8 @@ nccl_api! {
         to_code(lookup(comm).and_then(|c| out_int("ncclCommUserRank", rank, || Ok(c.ident()?.0))))
     }
 
-    /// The device index the communicator stands for (no CUDA is used).
+    /// The CUDA device the communicator stands for: the current device at
+    /// init (`cuda` feature), `devlist[i]` for `ncclCommInitAll`.
     fn ncclCommCuDevice / pncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
         to_code(lookup(comm).and_then(|c| out_int("ncclCommCuDevice", device, || Ok(c.device as usize))))
     }

@@ -1,7 +1,9 @@
-//! `ncclMemAlloc`/`ncclMemFree` (64-byte aligned host memory) and
+//! `ncclMemAlloc`/`ncclMemFree` (64-byte aligned host memory; device
+//! memory with the `cuda` feature when a GPU is usable) and
 //! `ncclCommRegister`/`ncclCommDeregister` (accepted; nothing to do for
-//! host memory). Both keep a registry, so freeing a foreign pointer or a
-//! handle twice is an error, not heap corruption.
+//! host memory; device memory gets an INFO line on its network path).
+//! Both keep a registry, so freeing a foreign pointer or a handle twice is
+//! an error, not heap corruption.
 
 use crate::comm::CommShared;
 use crate::error::{invalid, to_code, FfiResult};
@@ -25,12 +27,26 @@ fn allocations() -> MutexGuard<'static, HashMap<usize, Layout>> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
+/// Device memory handed out by `ncclMemAlloc` (`cuda` feature, GPU
+/// present).
+fn device_allocations() -> MutexGuard<'static, std::collections::HashSet<usize>> {
+    static ALLOCS: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    ALLOCS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> FfiResult<ncclResult_t> {
     if ptr.is_null() {
         return Err(invalid("ncclMemAlloc: ptr is NULL"));
     }
     let p = if size == 0 {
         std::ptr::null_mut()
+    } else if let Some(dev) = crate::device::mem_alloc(size) {
+        let p = dev?;
+        device_allocations().insert(p as usize);
+        p
     } else {
         let layout = Layout::from_size_align(size, MEM_ALIGN)
             .map_err(|_| invalid(format!("ncclMemAlloc: size {size} is too large")))?;
@@ -53,6 +69,12 @@ fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> FfiResult<ncclResult_t> {
 
 fn mem_free(ptr: *mut c_void) -> FfiResult<ncclResult_t> {
     if ptr.is_null() {
+        return Ok(ncclResult_t::Success);
+    }
+    if device_allocations().remove(&(ptr as usize)) {
+        // SAFETY: returned by ncclMemAlloc's device path and still
+        // registered, so freed exactly once.
+        unsafe { crate::device::mem_free(ptr) }?;
         return Ok(ncclResult_t::Success);
     }
     let layout = allocations().remove(&(ptr as usize)).ok_or_else(|| {
@@ -91,6 +113,7 @@ fn register(
     if buff.is_null() && size > 0 {
         return Err(invalid("ncclCommRegister: buff is NULL"));
     }
+    crate::device::note_registration(buff, size);
     let token = Box::into_raw(Box::new(0u8));
     registrations().insert(token as usize, Registration { comm });
     // SAFETY: `handle` is non-NULL and points to a `void*` (contract).
@@ -122,7 +145,8 @@ fn deregister(comm: ncclComm_t, handle: *mut c_void) -> FfiResult<ncclResult_t> 
 }
 
 nccl_api! {
-    /// Allocates 64-byte aligned host memory.
+    /// Allocates 64-byte aligned host memory (device memory with the `cuda`
+    /// feature when a GPU is usable).
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
         to_code(mem_alloc(ptr, size))
     }

@@ -20,7 +20,7 @@ use std::ffi::{c_int, c_void};
 /// A scalar kept by pointer (`ncclScalarDevice`), read when a collective
 /// using the op runs.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ScalarPtr(*const u8);
+pub(crate) struct ScalarPtr(pub(crate) *const u8);
 
 // SAFETY: the pointer is only read, by whichever thread runs a collective
 // that uses the op; the application keeps it valid and holding a value of

@@ -1,18 +1,20 @@
 //! Loading the CUDA driver without panicking, and the entry points we use.
 //!
-//! cudarc (feature `dynamic-loading`) finds and opens `libcuda` at run
-//! time, so nothing here links against CUDA. Its generated wrappers panic
-//! when the library or a symbol is missing and return `CUresult` as a Rust
-//! enum (a driver newer than the bindings could return a code outside it).
-//! So we only use cudarc to find and hold the library
-//! (`cudarc::driver::sys::{is_culib_present, culib}`) and resolve the
-//! entry points ourselves, once, with `int` results: a missing library or
-//! symbol is an [`CudaError`], never a panic, and the whole load also runs
-//! inside `catch_unwind`.
+//! The driver library is opened at run time with `dlopen`, so nothing here
+//! links against CUDA and the library loads on machines without it. We
+//! resolve the few entry points we call ourselves, once, with `int`
+//! results, instead of going through cudarc's loader: cudarc's generated
+//! loaders either resolve every symbol of the bindings at once (0.19.0:
+//! one symbol missing from an older driver and nothing loads) or panic on
+//! a missing one, and they return `CUresult` as a Rust enum (a driver newer
+//! than the bindings could return a code outside it). A missing library or
+//! symbol is a [`CudaError`] here, never a panic, and the whole load also
+//! runs inside `catch_unwind`. cudarc supplies the types and the typed
+//! API on its `CudaSlice` (see `typed.rs`).
 //!
 //! `NCCL_CUDA_DISABLE=1` turns CUDA off (everything is host memory).
-//! `NCCL_CUDA_DRIVER=/path/libcuda.so.1` loads that file first; cudarc's
-//! search then finds it by its SONAME (tests use this for a fake driver).
+//! `NCCL_CUDA_DRIVER=/path/libcuda.so.1` loads that file instead of
+//! `libcuda.so.1` (tests use it for a fake driver).
 
 use super::CudaError;
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream};
@@ -174,21 +176,13 @@ fn load() -> Result<Driver, CudaError> {
     if env_flag("NCCL_CUDA_DISABLE") {
         return Err(CudaError::Disabled);
     }
-    if let Some(path) = std::env::var_os("NCCL_CUDA_DRIVER").filter(|p| !p.is_empty()) {
-        preload(&path)?;
-    }
-    // SAFETY: only tries to open candidate names; opens nothing for good.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(CudaError::NotFound);
-    }
-    // SAFETY: present (checked above), so `culib` opens it instead of
-    // panicking; it stays loaded for the life of the process.
-    let lib = unsafe { cudarc::driver::sys::culib() };
+    let handle = open_driver()?;
     let get = |name: &[u8]| {
-        // SAFETY: looking a symbol up has no side effect; the address is
-        // only used as the function cuda.h declares under that name.
-        let sym = unsafe { lib.get::<*const c_void>(name) };
-        sym.ok().map(|s| *s).filter(|p| !p.is_null())
+        // SAFETY: `name` is NUL-terminated; looking a symbol up has no
+        // side effect, and the address is only used as the function cuda.h
+        // declares under that name.
+        let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
+        (!p.is_null()).then_some(p.cast_const())
     };
     // SAFETY: `get` resolves in the driver library, never unloaded.
     let api = unsafe { Api::resolve(get) }?;
@@ -200,9 +194,17 @@ fn load() -> Result<Driver, CudaError> {
             code => return Err(CudaError::call("cuInit", code, Some(&api))),
         }
         let mut version = 0;
-        check(&api, "cuDriverGetVersion", (api.cuDriverGetVersion)(&mut version))?;
+        check(
+            &api,
+            "cuDriverGetVersion",
+            (api.cuDriverGetVersion)(&mut version),
+        )?;
         let mut devices = 0;
-        check(&api, "cuDeviceGetCount", (api.cuDeviceGetCount)(&mut devices))?;
+        check(
+            &api,
+            "cuDeviceGetCount",
+            (api.cuDeviceGetCount)(&mut devices),
+        )?;
         if devices < 1 {
             return Err(CudaError::NoDevice);
         }
@@ -214,31 +216,46 @@ fn load() -> Result<Driver, CudaError> {
     }
 }
 
-/// Opens `path` and keeps it loaded, so that the driver search finds it by
-/// its SONAME (`libcuda.so.1`).
-fn preload(path: &std::ffi::OsStr) -> Result<(), CudaError> {
+/// Opens the driver library (`NCCL_CUDA_DRIVER`, else `libcuda.so.1`,
+/// else `libcuda.so`) and keeps it loaded for the life of the process,
+/// globally, so that cudarc's own loader finds the same library.
+fn open_driver() -> Result<*mut c_void, CudaError> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_bytes())
-        .map_err(|_| CudaError::Unsupported("NCCL_CUDA_DRIVER contains a NUL byte".into()))?;
-    // SAFETY: a NUL-terminated path; the handle is deliberately never
-    // closed (the driver stays loaded for the life of the process).
-    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    if h.is_null() {
-        // SAFETY: dlerror returns NULL or a NUL-terminated message.
-        let why = unsafe {
-            let e = libc::dlerror();
-            if e.is_null() {
-                "unknown error".to_string()
-            } else {
-                CStr::from_ptr(e).to_string_lossy().into_owned()
-            }
+    let explicit = std::env::var_os("NCCL_CUDA_DRIVER").filter(|p| !p.is_empty());
+    let names: Vec<Vec<u8>> = match &explicit {
+        Some(p) => vec![p.as_bytes().to_vec()],
+        None => vec![b"libcuda.so.1".to_vec(), b"libcuda.so".to_vec()],
+    };
+    let mut why = Vec::new();
+    for name in names {
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        let Ok(c) = std::ffi::CString::new(name) else {
+            why.push(format!("{shown}: contains a NUL byte"));
+            continue;
         };
-        return Err(CudaError::Unsupported(format!(
-            "NCCL_CUDA_DRIVER={}: {why}",
-            path.to_string_lossy()
-        )));
+        // SAFETY: a NUL-terminated name; the handle is deliberately never
+        // closed.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if !h.is_null() {
+            return Ok(h);
+        }
+        // SAFETY: dlerror returns NULL or a NUL-terminated message.
+        let e = unsafe { libc::dlerror() };
+        why.push(if e.is_null() {
+            format!("{shown}: not found")
+        } else {
+            // SAFETY: non-NULL, NUL-terminated.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        });
     }
-    Ok(())
+    match explicit {
+        Some(p) => Err(CudaError::Unsupported(format!(
+            "NCCL_CUDA_DRIVER={}: {}",
+            p.to_string_lossy(),
+            why.join("; ")
+        ))),
+        None => Err(CudaError::NotFound),
+    }
 }
 
 /// `Ok` for `CUDA_SUCCESS`, else the call's error.
@@ -253,8 +270,8 @@ pub(crate) fn check(api: &Api, call: &'static str, code: c_int) -> Result<(), Cu
 /// The driver's name for an error code (`CUDA_ERROR_...`).
 pub(crate) fn error_name(api: Option<&Api>, code: c_int) -> String {
     let mut p: *const c_char = std::ptr::null();
-    // SAFETY: valid out-pointer; the driver returns a static string.
     if let Some(api) = api {
+        // SAFETY: valid out-pointer; the driver returns a static string.
         if unsafe { (api.cuGetErrorName)(code, &mut p) } == SUCCESS && !p.is_null() {
             // SAFETY: non-NULL static NUL-terminated string.
             return unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
@@ -416,10 +433,7 @@ impl Pinned {
         check(api, "cuMemHostAlloc", unsafe {
             (api.cuMemHostAlloc)(&mut p, cap, MEMHOSTALLOC_PORTABLE)
         })?;
-        Ok(Pinned {
-            ptr: p.cast(),
-            cap,
-        })
+        Ok(Pinned { ptr: p.cast(), cap })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {

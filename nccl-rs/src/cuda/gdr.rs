@@ -102,7 +102,11 @@ impl GdrConfig {
     /// Through `get` (tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> crate::Result<GdrConfig> {
         let mut c = GdrConfig::default();
-        let text = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let text = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         if let Some(v) = text("NCCL_NET_GDR_LEVEL") {
             c.level = GdrLevel::parse(&v).ok_or_else(|| {
                 crate::Error::InvalidArgument(format!(
@@ -155,9 +159,12 @@ pub fn support(ordinal: i32) -> Result<GdrSupport, CudaError> {
 
 /// Whether the peer-memory kernel module is loaded.
 pub fn peermem_loaded() -> bool {
-    ["/sys/module/nvidia_peermem", "/sys/kernel/mm/memory_peers/nv_mem/version"]
-        .iter()
-        .any(|p| std::path::Path::new(p).exists())
+    [
+        "/sys/module/nvidia_peermem",
+        "/sys/kernel/mm/memory_peers/nv_mem/version",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
 }
 
 /// A DMA-BUF file descriptor for a device range, as `ibv_reg_dmabuf_mr`
@@ -219,11 +226,15 @@ fn page_size() -> u64 {
 pub unsafe fn dmabuf_for(ptr: *const c_void, len: usize) -> Result<DmaBuf, CudaError> {
     let api = driver::api()?;
     let f = api.cuMemGetHandleForAddressRange.ok_or_else(|| {
-        CudaError::MissingSymbol("cuMemGetHandleForAddressRange (DMA-BUF export, CUDA 11.7+)".into())
+        CudaError::MissingSymbol(
+            "cuMemGetHandleForAddressRange (DMA-BUF export, CUDA 11.7+)".into(),
+        )
     })?;
     let info = pointer::info(ptr.cast());
     let Some(ordinal) = info.ordinal() else {
-        return Err(CudaError::Unsupported(format!("{ptr:?} is not device memory")));
+        return Err(CudaError::Unsupported(format!(
+            "{ptr:?} is not device memory"
+        )));
     };
     let ctx = match info.ctx {
         Some(c) => c,
@@ -240,7 +251,8 @@ pub unsafe fn dmabuf_for(ptr: *const c_void, len: usize) -> Result<DmaBuf, CudaE
     // SAFETY: valid out-pointers of the attributes' types.
     unsafe {
         if (api.cuPointerGetAttribute)((&mut start as *mut u64).cast(), 11, addr) == driver::SUCCESS
-            && (api.cuPointerGetAttribute)((&mut size as *mut usize).cast(), 12, addr) == driver::SUCCESS
+            && (api.cuPointerGetAttribute)((&mut size as *mut usize).cast(), 12, addr)
+                == driver::SUCCESS
             && size > 0
         {
             base = base.max(start);
@@ -261,7 +273,9 @@ pub unsafe fn dmabuf_for(ptr: *const c_void, len: usize) -> Result<DmaBuf, CudaE
     };
     driver::check(api, "cuMemGetHandleForAddressRange", rc)?;
     if fd < 0 {
-        return Err(CudaError::Unsupported("cuMemGetHandleForAddressRange returned no descriptor".into()));
+        return Err(CudaError::Unsupported(
+            "cuMemGetHandleForAddressRange returned no descriptor".into(),
+        ));
     }
     Ok(DmaBuf {
         // SAFETY: a fresh descriptor the driver handed to us.
@@ -327,7 +341,10 @@ pub unsafe fn choose(
             break 'path staging("NCCL_NET_GDR_LEVEL=LOC".into());
         }
         if let Some(d) = distance.filter(|d| *d > cfg.level) {
-            break 'path staging(format!("NIC at distance {d}, beyond NCCL_NET_GDR_LEVEL={}", cfg.level));
+            break 'path staging(format!(
+                "NIC at distance {d}, beyond NCCL_NET_GDR_LEVEL={}",
+                cfg.level
+            ));
         }
         let sup = match support(ordinal) {
             Ok(s) => s,
@@ -394,8 +411,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!((c.level, c.dmabuf), (GdrLevel::Sys, false));
-        assert!(GdrConfig::from_lookup(|k| (k == "NCCL_NET_GDR_LEVEL").then(|| "x".into())).is_err());
-        assert!(GdrConfig::from_lookup(|k| (k == "NCCL_DMABUF_ENABLE").then(|| "2".into())).is_err());
+        assert!(
+            GdrConfig::from_lookup(|k| (k == "NCCL_NET_GDR_LEVEL").then(|| "x".into())).is_err()
+        );
+        assert!(
+            GdrConfig::from_lookup(|k| (k == "NCCL_DMABUF_ENABLE").then(|| "2".into())).is_err()
+        );
     }
 
     #[test]

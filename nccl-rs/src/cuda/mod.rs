@@ -44,7 +44,7 @@ mod typed;
 
 pub use cudarc;
 pub use pointer::{classify, MemKind};
-pub use stage::{StagingOptions, Stager, Stream};
+pub use stage::{Stager, StagingOptions, Stream};
 
 use driver::{api, check, CtxGuard};
 use std::ffi::{c_char, c_int, c_void};
@@ -57,7 +57,9 @@ pub enum CudaError {
     #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
     Disabled,
     /// No driver library on this machine.
-    #[error("the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine")]
+    #[error(
+        "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine"
+    )]
     NotFound,
     /// The driver lacks an entry point we need (too old).
     #[error("the CUDA driver has no {0} (driver too old)")]
@@ -150,7 +152,13 @@ pub struct CudaInfo {
 impl std::fmt::Display for CudaInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let v = self.driver_version;
-        write!(f, "CUDA driver {}.{}, {} device(s)", v / 1000, (v % 1000) / 10, self.devices.len())?;
+        write!(
+            f,
+            "CUDA driver {}.{}, {} device(s)",
+            v / 1000,
+            (v % 1000) / 10,
+            self.devices.len()
+        )?;
         for d in &self.devices {
             write!(
                 f,
@@ -194,9 +202,15 @@ pub fn probe() -> Result<CudaInfo, CudaError> {
                 "cuDeviceGetName",
                 (api.cuDeviceGetName)(name.as_mut_ptr(), name.len() as c_int - 1, dev),
             )?;
-            let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let name = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_string_lossy()
+                .into_owned();
             let mut total_mem = 0usize;
-            check(api, "cuDeviceTotalMem", (api.cuDeviceTotalMem_v2)(&mut total_mem, dev))?;
+            check(
+                api,
+                "cuDeviceTotalMem",
+                (api.cuDeviceTotalMem_v2)(&mut total_mem, dev),
+            )?;
             let attr = |a: c_int| {
                 let mut v = 0;
                 ((api.cuDeviceGetAttribute)(&mut v, a, dev) == driver::SUCCESS).then_some(v)
@@ -263,7 +277,9 @@ pub fn device_alloc(bytes: usize) -> Result<*mut c_void, CudaError> {
     let _g = CtxGuard::bind(ctx)?;
     let mut p = 0;
     // SAFETY: valid out-pointer; a context is current.
-    check(api, "cuMemAlloc", unsafe { (api.cuMemAlloc_v2)(&mut p, bytes) })?;
+    check(api, "cuMemAlloc", unsafe {
+        (api.cuMemAlloc_v2)(&mut p, bytes)
+    })?;
     Ok(p as *mut c_void)
 }
 
@@ -290,7 +306,11 @@ pub unsafe fn device_free(p: *mut c_void) -> Result<(), CudaError> {
 ///
 /// # Safety
 /// `ptr` must be valid for `bytes` bytes once `stream` reaches this point.
-pub unsafe fn read_bytes(ptr: *const u8, bytes: usize, stream: Stream) -> Result<Vec<u8>, CudaError> {
+pub unsafe fn read_bytes(
+    ptr: *const u8,
+    bytes: usize,
+    stream: Stream,
+) -> Result<Vec<u8>, CudaError> {
     let info = pointer::info(ptr);
     if !info.is_device() {
         // SAFETY: host memory, readable (contract).

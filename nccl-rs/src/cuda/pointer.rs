@@ -81,7 +81,11 @@ pub(crate) fn info(ptr: *const u8) -> PtrInfo {
         return PtrInfo::HOST;
     }
     let mut ordinal: c_int = 0;
-    if get(ptr_attr::DEVICE_ORDINAL, (&mut ordinal as *mut c_int).cast()) != driver::SUCCESS {
+    if get(
+        ptr_attr::DEVICE_ORDINAL,
+        (&mut ordinal as *mut c_int).cast(),
+    ) != driver::SUCCESS
+    {
         ordinal = 0;
     }
     let mut managed: c_uint = 0;

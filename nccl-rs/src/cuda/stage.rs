@@ -13,10 +13,19 @@
 //! The call returns once the network part is done and the copies back are
 //! enqueued (the stream completes them). It does not return before the
 //! stream's earlier work has produced the input: unlike NCCL's kernels,
-//! the host has to wait for it. (A fully asynchronous variant, where a
-//! proxy thread runs the network part and the stream waits on a flag with
-//! `cuStreamWaitValue32`, needs every call of a communicator to go through
-//! that proxy; it is described in `ffi/README.md`.)
+//! the host has to wait for it.
+//!
+//! A fully asynchronous variant (the call returns at once) needs a proxy
+//! thread per communicator that runs every call of it in order: the call
+//! enqueues the device→host copies and an event on the stream, then
+//! `cuStreamWaitValue32` on a flag in mapped pinned memory, then the
+//! copies back; the proxy waits for the event, runs the network part and
+//! writes the flag. Every call of the communicator, host-memory ones
+//! included, must then go through the proxy to keep the order the same on
+//! every rank; that is a change to how the C ABI issues work, left for
+//! later. (Host functions, `cuLaunchHostFunc`, cannot do it: they may not
+//! call CUDA, and blocking in one would stall the other ranks' host
+//! functions when ranks share a process.)
 //!
 //! # Pipeline
 //! A buffer larger than one chunk (`NCCL_CUDA_STAGING_CHUNK`, 2 MiB by
@@ -27,7 +36,7 @@
 //! they are allocated on first use, grown when needed, and kept by the
 //! [`Stager`] (one per communicator).
 
-use super::driver::{self, copy_async, CtxGuard, Ctx, Event, Pinned};
+use super::driver::{self, copy_async, Ctx, CtxGuard, Event, Pinned};
 use super::pointer::{self, PtrInfo};
 use super::CudaError;
 use crate::comm::raw::{RawArgs, RawColl, RawP2p};
@@ -373,16 +382,28 @@ impl Stager {
             RawColl::Broadcast | RawColl::Reduce | RawColl::Gather | RawColl::Scatter
         );
         if rooted && a.root >= n {
-            return Err(Error::InvalidArgument(format!("root {} is not a rank of {n}", a.root)));
+            return Err(Error::InvalidArgument(format!(
+                "root {} is not a rank of {n}",
+                a.root
+            )));
         }
         let (sb, rb) = comm.raw_sizes(a);
         let es = a.dtype.size();
-        for (what, p, len) in [("sendbuff", a.send, sb), ("recvbuff", a.recv.cast_const(), rb)] {
+        for (what, p, len) in [
+            ("sendbuff", a.send, sb),
+            ("recvbuff", a.recv.cast_const(), rb),
+        ] {
             if len > 0 && p.is_null() {
-                return Err(Error::InvalidArgument(format!("{what} is NULL but {len} bytes are needed")));
+                return Err(Error::InvalidArgument(format!(
+                    "{what} is NULL but {len} bytes are needed"
+                )));
             }
-            if len > 0 && (p as usize) % es != 0 {
-                return Err(Error::InvalidArgument(format!("{what} {p:?} is not aligned for {}", a.dtype)));
+            // Element sizes are powers of two.
+            if len > 0 && (p as usize) & (es - 1) != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} {p:?} is not aligned for {}",
+                    a.dtype
+                )));
             }
         }
         if let Some(s) = prescale {
@@ -394,8 +415,16 @@ impl Stager {
                 )));
             }
         }
-        let si = if sb > 0 { pointer::info(a.send) } else { PtrInfo::HOST };
-        let ri = if rb > 0 { pointer::info(a.recv) } else { PtrInfo::HOST };
+        let si = if sb > 0 {
+            pointer::info(a.send)
+        } else {
+            PtrInfo::HOST
+        };
+        let ri = if rb > 0 {
+            pointer::info(a.recv)
+        } else {
+            PtrInfo::HOST
+        };
         if !si.is_device() && !ri.is_device() {
             return match prescale {
                 // SAFETY: forwarded contract (host memory).
@@ -479,12 +508,21 @@ impl Stager {
             if let (Some(scalar), true) = (prescale, sb > 0) {
                 // SAFETY: the input copies of this chunk finished; the
                 // slot holds `in_bytes(len)` bytes.
-                let staged = unsafe { std::slice::from_raw_parts_mut(slot.inp.ptr(), in_bytes(len)) };
+                let staged =
+                    unsafe { std::slice::from_raw_parts_mut(slot.inp.ptr(), in_bytes(len)) };
                 scale_in_place(a.dtype, staged, scalar);
             }
             let host = RawArgs {
-                send: if sb > 0 { slot.inp.ptr() } else { std::ptr::null() },
-                recv: if rb > 0 { slot.out.ptr() } else { std::ptr::null_mut() },
+                send: if sb > 0 {
+                    slot.inp.ptr()
+                } else {
+                    std::ptr::null()
+                },
+                recv: if rb > 0 {
+                    slot.out.ptr()
+                } else {
+                    std::ptr::null_mut()
+                },
                 count: len,
                 op: a.op,
                 ..*a
@@ -500,7 +538,8 @@ impl Stager {
                     // SAFETY: `dst` lies in the caller's receive buffer,
                     // `src` in our slot, kept until the copy ran (the
                     // slot's event is waited on before reuse).
-                    queued |= unsafe { copy(dst, src, len * es, ri.is_device(), s) }.map_err(&err)?;
+                    queued |=
+                        unsafe { copy(dst, src, len * es, ri.is_device(), s) }.map_err(&err)?;
                 }
                 if queued {
                     slot.out.mark(s).map_err(&err)?;
@@ -528,7 +567,13 @@ impl Stager {
     ) -> Result<()> {
         let infos: Vec<PtrInfo> = ops
             .iter()
-            .map(|(o, _)| if o.bytes > 0 { pointer::info(o.ptr) } else { PtrInfo::HOST })
+            .map(|(o, _)| {
+                if o.bytes > 0 {
+                    pointer::info(o.ptr)
+                } else {
+                    PtrInfo::HOST
+                }
+            })
             .collect();
         let Some(first) = infos.iter().position(PtrInfo::is_device) else {
             let plain: Vec<RawP2p> = ops.iter().map(|(o, _)| *o).collect();
@@ -605,18 +650,32 @@ mod tests {
     #[test]
     fn options_parse() {
         let get = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
-        assert_eq!(StagingOptions::from_lookup(get(&[])).unwrap(), StagingOptions::default());
-        let o = StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "64K"), ("NCCL_CUDA_PIPELINE", "0")]))
-            .unwrap();
+        assert_eq!(
+            StagingOptions::from_lookup(get(&[])).unwrap(),
+            StagingOptions::default()
+        );
+        let o = StagingOptions::from_lookup(get(&[
+            ("NCCL_CUDA_STAGING_CHUNK", "64K"),
+            ("NCCL_CUDA_PIPELINE", "0"),
+        ]))
+        .unwrap();
         assert_eq!((o.chunk_bytes, o.pipeline), (65536, false));
         assert_eq!(
-            StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "8388608")])).unwrap().chunk_bytes,
+            StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "8388608")]))
+                .unwrap()
+                .chunk_bytes,
             8 << 20
         );
         for bad in ["12", "x", "2T", "4G"] {
-            let pairs: &'static [(&str, &str)] = Box::leak(Box::new([("NCCL_CUDA_STAGING_CHUNK", bad)]));
+            let pairs: &'static [(&str, &str)] =
+                Box::leak(Box::new([("NCCL_CUDA_STAGING_CHUNK", bad)]));
             assert!(StagingOptions::from_lookup(get(pairs)).is_err(), "{bad}");
         }
         assert!(StagingOptions::from_lookup(get(&[("NCCL_CUDA_PIPELINE", "yes")])).is_err());

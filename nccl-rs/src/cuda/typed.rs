@@ -76,7 +76,16 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<()> {
         len_check("all_reduce recv", recv.len(), send.len())?;
-        self.typed(comm, RawColl::AllReduce, Some(send), recv, send.len(), op, 0, stream)
+        self.typed(
+            comm,
+            RawColl::AllReduce,
+            Some(send),
+            recv,
+            send.len(),
+            op,
+            0,
+            stream,
+        )
     }
 
     /// All-reduce in place.
@@ -101,7 +110,16 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<()> {
         len_check("all_gather recv", recv.len(), send.len() * comm.size())?;
-        self.typed(comm, RawColl::AllGather, Some(send), recv, send.len(), RedOp::Sum, 0, stream)
+        self.typed(
+            comm,
+            RawColl::AllGather,
+            Some(send),
+            recv,
+            send.len(),
+            RedOp::Sum,
+            0,
+            stream,
+        )
     }
 
     /// Reduce-scatter: `send` holds `size() * recv.len()` elements.
@@ -114,7 +132,16 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<()> {
         len_check("reduce_scatter send", send.len(), recv.len() * comm.size())?;
-        self.typed(comm, RawColl::ReduceScatter, Some(send), recv, recv.len(), op, 0, stream)
+        self.typed(
+            comm,
+            RawColl::ReduceScatter,
+            Some(send),
+            recv,
+            recv.len(),
+            op,
+            0,
+            stream,
+        )
     }
 
     /// Broadcast of `buf` from `root`, in place.
@@ -126,7 +153,16 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<()> {
         let n = buf.len();
-        self.typed(comm, RawColl::Broadcast, None, buf, n, RedOp::Sum, root, stream)
+        self.typed(
+            comm,
+            RawColl::Broadcast,
+            None,
+            buf,
+            n,
+            RedOp::Sum,
+            root,
+            stream,
+        )
     }
 
     /// Sends and receives that run together (as `ncclGroupStart` … `End`):

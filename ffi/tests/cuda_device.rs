@@ -1,0 +1,241 @@
+//! The C ABI with the `cuda` feature: device buffers and stream semantics
+//! (`tests/cuda/device_check.c`) against a fake CUDA driver
+//! (`tests/cuda/fake_libcuda.c`: device memory the CPU cannot touch,
+//! streams that run later on their own threads), so it runs without a GPU.
+//! The host-memory C programs of `tests/c` must also pass with a driver
+//! present. `real_gpu_*` (ignored) run the same program on a real GPU.
+#![cfg(feature = "cuda")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+/// Our work directory: `lib/libnccl.so.2` (this build, cuda feature),
+/// `lib/libcuda.so.1` (the fake driver, kept apart in `fake/`), programs.
+fn work() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = profile_dir().join(format!("nccl-cuda-tests-{}", std::process::id()));
+        let lib = dir.join("lib");
+        let fake = dir.join("fake");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(&fake).unwrap();
+        let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let built = [
+            profile_dir().join("deps/libnccl.so"),
+            profile_dir().join("libnccl.so"),
+        ]
+        .into_iter()
+        .filter(|p| p.exists())
+        .max_by_key(modified)
+        .expect("libnccl.so built");
+        std::fs::copy(built, lib.join("libnccl.so.2")).unwrap();
+        std::os::unix::fs::symlink("libnccl.so.2", lib.join("libnccl.so")).unwrap();
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-pthread",
+            "-Wl,-soname,libcuda.so.1",
+            manifest()
+                .join("tests/cuda/fake_libcuda.c")
+                .to_str()
+                .unwrap(),
+            "-o",
+            fake.join("libcuda.so.1").to_str().unwrap(),
+        ]);
+        dir
+    })
+}
+
+fn cc(args: &[&str]) {
+    let o = Command::new("cc").args(args).output().expect("running cc");
+    assert!(
+        o.status.success(),
+        "cc {args:?}:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Compiles a C test program against include/nccl.h and our library.
+fn program(src: &Path, name: &str) -> PathBuf {
+    let out = work().join(name);
+    let lib = work().join("lib");
+    cc(&[
+        "-std=c11",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-D_DEFAULT_SOURCE",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-O1",
+        "-I",
+        manifest().join("include").to_str().unwrap(),
+        "-I",
+        manifest().join("tests/c").to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-L",
+        lib.to_str().unwrap(),
+        "-lnccl",
+        &format!("-Wl,-rpath,{}", lib.display()),
+        "-ldl",
+        "-lpthread",
+    ]);
+    out
+}
+
+fn fake_driver() -> PathBuf {
+    work().join("fake/libcuda.so.1")
+}
+
+/// Runs `exe args` with `envs`, killing it after `limit`.
+fn run(exe: &Path, args: &[&str], envs: &[(&str, &str)], limit: Duration) -> String {
+    let mut child = Command::new(exe)
+        .args(args)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_TIMEOUT", "60")
+        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env_remove("NCCL_COMM_ID")
+        .env_remove("NCCL_COMM_BLOCKING")
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o: Output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!("{text}");
+    assert!(
+        o.status.success(),
+        "{} {args:?} failed ({}):\n{text}",
+        exe.display(),
+        o.status
+    );
+    text
+}
+
+fn device_check() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        program(
+            &manifest().join("tests/cuda/device_check.c"),
+            "device_check",
+        )
+    })
+    .clone()
+}
+
+#[test]
+fn device_buffers_on_the_fake_driver_two_and_three_ranks() {
+    let drv = fake_driver();
+    let exe = device_check();
+    for n in ["2", "3"] {
+        let out = run(
+            &exe,
+            &[n],
+            &[
+                ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+                ("FAKE_CUDA_DELAY_US", "100"),
+                // Several pipeline steps per call.
+                ("NCCL_CUDA_STAGING_CHUNK", "256K"),
+            ],
+            Duration::from_secs(300),
+        );
+        assert!(out.contains("device_check: OK"), "{out}");
+        assert!(out.contains("Fake CUDA Device 0"), "{out}");
+    }
+}
+
+#[test]
+fn device_buffers_whole_buffer_staging_and_two_fake_gpus() {
+    let drv = fake_driver();
+    let out = run(
+        &device_check(),
+        &["4"],
+        &[
+            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("FAKE_CUDA_DEVICES", "2"),
+            ("NCCL_CUDA_PIPELINE", "0"),
+            ("NCCL_DEBUG", "INFO"),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(out.contains("device_check: OK"), "{out}");
+    assert!(out.contains("staged through pinned host memory"), "{out}");
+    assert!(out.contains("GPUDirect RDMA: staging"), "{out}");
+}
+
+#[test]
+fn perf_sweep_on_the_fake_driver() {
+    let drv = fake_driver();
+    let out = run(
+        &device_check(),
+        &["2", "perf", "4K", "1M", "2"],
+        &[
+            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("FAKE_CUDA_DELAY_US", "0"),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(out.contains("# Avg bus bandwidth"), "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.trim_start().starts_with("1048576"))
+            .count(),
+        1,
+        "{out}"
+    );
+}
+
+#[test]
+fn host_memory_programs_pass_with_a_driver_present() {
+    let drv = fake_driver();
+    let envs = [
+        ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+        ("FAKE_CUDA_DEVICES", "4"),
+    ];
+    let exe = program(&manifest().join("tests/c/initall.c"), "initall");
+    assert!(run(&exe, &[], &envs, Duration::from_secs(300)).contains("initall: OK"));
+    let exe = program(&manifest().join("tests/c/errors.c"), "errors");
+    assert!(run(&exe, &[], &envs, Duration::from_secs(150)).contains("errors: OK"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and driver"]
+fn real_gpu_device_check() {
+    let exe = device_check();
+    for n in ["1", "2", "4"] {
+        assert!(run(&exe, &[n], &[], Duration::from_secs(300)).contains("device_check: OK"));
+    }
+    run(
+        &exe,
+        &["2", "perf", "1K", "64M", "5"],
+        &[],
+        Duration::from_secs(300),
+    );
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The device check of the `cuda` feature, on a machine with an NVIDIA GPU
+# (CUDA 12.8+ or 13 driver; no Rust toolchain and no network needed).
+# Run from the unpacked bundle that scripts/gpu-bundle.sh made:
+#
+#   tar xzf gpu-bundle.tar.gz && bash gpu-bundle/gpu-check.sh
+#
+# It runs, with device buffers and NCCL's stream semantics, exact results:
+#   1. bin/device_check 2 and 4: all-reduce (out of place; in place int32
+#      max), all-gather (also in place), reduce-scatter, broadcast, a
+#      send/recv ring plus self send/recv, ncclMemAlloc giving device
+#      memory: 2 and 4 ranks sharing the GPU, through our libnccl.so.2
+#   2. the same at 2 ranks with whole-buffer staging (NCCL_CUDA_PIPELINE=0)
+#   3. the Rust tests on the real GPU: bin/cuda_fake (every collective,
+#      in-place layouts, stream ordering, PreMulSum, host/device p2p,
+#      DMA-BUF probe) with NCCL_RS_CUDA_TESTS=real, and bin/cuda_gpu
+#   4. an all-reduce sweep on device buffers at 2 and 4 ranks (ours)
+#   5. if the Python package nvidia-nccl-cu13 (or -cu12) is installed: the
+#      same program on NVIDIA's libnccl.so.2 (1 rank: NVIDIA's NCCL allows
+#      one rank per GPU), next to ours at 1 rank
+# in about 2-4 minutes (each step has a deadline; the whole < 8 minutes).
+# Everything is logged to gpu-check.log beside this script. Exit status 0
+# when every required step passed (step 5 is informational).
+#
+# Environment: GPU_CHECK_PERF_MAX (default 256M), GPU_CHECK_SKIP_NVIDIA=1,
+# GPU_CHECK_FAKE_DRIVER=path (a dry run on the fake driver, no GPU).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+log=$here/gpu-check.log
+exec > >(tee "$log") 2>&1
+start=$(date +%s)
+fails=()
+passes=()
+
+# Our library first on the search path (the binaries carry no rpath, so
+# the NVIDIA comparison can swap libraries the same way).
+ours=(env "LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+export NCCL_TIMEOUT=${NCCL_TIMEOUT:-120}
+unset NCCL_CUDA_DISABLE
+# GPU_CHECK_FAKE_DRIVER=/path/libcuda.so.1 (built from src/fake_libcuda.c):
+# a dry run of this script on a machine without a GPU.
+fake=${GPU_CHECK_FAKE_DRIVER:-}
+if [ -n "$fake" ]; then
+  export NCCL_CUDA_DRIVER=$fake
+else
+  unset NCCL_CUDA_DRIVER
+fi
+
+step() { # name, deadline seconds, command...
+  local name=$1 limit=$2
+  shift 2
+  echo
+  echo "=== $name  (deadline ${limit}s, at +$(($(date +%s) - start))s)"
+  local t0
+  t0=$(date +%s)
+  if timeout --kill-after=10 "$limit" "$@"; then
+    echo "--- PASS: $name ($(($(date +%s) - t0))s)"
+    passes+=("$name")
+  else
+    echo "--- FAIL: $name (exit $?, $(($(date +%s) - t0))s)"
+    fails+=("$name")
+  fi
+}
+
+echo "=== gpu-check of nccl-rs, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+[ -z "$fake" ] || echo "=== DRY RUN on the fake driver $fake: this checks the script, not a GPU"
+cat "$here/MANIFEST" 2>/dev/null
+have=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]\+\.[0-9]\+$')
+need=$(sed -n 's/^glibc_needed: *//p' "$here/MANIFEST" 2>/dev/null)
+echo "glibc here:   ${have:-?}"
+if [ -n "$have" ] && [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+  echo "gpu-check: this machine's glibc $have is older than the bundle needs ($need); build the bundle on an older distribution" >&2
+  exit 2
+fi
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 | sed 's/^/nvidia-smi: /'
+  nvidia-smi topo -m 2>/dev/null | head -5 | sed 's/^/nvidia-smi: /'
+else
+  echo "nvidia-smi: not found"
+fi
+lsmod 2>/dev/null | grep -E '^(nvidia_peermem|nv_peer_mem)' | sed 's/^/module: /'
+
+# 1, 2: device buffers through the C API.
+step "device_check 2 ranks (INFO log)" 150 "${ours[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+  "$here/bin/device_check" 2
+step "device_check 4 ranks" 180 "${ours[@]}" "$here/bin/device_check" 4
+step "device_check 2 ranks, whole-buffer staging" 120 "${ours[@]}" NCCL_CUDA_PIPELINE=0 \
+  "$here/bin/device_check" 2
+
+# 3: the Rust tests on the real GPU.
+step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
+  env NCCL_RS_CUDA_TESTS=real "$here/bin/cuda_fake" --test-threads=1
+# (cudarc's typed layer loads every symbol of its bindings: not the fake's.)
+[ -n "$fake" ] ||
+  step "Rust cuda tests (cuda_gpu --ignored)" 120 "$here/bin/cuda_gpu" --ignored --test-threads=1 --nocapture
+
+# 4: all-reduce sweeps on device buffers.
+max=${GPU_CHECK_PERF_MAX:-256M}
+step "all-reduce perf, 2 ranks on device buffers (ours)" 150 "${ours[@]}" "$here/bin/device_check" 2 perf 1K "$max" 5
+step "all-reduce perf, 4 ranks on device buffers (ours)" 150 "${ours[@]}" "$here/bin/device_check" 4 perf 1K 64M 5
+
+# 5: NVIDIA's NCCL, same program, if the Python package is there.
+nvdir=""
+if [ -z "$fake" ] && [ "${GPU_CHECK_SKIP_NVIDIA:-0}" != 1 ] && command -v python3 >/dev/null; then
+  nvdir=$(python3 - <<'EOF' 2>/dev/null
+import importlib, os
+for mod in ("nvidia.nccl",):
+    try:
+        m = importlib.import_module(mod)
+    except ImportError:
+        continue
+    for p in list(getattr(m, "__path__", [])):
+        lib = os.path.join(p, "lib")
+        if os.path.exists(os.path.join(lib, "libnccl.so.2")):
+            print(lib)
+            raise SystemExit
+EOF
+  )
+fi
+if [ -n "$nvdir" ]; then
+  echo
+  echo "=== NVIDIA NCCL from $nvdir (informational; 1 rank per GPU)"
+  info() {
+    local name=$1; shift
+    echo "--- $name"
+    timeout --kill-after=10 120 "$@" || echo "--- (exit $?)"
+  }
+  info "NVIDIA NCCL: device_check 1" env LD_LIBRARY_PATH="$nvdir" DEVICE_CHECK_LIB="$nvdir/libnccl.so.2" \
+    "$here/bin/device_check" 1
+  info "NVIDIA NCCL: all-reduce perf, 1 rank" env LD_LIBRARY_PATH="$nvdir" DEVICE_CHECK_LIB=NVIDIA \
+    "$here/bin/device_check" 1 perf 1K "$max" 5
+  info "ours: all-reduce perf, 1 rank" env LD_LIBRARY_PATH="$here/lib" DEVICE_CHECK_LIB=nccl-rs \
+    "$here/bin/device_check" 1 perf 1K "$max" 5
+else
+  echo
+  echo "=== NVIDIA NCCL: python package nvidia-nccl-cu13 not found (skipped)"
+fi
+
+echo
+echo "=== summary after $(($(date +%s) - start))s: ${#passes[@]} passed, ${#fails[@]} failed"
+for p in "${passes[@]}"; do echo "PASS  $p"; done
+for f in "${fails[@]}"; do echo "FAIL  $f"; done
+[ ${#fails[@]} -eq 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILED"
+[ ${#fails[@]} -eq 0 ]
