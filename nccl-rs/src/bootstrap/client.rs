@@ -34,28 +34,40 @@ impl Bootstrap {
     pub(crate) fn connect(id: &UniqueId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
         let deadline = Instant::now() + timeout;
         let what = format!("joining the root at {} as rank {rank} of {nranks}", id.addr);
-        let mut stream = loop {
+        // Retry until the deadline: the root may not be up yet, or may have
+        // shed this connection under a flood of strangers.
+        let stream = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(BootstrapError::Timeout { what, after: timeout });
             }
-            match TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5))) {
+            match Self::hello(id, rank, nranks, left) {
                 Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
+                Err(e @ BootstrapError::Rejected(_)) => return Err(e),
+                Err(e) => {
+                    tracing::debug!("bootstrap: {what}: {e}; retrying");
+                    std::thread::sleep(Duration::from_millis(20).min(left));
+                }
             }
         };
-        let _ = stream.set_nodelay(true);
-        let hello = Hello { secret: id.secret, rank: rank as u32, nranks: nranks as u32 };
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        stream.set_read_timeout(Some(left)).map_err(|e| io(what.clone(), e))?;
-        write_frame(&mut stream, &hello.encode()).map_err(|e| io(what.clone(), e))?;
-        let reply = read_frame(&mut stream, 4096).map_err(|e| timeout_or_io(e, &what, timeout))?;
-        if reply != b"OK" {
-            return Err(BootstrapError::Rejected(String::from_utf8_lossy(&reply).into_owned()));
-        }
         stream.set_nonblocking(true).map_err(|e| io(what, e))?;
         super::root::count_local_client(id.addr, 1);
         Ok(Bootstrap { stream, timeout, inbuf: FrameBuf::default(), event: None, root: id.addr })
+    }
+
+    /// One attempt: connect, send the hello, read the root's answer.
+    fn hello(id: &UniqueId, rank: usize, nranks: usize, left: Duration) -> Result<TcpStream, BootstrapError> {
+        let what = || format!("joining the root at {}", id.addr);
+        let mut stream = TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5))).map_err(|e| io(what(), e))?;
+        let _ = stream.set_nodelay(true);
+        let hello = Hello { secret: id.secret, rank: rank as u32, nranks: nranks as u32 };
+        stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| io(what(), e))?;
+        write_frame(&mut stream, &hello.encode()).map_err(|e| io(what(), e))?;
+        let reply = read_frame(&mut stream, 4096).map_err(|e| timeout_or_io(e, &what(), left))?;
+        if reply != b"OK" {
+            return Err(BootstrapError::Rejected(String::from_utf8_lossy(&reply).into_owned()));
+        }
+        Ok(stream)
     }
 
     fn send(&mut self, payload: &[u8]) -> Result<(), BootstrapError> {

@@ -135,21 +135,38 @@ fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option
         }
         let mut moved = false;
         // Accept a bounded batch, then serve reads, so a flood of idle
-        // connections cannot starve the ranks' hellos.
+        // connections cannot starve the ranks' hellos. A new connection is
+        // read at once: a rank's hello is usually already there, so it joins
+        // before any eviction can pick it.
         for _ in 0..ACCEPT_BATCH {
             let Ok((stream, peer)) = listener.accept() else { break };
             moved = true;
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
+            let mut p = Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() };
+            match read_hello(&mut p) {
+                Ok(Some(hello)) => {
+                    if let Err(why) = join(&mut ranks, p.stream, &hello, secret) {
+                        warn!(peer = %p.peer, rank = hello.rank, "bootstrap root: refusing: {why}");
+                    }
+                    continue;
+                }
+                Err(why) => {
+                    warn!(peer = %p.peer, "bootstrap root: dropping a connection: {why}");
+                    continue;
+                }
+                Ok(None) => {}
+            }
             if pending.len() >= MAX_PENDING {
                 // Evict the connection that has shown the least: the oldest
-                // of those that sent nothing yet, else the oldest.
-                let victim = pending.iter().position(|p| p.buf.is_empty()).unwrap_or(0);
+                // of those with the fewest bytes.
+                let least = pending.iter().map(|p| p.buf.len()).min().unwrap_or(0);
+                let victim = pending.iter().position(|p| p.buf.len() == least).unwrap_or(0);
                 let old = pending.remove(victim);
                 warn!(peer = %old.peer, "bootstrap root: dropping an unauthenticated connection (too many pending)");
             }
-            pending.push(Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() });
+            pending.push(p);
         }
         let mut i = 0;
         while i < pending.len() {

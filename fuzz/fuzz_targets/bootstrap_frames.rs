@@ -1,0 +1,8 @@
+//! `nccl_rs::fuzzing::bootstrap_frames` must return (an error is fine) for any input.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    nccl_rs::fuzzing::bootstrap_frames(data);
+});
