@@ -44,6 +44,9 @@ pub(crate) fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
 #[derive(Default)]
 pub(crate) struct FrameBuf {
     buf: Vec<u8>,
+    /// Bytes of `buf` already handed out as frames (compacted lazily, so
+    /// many small frames cost linear time).
+    start: usize,
 }
 
 impl FrameBuf {
@@ -65,18 +68,23 @@ impl FrameBuf {
     /// The next complete, non-empty frame, if any; an error for a frame
     /// that is empty or larger than `MAX_FRAME`.
     pub(crate) fn next_frame(&mut self) -> Result<Option<Vec<u8>>, String> {
-        if self.buf.len() < 4 {
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let rest = &self.buf[self.start..];
+        if rest.len() < 4 {
             return Ok(None);
         }
-        let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
         if len == 0 || len > MAX_FRAME {
             return Err(format!("bad frame length {len}"));
         }
-        if self.buf.len() < 4 + len {
+        if rest.len() < 4 + len {
             return Ok(None);
         }
-        let f = self.buf[4..4 + len].to_vec();
-        self.buf.drain(..4 + len);
+        let f = rest[4..4 + len].to_vec();
+        self.start += 4 + len;
         Ok(Some(f))
     }
 }
@@ -169,6 +177,25 @@ mod tests {
         assert_eq!(decode_gather(&enc).unwrap(), parts);
         assert!(decode_gather(&enc[..enc.len() - 1]).is_err());
         assert!(decode_gather(&[0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn frame_buf_splits_a_stream() {
+        let mut stream = Vec::new();
+        for i in 0..1000u32 {
+            stream.extend_from_slice(&4u32.to_le_bytes());
+            stream.extend_from_slice(&i.to_le_bytes());
+        }
+        stream.extend_from_slice(&[9, 0]);
+        let mut fb = FrameBuf::default();
+        assert!(fb.fill(&mut &stream[..]).unwrap());
+        for i in 0..1000u32 {
+            assert_eq!(fb.next_frame().unwrap().unwrap(), i.to_le_bytes());
+        }
+        assert_eq!(fb.next_frame().unwrap(), None);
+        let mut bad = FrameBuf::default();
+        bad.fill(&mut &[0u8, 0, 0, 0][..]).unwrap();
+        assert!(bad.next_frame().is_err());
     }
 
     #[test]
