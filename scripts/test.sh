@@ -12,6 +12,8 @@ cargo build --release --workspace --all-targets
 cargo test --release --workspace
 echo "== the cuda feature (no GPU here: driver-absent and fake-driver tests)"
 cargo test --release -p nccl-rs -p nccl-ffi --features nccl-rs/cuda,nccl-ffi/cuda
+echo "== C ABI test programs under valgrind"
+bash scripts/valgrind-ffi.sh
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
 if [ "$(id -u)" = 0 ] && [ "${NCCL_RS_SKIP_RXE:-0}" != 1 ]; then

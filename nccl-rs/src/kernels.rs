@@ -12,3 +12,9 @@ pub fn reduce_inplace(dtype: DataType, op: RedOp, dst: &mut [u8], src: &[u8]) {
 pub fn reduce_copy(dtype: DataType, op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     crate::reduce::reduce_copy(dtype, op, dst, a, b)
 }
+
+/// The collective fingerprint carried in every message's tag (for the
+/// benchmark of its cost).
+pub fn fingerprint_all_reduce(seq: u64, count: usize) -> u32 {
+    crate::engine::fingerprint_all_reduce(seq, count)
+}

@@ -11,7 +11,7 @@ mod label;
 mod run;
 
 pub(crate) use buffers::{CallBufs, Region};
-pub(crate) use label::OpLabel;
+pub(crate) use label::{fingerprint_all_reduce, OpLabel};
 pub(crate) use run::{Call, Run};
 
 use crate::error::{Error, Result};
