@@ -30,3 +30,8 @@ pub fn config_values(data: &[u8]) {
     let _ = crate::config::Config::from_lookup(|_| Some(v.clone()));
     let _ = crate::launch::LaunchEnv::from_lookup(|_| Some(v.clone()));
 }
+
+/// Decodes a shared-memory transport handle.
+pub fn shm_handle(data: &[u8]) {
+    crate::transport::shm::fuzz_handle(data);
+}

@@ -78,6 +78,11 @@
 mod comm;
 mod connect;
 mod handle;
+
+/// Fuzzing: decodes a shared-memory connection handle.
+pub(crate) fn fuzz_handle(data: &[u8]) {
+    let _ = handle::ShmHandle::decode(data);
+}
 mod peer;
 mod ring;
 mod segment;
