@@ -27,10 +27,21 @@ fn rate(bytes: usize, reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let big: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(64 << 20);
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let big: usize = args
+        .first()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64 << 20);
     let reps: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(7);
-    println!("# load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    println!(
+        "# load: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     for size in [256 << 10, big] {
         let src: Vec<u8> = (0..size).map(|i| (i % 7) as u8).collect();
         let mut dst: Vec<u8> = (0..size).map(|i| (i % 5) as u8).collect();

@@ -96,7 +96,11 @@ impl Config {
     /// Reads settings through `get` (for tests and embedders).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let d = Config::default();
-        let text = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let text = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         Ok(Config {
             debug: text("NCCL_DEBUG"),
             socket_ifname: text("NCCL_SOCKET_IFNAME"),
@@ -118,7 +122,12 @@ impl Config {
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
-            socket_buf_bytes: num(&text, "NCCL_SOCKET_SNDBUF", d.socket_buf_bytes, 4096..=(1 << 30))?,
+            socket_buf_bytes: num(
+                &text,
+                "NCCL_SOCKET_SNDBUF",
+                d.socket_buf_bytes,
+                4096..=(1 << 30),
+            )?,
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
         })
@@ -144,7 +153,11 @@ fn num(
         None => Ok(default),
         Some(v) => match v.parse::<usize>() {
             Ok(n) if range.contains(&n) => Ok(n),
-            _ => Err(bad(var, &v, &format!("an integer in {}..={}", range.start(), range.end()))),
+            _ => Err(bad(
+                var,
+                &v,
+                &format!("an integer in {}..={}", range.start(), range.end()),
+            )),
         },
     }
 }
@@ -173,8 +186,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
@@ -183,8 +198,12 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.buffsize, 4 << 20);
         assert_eq!(c.slot_bytes(), 512 << 10);
-        let c = cfg(&[("NCCL_BUFFSIZE", "1048576"), ("NCCL_TIMEOUT", "2.5"), ("NCCL_SOCKET_FAMILY", "AF_INET6")])
-            .unwrap();
+        let c = cfg(&[
+            ("NCCL_BUFFSIZE", "1048576"),
+            ("NCCL_TIMEOUT", "2.5"),
+            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+        ])
+        .unwrap();
         assert_eq!(c.buffsize, 1 << 20);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.socket_family, Some(AddrFamily::V6));

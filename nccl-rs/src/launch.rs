@@ -28,21 +28,36 @@ impl LaunchEnv {
         let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
         const SOURCES: [(&str, &str, &str, &str); 4] = [
             ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-            ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+            (
+                "openmpi",
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+            ),
             ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
             ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
         ];
-        let (source, rank, size, local) = SOURCES.iter().find_map(|&(src, r, s, l)| {
-            Some((src, num(r)?, num(s)?, num(l)))
-        })?;
+        let (source, rank, size, local) = SOURCES
+            .iter()
+            .find_map(|&(src, r, s, l)| Some((src, num(r)?, num(s)?, num(l))))?;
         if size == 0 || rank >= size {
             return None;
         }
         let root = get("NCCL_COMM_ID").filter(|v| !v.is_empty()).or_else(|| {
             let (a, p) = (get("MASTER_ADDR")?, get("MASTER_PORT")?);
-            Some(if a.contains(':') && !a.starts_with('[') { format!("[{a}]:{p}") } else { format!("{a}:{p}") })
+            Some(if a.contains(':') && !a.starts_with('[') {
+                format!("[{a}]:{p}")
+            } else {
+                format!("{a}:{p}")
+            })
         });
-        Some(LaunchEnv { rank, size, local_rank: local.unwrap_or(rank), root, source })
+        Some(LaunchEnv {
+            rank,
+            size,
+            local_rank: local.unwrap_or(rank),
+            root,
+            source,
+        })
     }
 }
 
@@ -52,20 +67,54 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> Option<LaunchEnv> {
-        let m: HashMap<_, _> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<_, _> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         LaunchEnv::from_lookup(|k| m.get(k).cloned())
     }
 
     #[test]
     fn each_launcher() {
-        let t = env(&[("RANK", "2"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500")]).unwrap();
-        assert_eq!((t.rank, t.size, t.source, t.root.as_deref()), (2, 4, "torchrun", Some("10.0.0.1:29500")));
-        let o = env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2"), ("NCCL_COMM_ID", "h:1")]).unwrap();
-        assert_eq!((o.rank, o.size, o.source, o.root.as_deref()), (1, 2, "openmpi", Some("h:1")));
-        assert_eq!(env(&[("PMI_RANK", "0"), ("PMI_SIZE", "3")]).unwrap().source, "pmi");
-        let s = env(&[("SLURM_PROCID", "5"), ("SLURM_NTASKS", "8"), ("SLURM_LOCALID", "1")]).unwrap();
+        let t = env(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (t.rank, t.size, t.source, t.root.as_deref()),
+            (2, 4, "torchrun", Some("10.0.0.1:29500"))
+        );
+        let o = env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("NCCL_COMM_ID", "h:1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.rank, o.size, o.source, o.root.as_deref()),
+            (1, 2, "openmpi", Some("h:1"))
+        );
+        assert_eq!(
+            env(&[("PMI_RANK", "0"), ("PMI_SIZE", "3")]).unwrap().source,
+            "pmi"
+        );
+        let s = env(&[
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "1"),
+        ])
+        .unwrap();
         assert_eq!((s.rank, s.local_rank, s.root), (5, 1, None));
-        let v6 = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "::1"), ("MASTER_PORT", "9")]).unwrap();
+        let v6 = env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "::1"),
+            ("MASTER_PORT", "9"),
+        ])
+        .unwrap();
         assert_eq!(v6.root.as_deref(), Some("[::1]:9"));
     }
 

@@ -100,9 +100,18 @@ impl Model {
     /// this was developed on (see the README's performance section).
     pub(crate) fn for_transport(name: &str) -> Model {
         match name {
-            "SHM" => Model { alpha: 1.5e-6, beta: 8e9 },
-            "Mem" => Model { alpha: 1e-6, beta: 10e9 },
-            _ => Model { alpha: 8e-6, beta: 3e9 },
+            "SHM" => Model {
+                alpha: 1.5e-6,
+                beta: 8e9,
+            },
+            "Mem" => Model {
+                alpha: 1e-6,
+                beta: 10e9,
+            },
+            _ => Model {
+                alpha: 8e-6,
+                beta: 3e9,
+            },
         }
     }
 
@@ -157,10 +166,18 @@ impl Planner {
                         // to host memory; ignore them as NCCL ignores unavailable ones.
                         None if ["collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"]
                             .contains(&a.trim().to_ascii_lowercase().as_str()) => {}
-                        None => return Err(Error::InvalidArgument(format!("NCCL_ALGO={spec:?}: unknown algorithm {a:?}"))),
+                        None => {
+                            return Err(Error::InvalidArgument(format!(
+                                "NCCL_ALGO={spec:?}: unknown algorithm {a:?}"
+                            )))
+                        }
                     }
                 }
-                let allowed = if exclude { ALGOS.into_iter().filter(|a| !named.contains(a)).collect() } else { named };
+                let allowed = if exclude {
+                    ALGOS.into_iter().filter(|a| !named.contains(a)).collect()
+                } else {
+                    named
+                };
                 rules.push((key, allowed));
             }
         }
@@ -172,12 +189,22 @@ impl Planner {
         let names_ll = list.split(',').any(|p| p.trim() == "ll");
         let allow_direct = proto.is_empty() || (names_ll != exclude);
         let force_direct = !exclude && names_ll && !list.split(',').any(|p| p.trim() != "ll");
-        Ok(Planner { model: Model::for_transport(transport), rules, allow_direct, force_direct })
+        Ok(Planner {
+            model: Model::for_transport(transport),
+            rules,
+            allow_direct,
+            force_direct,
+        })
     }
 
     fn allowed(&self, coll: Coll) -> Vec<Algo> {
         let key = coll.algo_key();
-        let rule = self.rules.iter().rev().find(|(k, _)| k == key).or_else(|| self.rules.iter().rev().find(|(k, _)| k == "*"));
+        let rule = self
+            .rules
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .or_else(|| self.rules.iter().rev().find(|(k, _)| k == "*"));
         let mut algos = match rule {
             Some((_, a)) if !a.is_empty() => a.clone(),
             _ => ALGOS.to_vec(),
@@ -199,14 +226,29 @@ impl Planner {
         let allowed = self.allowed(Coll::AllReduce { count: 0 });
         let cost = |a: &Algo| {
             let big = *a == Algo::Direct && bytes > DIRECT_MAX_BYTES && allowed.len() > 1;
-            if big { f64::INFINITY } else { self.model.predict(*a, n, bytes) }
+            if big {
+                f64::INFINITY
+            } else {
+                self.model.predict(*a, n, bytes)
+            }
         };
-        allowed.iter().copied().min_by(|a, b| cost(a).total_cmp(&cost(b))).unwrap_or(Algo::Ring)
+        allowed
+            .iter()
+            .copied()
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+            .unwrap_or(Algo::Ring)
     }
 
     /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the
     /// staging slot size in elements.
-    pub(crate) fn plan(&self, coll: Coll, nranks: usize, rank: usize, dtype: DataType, chunk: usize) -> Schedule {
+    pub(crate) fn plan(
+        &self,
+        coll: Coll,
+        nranks: usize,
+        rank: usize,
+        dtype: DataType,
+        chunk: usize,
+    ) -> Schedule {
         let (n, r) = (nranks, rank);
         match coll {
             Coll::AllReduce { count } => match self.all_reduce_algo(n, count * dtype.size()) {

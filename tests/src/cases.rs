@@ -51,11 +51,17 @@ impl Coll {
     }
 
     fn has_in_place(self) -> bool {
-        !matches!(self, Coll::Gather | Coll::Scatter | Coll::SendRecvRing | Coll::SendRecvAll)
+        !matches!(
+            self,
+            Coll::Gather | Coll::Scatter | Coll::SendRecvRing | Coll::SendRecvAll
+        )
     }
 
     fn rooted(self) -> bool {
-        matches!(self, Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter)
+        matches!(
+            self,
+            Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter
+        )
     }
 }
 
@@ -88,15 +94,30 @@ pub fn matrix(n: usize) -> Vec<Case> {
             continue;
         }
         for dtype in DataType::ALL {
-            let ops: Vec<Option<RedOp>> = if coll.reduces() { RedOp::ALL.map(Some).to_vec() } else { vec![None] };
+            let ops: Vec<Option<RedOp>> = if coll.reduces() {
+                RedOp::ALL.map(Some).to_vec()
+            } else {
+                vec![None]
+            };
             for op in ops {
                 for in_place in [false, true] {
                     if in_place && !coll.has_in_place() {
                         continue;
                     }
                     for count in COUNTS {
-                        let root = if coll.rooted() { (out.len() * 7 + 3) % n } else { 0 };
-                        out.push(Case { coll, dtype, op, in_place, count, root });
+                        let root = if coll.rooted() {
+                            (out.len() * 7 + 3) % n
+                        } else {
+                            0
+                        };
+                        out.push(Case {
+                            coll,
+                            dtype,
+                            op,
+                            in_place,
+                            count,
+                            root,
+                        });
                     }
                 }
             }
@@ -151,13 +172,23 @@ fn sentinel<T: TestElem>(len: usize) -> Vec<T> {
     (0..len).map(|i| move_input(0xDEAD, i, 0)).collect()
 }
 
-fn run_typed<T: TestElem>(comm: &mut Communicator, case: &Case, seed: u64) -> nccl_rs::Result<usize> {
+fn run_typed<T: TestElem>(
+    comm: &mut Communicator,
+    case: &Case,
+    seed: u64,
+) -> nccl_rs::Result<usize> {
     let (n, rank, c, root) = (comm.size(), comm.rank(), case.count, case.root);
     let op = case.op.unwrap_or(RedOp::Sum);
-    let red = |len: usize| -> Vec<T> { (0..len).map(|i| reduce_input(op, rank, i, seed)).collect() };
+    let red =
+        |len: usize| -> Vec<T> { (0..len).map(|i| reduce_input(op, rank, i, seed)).collect() };
     let want_red = |i: usize| -> T { reduce_expected(op, n, i, seed) };
     let mv = |r: usize, i: usize| -> T { move_input(r, i, seed) };
-    let untouched = |got: &[T], orig: &[T]| got.iter().zip(orig).filter(|(a, b)| bytemuck::bytes_of(*a) != bytemuck::bytes_of(*b)).count();
+    let untouched = |got: &[T], orig: &[T]| {
+        got.iter()
+            .zip(orig)
+            .filter(|(a, b)| bytemuck::bytes_of(*a) != bytemuck::bytes_of(*b))
+            .count()
+    };
     Ok(match (case.coll, case.in_place) {
         (Coll::AllReduce, false) => {
             let mut recv = sentinel(c);
@@ -177,7 +208,11 @@ fn run_typed<T: TestElem>(comm: &mut Communicator, case: &Case, seed: u64) -> nc
         (Coll::ReduceScatter, true) => {
             let mut buf = red(n * c);
             comm.reduce_scatter_in_place(&mut buf, op)?;
-            count_wrong(&buf[rank * c..(rank + 1) * c], |i| want_red(rank * c + i), case.op)
+            count_wrong(
+                &buf[rank * c..(rank + 1) * c],
+                |i| want_red(rank * c + i),
+                case.op,
+            )
         }
         (Coll::Reduce, in_place) => {
             let input = red(c);
@@ -210,7 +245,11 @@ fn run_typed<T: TestElem>(comm: &mut Communicator, case: &Case, seed: u64) -> nc
         }
         (Coll::Broadcast, in_place) => {
             let send: Vec<T> = (0..c).map(|i| mv(root, i)).collect();
-            let mut buf = if in_place && rank == root { send.clone() } else { sentinel(c) };
+            let mut buf = if in_place && rank == root {
+                send.clone()
+            } else {
+                sentinel(c)
+            };
             if in_place {
                 comm.broadcast_in_place(&mut buf, root)?;
             } else {
@@ -233,12 +272,20 @@ fn run_typed<T: TestElem>(comm: &mut Communicator, case: &Case, seed: u64) -> nc
         }
         (Coll::Gather, _) => {
             let send: Vec<T> = (0..c).map(|i| mv(rank, rank * c + i)).collect();
-            let mut recv = if rank == root { sentinel(n * c) } else { Vec::new() };
+            let mut recv = if rank == root {
+                sentinel(n * c)
+            } else {
+                Vec::new()
+            };
             comm.gather(&send, &mut recv, root)?;
             count_wrong(&recv, |j| mv(j / c.max(1), j), None)
         }
         (Coll::Scatter, _) => {
-            let send: Vec<T> = if rank == root { (0..n * c).map(|j| mv(root, j)).collect() } else { Vec::new() };
+            let send: Vec<T> = if rank == root {
+                (0..n * c).map(|j| mv(root, j)).collect()
+            } else {
+                Vec::new()
+            };
             let mut recv = sentinel(c);
             comm.scatter(&send, &mut recv, root)?;
             count_wrong(&recv, |i| mv(root, rank * c + i), None)
@@ -267,7 +314,13 @@ fn run_typed<T: TestElem>(comm: &mut Communicator, case: &Case, seed: u64) -> nc
                 }
             }
             comm.run_group(g)?;
-            let want = |j: usize| if j / c.max(1) == rank { move_input(0xDEAD, j, 0) } else { mv(j / c.max(1), rank * c + j % c.max(1)) };
+            let want = |j: usize| {
+                if j / c.max(1) == rank {
+                    move_input(0xDEAD, j, 0)
+                } else {
+                    mv(j / c.max(1), rank * c + j % c.max(1))
+                }
+            };
             count_wrong(&recv, want, None)
         }
     })

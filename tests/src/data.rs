@@ -73,12 +73,27 @@ macro_rules! float_elem {
         }
     };
 }
-float_elem!(f32, |x: f32| x as f64, |v: f64| v as f32, 2.0 * f32::EPSILON as f64);
+float_elem!(
+    f32,
+    |x: f32| x as f64,
+    |v: f64| v as f32,
+    2.0 * f32::EPSILON as f64
+);
 float_elem!(f64, |x: f64| x, |v: f64| v, 2.0 * f64::EPSILON);
 float_elem!(f16, |x: f16| x.to_f64(), f16::from_f64, 2.0 / 1024.0);
 float_elem!(bf16, |x: bf16| x.to_f64(), bf16::from_f64, 2.0 / 128.0);
-float_elem!(F8E4M3, |x: F8E4M3| x.to_f32() as f64, |v: f64| F8E4M3::from_f32(v as f32), 2.0 / 8.0);
-float_elem!(F8E5M2, |x: F8E5M2| x.to_f32() as f64, |v: f64| F8E5M2::from_f32(v as f32), 2.0 / 4.0);
+float_elem!(
+    F8E4M3,
+    |x: F8E4M3| x.to_f32() as f64,
+    |v: f64| F8E4M3::from_f32(v as f32),
+    2.0 / 8.0
+);
+float_elem!(
+    F8E5M2,
+    |x: F8E5M2| x.to_f32() as f64,
+    |v: f64| F8E5M2::from_f32(v as f32),
+    2.0 / 4.0
+);
 
 /// Exclusive bound of summands for `dtype` so sums at 8 ranks stay exact.
 pub fn sum_bound(dtype: DataType) -> i64 {
@@ -93,13 +108,19 @@ pub fn sum_bound(dtype: DataType) -> i64 {
 
 /// The input element `i` of `rank` for a reduction with `op`.
 pub fn reduce_input<T: TestElem>(op: RedOp, rank: usize, i: usize, seed: u64) -> T {
-    let h = (rank as u64).wrapping_mul(31).wrapping_add((i as u64).wrapping_mul(7)).wrapping_add(seed);
+    let h = (rank as u64)
+        .wrapping_mul(31)
+        .wrapping_add((i as u64).wrapping_mul(7))
+        .wrapping_add(seed);
     let v = match op {
         RedOp::Sum | RedOp::Avg => (h % sum_bound(T::DTYPE) as u64) as i64,
         RedOp::Prod => 1 + ((rank + i) % 2) as i64,
         RedOp::Max | RedOp::Min => {
             let v = (h % 21) as i64;
-            if matches!(T::DTYPE, DataType::Uint8 | DataType::Uint32 | DataType::Uint64) {
+            if matches!(
+                T::DTYPE,
+                DataType::Uint8 | DataType::Uint32 | DataType::Uint64
+            ) {
                 v
             } else {
                 v - 10

@@ -20,16 +20,28 @@ pub struct RankOutput {
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29500)
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(29500)
 }
 
 /// Runs `program args` as `n` ranks with torchrun-style variables plus
 /// `extra_env`, and waits at most `deadline`. Panics on timeout after
 /// killing every child.
-pub fn run_ranks(program: &str, args: &[&str], n: usize, extra_env: &[(&str, String)], deadline: Duration) -> Vec<RankOutput> {
+pub fn run_ranks(
+    program: &str,
+    args: &[&str],
+    n: usize,
+    extra_env: &[(&str, String)],
+    deadline: Duration,
+) -> Vec<RankOutput> {
     let port = free_port();
     let log = |r: usize, what: &str| -> PathBuf {
-        std::env::temp_dir().join(format!("nccl-rs-test-{}-{port}-{r}.{what}", std::process::id()))
+        std::env::temp_dir().join(format!(
+            "nccl-rs-test-{}-{port}-{r}.{what}",
+            std::process::id()
+        ))
     };
     let mut children: Vec<Child> = (0..n)
         .map(|r| {
@@ -68,7 +80,10 @@ pub fn run_ranks(program: &str, args: &[&str], n: usize, extra_env: &[(&str, Str
                 let _ = c.wait();
             }
             for r in 0..n {
-                eprintln!("rank {r} stderr:\n{}", std::fs::read_to_string(log(r, "err")).unwrap_or_default());
+                eprintln!(
+                    "rank {r} stderr:\n{}",
+                    std::fs::read_to_string(log(r, "err")).unwrap_or_default()
+                );
             }
             panic!("{program} with {n} ranks did not finish within {deadline:?}");
         }
@@ -82,7 +97,12 @@ pub fn run_ranks(program: &str, args: &[&str], n: usize, extra_env: &[(&str, Str
                 let _ = std::fs::remove_file(p);
                 s
             };
-            RankOutput { rank, code: codes[rank].flatten(), stdout: read("out"), stderr: read("err") }
+            RankOutput {
+                rank,
+                code: codes[rank].flatten(),
+                stdout: read("out"),
+                stderr: read("err"),
+            }
         })
         .collect()
 }

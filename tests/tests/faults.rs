@@ -7,7 +7,11 @@ use std::time::Duration;
 
 fn results(fault: &str, bad: usize, n: usize) -> Vec<(usize, bool, u64, String)> {
     let worker = env!("CARGO_BIN_EXE_fault_worker");
-    let env = [("FAULT", fault.to_string()), ("FAULT_RANK", bad.to_string()), ("NCCL_TIMEOUT", "60".into())];
+    let env = [
+        ("FAULT", fault.to_string()),
+        ("FAULT_RANK", bad.to_string()),
+        ("NCCL_TIMEOUT", "60".into()),
+    ];
     let outs = run_ranks(worker, &[], n, &env, Duration::from_secs(120));
     let mut res = Vec::new();
     for o in &outs {
@@ -31,7 +35,10 @@ fn killed_rank_fails_every_survivor_within_seconds() {
         assert_ne!(*rank, bad);
         assert!(!ok, "rank {rank} should have failed");
         assert!(*ms < 10_000, "rank {rank} took {ms} ms to notice");
-        assert!(err.contains("rank 2") || err.contains("peer rank 2"), "rank {rank}: error does not name rank 2: {err}");
+        assert!(
+            err.contains("rank 2") || err.contains("peer rank 2"),
+            "rank {rank}: error does not name rank 2: {err}"
+        );
     }
 }
 
@@ -44,8 +51,14 @@ fn mismatched_collectives_name_ranks_and_calls() {
         assert!(!ok, "rank {rank} should have failed");
         assert!(*ms < 10_000, "rank {rank} took {ms} ms");
         assert!(err.contains("invalid usage"), "rank {rank}: {err}");
-        assert!(err.contains("rank 1 called broadcast(count=1024, float, root=0) as operation #3"), "rank {rank}: {err}");
-        assert!(err.contains("all_reduce(count=1024, float, sum)"), "rank {rank}: {err}");
+        assert!(
+            err.contains("rank 1 called broadcast(count=1024, float, root=0) as operation #3"),
+            "rank {rank}: {err}"
+        );
+        assert!(
+            err.contains("all_reduce(count=1024, float, sum)"),
+            "rank {rank}: {err}"
+        );
     }
 }
 

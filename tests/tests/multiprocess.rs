@@ -21,7 +21,10 @@ fn matrix_with(n: usize, extra: &[(&str, &str)]) {
     for o in &outs {
         print!("{}", o.stdout);
         if o.code != Some(0) {
-            bad.push(format!("rank {} exited {:?}\n{}{}", o.rank, o.code, o.stdout, o.stderr));
+            bad.push(format!(
+                "rank {} exited {:?}\n{}{}",
+                o.rank, o.code, o.stdout, o.stderr
+            ));
         }
     }
     assert!(bad.is_empty(), "{} ranks:\n{}", n, bad.join("\n"));

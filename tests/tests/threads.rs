@@ -15,7 +15,11 @@ fn config() -> Config {
 }
 
 /// Runs `f(comm)` on `n` ranks as threads and returns their results.
-fn on_threads<R: Send + 'static>(n: usize, mem: bool, f: impl Fn(Communicator) -> R + Send + Sync + 'static) -> Vec<R> {
+fn on_threads<R: Send + 'static>(
+    n: usize,
+    mem: bool,
+    f: impl Fn(Communicator) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let cfg = config();
     let id = UniqueId::new(&cfg).unwrap();
     let f = Arc::new(f);
@@ -39,7 +43,12 @@ fn on_threads<R: Send + 'static>(n: usize, mem: bool, f: impl Fn(Communicator) -
 fn async_all_reduces_complete_in_issue_order() {
     let outs = on_threads(4, false, |mut comm| {
         let r = comm.rank() as f32;
-        let ops: Vec<_> = (0..5).map(|k| comm.all_reduce_async(vec![r + k as f32; 1000 + k], RedOp::Sum).unwrap()).collect();
+        let ops: Vec<_> = (0..5)
+            .map(|k| {
+                comm.all_reduce_async(vec![r + k as f32; 1000 + k], RedOp::Sum)
+                    .unwrap()
+            })
+            .collect();
         // A blocking call after async ones runs after them.
         let mut b = vec![1u32; 3];
         comm.all_reduce_in_place(&mut b, RedOp::Sum).unwrap();
@@ -55,7 +64,11 @@ fn async_all_reduces_complete_in_issue_order() {
         let dropped = comm.all_reduce_async(vec![1i64; 10], RedOp::Sum).unwrap();
         drop(dropped);
         let op = comm.all_reduce_async(vec![2u8; 4], RedOp::Max).unwrap();
-        let v = op.wait_timeout(Duration::from_secs(20)).ok().unwrap().unwrap();
+        let v = op
+            .wait_timeout(Duration::from_secs(20))
+            .ok()
+            .unwrap()
+            .unwrap();
         assert_eq!(v, vec![2u8; 4]);
         results
     });
@@ -71,10 +84,21 @@ fn async_gather_scatter_forms() {
         let mut buf = vec![0u32; 3 * n];
         buf[3 * r..3 * r + 3].fill(r as u32 + 1);
         let buf = comm.all_gather_async(buf).unwrap().wait().unwrap();
-        assert_eq!(buf, (0..3 * n).map(|i| (i / 3) as u32 + 1).collect::<Vec<_>>());
-        let rs = comm.reduce_scatter_async(vec![1i32; 2 * n], RedOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(
+            buf,
+            (0..3 * n).map(|i| (i / 3) as u32 + 1).collect::<Vec<_>>()
+        );
+        let rs = comm
+            .reduce_scatter_async(vec![1i32; 2 * n], RedOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
         assert_eq!(&rs[2 * r..2 * r + 2], &[n as i32; 2]);
-        let b = comm.broadcast_async(vec![r as u64; 5], 2).unwrap().wait().unwrap();
+        let b = comm
+            .broadcast_async(vec![r as u64; 5], 2)
+            .unwrap()
+            .wait()
+            .unwrap();
         assert_eq!(b, vec![2; 5]);
     });
 }
@@ -84,7 +108,8 @@ fn mem_transport_16_ranks_all_collectives_smoke() {
     on_threads(16, true, |mut comm| {
         let (r, n) = (comm.rank(), comm.size());
         let mut out = vec![0i32; 33];
-        comm.all_reduce(&vec![r as i32; 33], &mut out, RedOp::Sum).unwrap();
+        comm.all_reduce(&vec![r as i32; 33], &mut out, RedOp::Sum)
+            .unwrap();
         assert_eq!(out, vec![(n * (n - 1) / 2) as i32; 33]);
         let mut g = vec![0u8; 2 * n];
         comm.all_gather(&[r as u8; 2], &mut g).unwrap();
@@ -119,12 +144,33 @@ fn split_by_parity_then_collective() {
 fn bad_arguments_are_errors_not_panics() {
     on_threads(2, true, |mut comm| {
         let mut out = vec![0f32; 3];
-        assert!(matches!(comm.all_reduce(&[1.0f32; 4], &mut out, RedOp::Sum), Err(Error::InvalidArgument(_))));
-        assert!(matches!(comm.broadcast_in_place(&mut out, 7), Err(Error::InvalidArgument(_))));
-        assert!(matches!(comm.all_gather(&[1u8; 2], &mut [0u8; 3]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(comm.reduce_scatter_in_place(&mut [0u8; 3], RedOp::Sum), Err(Error::InvalidArgument(_))));
-        assert!(matches!(comm.send(&[1u8], comm.rank()), Err(Error::InvalidArgument(_))), "unpaired send to self");
-        assert!(matches!(comm.send(&[1u8], 9), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            comm.all_reduce(&[1.0f32; 4], &mut out, RedOp::Sum),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            comm.broadcast_in_place(&mut out, 7),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            comm.all_gather(&[1u8; 2], &mut [0u8; 3]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            comm.reduce_scatter_in_place(&mut [0u8; 3], RedOp::Sum),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(
+            matches!(
+                comm.send(&[1u8], comm.rank()),
+                Err(Error::InvalidArgument(_))
+            ),
+            "unpaired send to self"
+        );
+        assert!(matches!(
+            comm.send(&[1u8], 9),
+            Err(Error::InvalidArgument(_))
+        ));
         let (a, mut b) = ([7u8; 3], [0u8; 3]);
         let me = comm.rank();
         let mut g = nccl_rs::P2pGroup::new();
@@ -136,7 +182,12 @@ fn bad_arguments_are_errors_not_panics() {
         comm.barrier().unwrap();
     });
     assert!(matches!(
-        Communicator::init(&UniqueId::from_addr_str("127.0.0.1:1").unwrap(), 2, 5, &config()),
+        Communicator::init(
+            &UniqueId::from_addr_str("127.0.0.1:1").unwrap(),
+            2,
+            5,
+            &config()
+        ),
         Err(Error::InvalidArgument(_))
     ));
 }
@@ -157,9 +208,15 @@ fn abort_unblocks_a_stuck_collective() {
         let start = std::time::Instant::now();
         let mut v = vec![1.0f32; 8];
         let err = comm.all_reduce_in_place(&mut v, RedOp::Sum).unwrap_err();
-        assert!(matches!(err, Error::Aborted { .. } | Error::Transport { .. }), "{err}");
+        assert!(
+            matches!(err, Error::Aborted { .. } | Error::Transport { .. }),
+            "{err}"
+        );
         assert!(start.elapsed() < Duration::from_secs(5));
         t.join().unwrap();
-        assert!(matches!(comm.barrier(), Err(Error::Poisoned { .. }) | Err(Error::Aborted { .. })));
+        assert!(matches!(
+            comm.barrier(),
+            Err(Error::Poisoned { .. }) | Err(Error::Aborted { .. })
+        ));
     });
 }

@@ -31,7 +31,12 @@ pub(crate) struct Bootstrap {
 impl Bootstrap {
     /// Connects to the root (retrying while it is not up yet) and joins as
     /// `rank` of `nranks`.
-    pub(crate) fn connect(id: &UniqueId, rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap, BootstrapError> {
+    pub(crate) fn connect(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        timeout: Duration,
+    ) -> Result<Bootstrap, BootstrapError> {
         let deadline = Instant::now() + timeout;
         let what = format!("joining the root at {} as rank {rank} of {nranks}", id.addr);
         // Retry until the deadline: the root may not be up yet, or may have
@@ -39,7 +44,10 @@ impl Bootstrap {
         let stream = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(BootstrapError::Timeout { what, after: timeout });
+                return Err(BootstrapError::Timeout {
+                    what,
+                    after: timeout,
+                });
             }
             match Self::hello(id, rank, nranks, left) {
                 Ok(s) => break s,
@@ -52,27 +60,49 @@ impl Bootstrap {
         };
         stream.set_nonblocking(true).map_err(|e| io(what, e))?;
         super::root::count_local_client(id.addr, 1);
-        Ok(Bootstrap { stream, timeout, inbuf: FrameBuf::default(), event: None, root: id.addr })
+        Ok(Bootstrap {
+            stream,
+            timeout,
+            inbuf: FrameBuf::default(),
+            event: None,
+            root: id.addr,
+        })
     }
 
     /// One attempt: connect, send the hello, read the root's answer.
-    fn hello(id: &UniqueId, rank: usize, nranks: usize, left: Duration) -> Result<TcpStream, BootstrapError> {
+    fn hello(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        left: Duration,
+    ) -> Result<TcpStream, BootstrapError> {
         let what = || format!("joining the root at {}", id.addr);
-        let mut stream = TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5))).map_err(|e| io(what(), e))?;
+        let mut stream = TcpStream::connect_timeout(&id.addr, left.min(Duration::from_secs(5)))
+            .map_err(|e| io(what(), e))?;
         let _ = stream.set_nodelay(true);
-        let hello = Hello { secret: id.secret, rank: rank as u32, nranks: nranks as u32 };
-        stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| io(what(), e))?;
+        let hello = Hello {
+            secret: id.secret,
+            rank: rank as u32,
+            nranks: nranks as u32,
+        };
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| io(what(), e))?;
         write_frame(&mut stream, &hello.encode()).map_err(|e| io(what(), e))?;
         let reply = read_frame(&mut stream, 4096).map_err(|e| timeout_or_io(e, &what(), left))?;
         if reply != b"OK" {
-            return Err(BootstrapError::Rejected(String::from_utf8_lossy(&reply).into_owned()));
+            return Err(BootstrapError::Rejected(
+                String::from_utf8_lossy(&reply).into_owned(),
+            ));
         }
         Ok(stream)
     }
 
     fn send(&mut self, payload: &[u8]) -> Result<(), BootstrapError> {
         let what = "writing to the bootstrap root";
-        self.stream.set_nonblocking(false).map_err(|e| io(what.into(), e))?;
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| io(what.into(), e))?;
         let _ = self.stream.set_write_timeout(Some(self.timeout));
         let res = write_frame(&mut self.stream, payload).map_err(|e| io(what.into(), e));
         let _ = self.stream.set_nonblocking(true);
@@ -82,14 +112,21 @@ impl Bootstrap {
     /// Reads frames without blocking; handles inquiries with `describe` and
     /// returns the next GATHER reply if one arrived. Failures are kept in
     /// `self.event`.
-    fn pump(&mut self, describe: &dyn Fn(u64) -> String) -> Result<Option<Vec<u8>>, BootstrapError> {
-        let eof = self.inbuf.fill(&mut self.stream).map_err(|e| io("reading from the bootstrap root".into(), e))?;
+    fn pump(
+        &mut self,
+        describe: &dyn Fn(u64) -> String,
+    ) -> Result<Option<Vec<u8>>, BootstrapError> {
+        let eof = self
+            .inbuf
+            .fill(&mut self.stream)
+            .map_err(|e| io("reading from the bootstrap root".into(), e))?;
         while let Some(f) = self.inbuf.next_frame().map_err(BootstrapError::Protocol)? {
             let (kind, body) = (f[0], &f[1..]);
             match kind {
                 msg::GATHER => return Ok(Some(body.to_vec())),
                 msg::ABORT if self.event.is_none() => {
-                    let text = String::from_utf8_lossy(body.get(1..).unwrap_or_default()).into_owned();
+                    let text =
+                        String::from_utf8_lossy(body.get(1..).unwrap_or_default()).into_owned();
                     self.event = Some(match body.first() {
                         Some(&msg::ABORT_MISMATCH) => Event::Mismatch(text),
                         _ => Event::RemoteFailure(text),
@@ -124,7 +161,10 @@ impl Bootstrap {
                 return Err(BootstrapError::Protocol(format!("{e:?}")));
             }
             if Instant::now() > deadline {
-                return Err(BootstrapError::Timeout { what: "bootstrap all-gather".into(), after: self.timeout });
+                return Err(BootstrapError::Timeout {
+                    what: "bootstrap all-gather".into(),
+                    after: self.timeout,
+                });
             }
             self.wait_readable(Duration::from_millis(50));
         }
@@ -145,7 +185,11 @@ impl Bootstrap {
     }
 
     /// Waits up to `wait` for the root's verdict (answering inquiries).
-    pub(crate) fn await_event(&mut self, wait: Duration, describe: &dyn Fn(u64) -> String) -> Option<Event> {
+    pub(crate) fn await_event(
+        &mut self,
+        wait: Duration,
+        describe: &dyn Fn(u64) -> String,
+    ) -> Option<Event> {
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
             if let Some(e) = self.check(describe) {
@@ -168,7 +212,11 @@ impl Bootstrap {
 
     fn wait_readable(&self, timeout: Duration) {
         use std::os::fd::AsRawFd;
-        let mut fd = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut fd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd on the stack for the duration of the call.
         unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) };
     }
@@ -184,10 +232,13 @@ impl Drop for Bootstrap {
 
 fn timeout_or_io(e: std::io::Error, what: &str, after: Duration) -> BootstrapError {
     match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BootstrapError::Timeout { what: what.into(), after },
-        std::io::ErrorKind::UnexpectedEof => {
-            BootstrapError::Protocol(format!("{what}: the root closed the connection (a rank left or was refused)"))
-        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => BootstrapError::Timeout {
+            what: what.into(),
+            after,
+        },
+        std::io::ErrorKind::UnexpectedEof => BootstrapError::Protocol(format!(
+            "{what}: the root closed the connection (a rank left or was refused)"
+        )),
         _ => io(what.into(), e),
     }
 }

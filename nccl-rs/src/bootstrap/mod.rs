@@ -49,11 +49,16 @@ impl UniqueId {
             return Ok(id);
         }
         let ip = local_ip(config)?;
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| io(format!("bind root on {ip}"), e))?;
-        let addr = listener.local_addr().map_err(|e| io("root address".into(), e))?;
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| io(format!("bind root on {ip}"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io("root address".into(), e))?;
         let mut secret = [0u8; 16];
-        getrandom::getrandom(&mut secret).map_err(|e| BootstrapError::BadId(format!("no randomness: {e}")))?;
-        root::spawn(listener, secret, config.bootstrap_timeout).map_err(|e| io("start root thread".into(), e))?;
+        getrandom::getrandom(&mut secret)
+            .map_err(|e| BootstrapError::BadId(format!("no randomness: {e}")))?;
+        root::spawn(listener, secret, config.bootstrap_timeout)
+            .map_err(|e| io("start root thread".into(), e))?;
         Ok(UniqueId { addr, secret })
     }
 
@@ -65,14 +70,19 @@ impl UniqueId {
             .map_err(|e| BootstrapError::BadId(format!("{hostport:?}: {e}")))?
             .next()
             .ok_or_else(|| BootstrapError::BadId(format!("{hostport:?} resolves to nothing")))?;
-        Ok(UniqueId { addr, secret: [0; 16] })
+        Ok(UniqueId {
+            addr,
+            secret: [0; 16],
+        })
     }
 
     /// Binds this id's address and starts the root there (rank 0 of a job
     /// started with a fixed root address).
     pub fn start_root(&self, config: &Config) -> Result<(), BootstrapError> {
-        let listener = TcpListener::bind(self.addr).map_err(|e| io(format!("bind root on {}", self.addr), e))?;
-        root::spawn(listener, self.secret, config.bootstrap_timeout).map_err(|e| io("start root thread".into(), e))
+        let listener = TcpListener::bind(self.addr)
+            .map_err(|e| io(format!("bind root on {}", self.addr), e))?;
+        root::spawn(listener, self.secret, config.bootstrap_timeout)
+            .map_err(|e| io("start root thread".into(), e))
     }
 
     /// The root's address.
@@ -104,7 +114,10 @@ impl UniqueId {
     pub fn from_bytes(b: &[u8]) -> Result<UniqueId, BootstrapError> {
         let bad = |why: &str| BootstrapError::BadId(why.to_string());
         if b.len() != UNIQUE_ID_BYTES {
-            return Err(bad(&format!("{} bytes, expected {UNIQUE_ID_BYTES}", b.len())));
+            return Err(bad(&format!(
+                "{} bytes, expected {UNIQUE_ID_BYTES}",
+                b.len()
+            )));
         }
         if &b[..4] != ID_MAGIC || b[4] != 1 {
             return Err(bad("not an nccl-rs unique id (bad magic or version)"));
@@ -115,18 +128,28 @@ impl UniqueId {
             6 => IpAddr::from(<[u8; 16]>::try_from(&b[8..24]).expect("16 bytes")),
             f => return Err(bad(&format!("unknown address family {f}"))),
         };
-        Ok(UniqueId { addr: SocketAddr::new(ip, port), secret: b[24..40].try_into().expect("16 bytes") })
+        Ok(UniqueId {
+            addr: SocketAddr::new(ip, port),
+            secret: b[24..40].try_into().expect("16 bytes"),
+        })
     }
 
     /// Hex text of the bytes, for passing an id through the environment.
     pub fn to_hex(&self) -> String {
-        self.to_bytes()[..40].iter().map(|b| format!("{b:02x}")).collect()
+        self.to_bytes()[..40]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// Parses [`UniqueId::to_hex`].
     pub fn from_hex(s: &str) -> Result<UniqueId, BootstrapError> {
-        let bytes: Option<Vec<u8>> = (0..s.len() / 2).map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()).collect();
-        let mut b = bytes.filter(|b| b.len() == 40 && s.len() == 80).ok_or_else(|| BootstrapError::BadId("bad hex id".into()))?;
+        let bytes: Option<Vec<u8>> = (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect();
+        let mut b = bytes
+            .filter(|b| b.len() == 40 && s.len() == 80)
+            .ok_or_else(|| BootstrapError::BadId("bad hex id".into()))?;
         b.resize(UNIQUE_ID_BYTES, 0);
         UniqueId::from_bytes(&b)
     }
@@ -166,10 +189,16 @@ mod tests {
 
     #[test]
     fn unique_id_round_trips() {
-        let id = UniqueId { addr: "10.1.2.3:4567".parse().unwrap(), secret: [9; 16] };
+        let id = UniqueId {
+            addr: "10.1.2.3:4567".parse().unwrap(),
+            secret: [9; 16],
+        };
         assert_eq!(UniqueId::from_bytes(&id.to_bytes()).unwrap(), id);
         assert_eq!(UniqueId::from_hex(&id.to_hex()).unwrap(), id);
-        let v6 = UniqueId { addr: "[fd00::1]:80".parse().unwrap(), secret: [1; 16] };
+        let v6 = UniqueId {
+            addr: "[fd00::1]:80".parse().unwrap(),
+            secret: [1; 16],
+        };
         assert_eq!(UniqueId::from_bytes(&v6.to_bytes()).unwrap(), v6);
         assert!(UniqueId::from_bytes(&[0u8; 128]).is_err());
         assert!(UniqueId::from_bytes(&[0u8; 12]).is_err());

@@ -38,16 +38,28 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
     let mut ranks: Vec<Rank> = streams
         .into_iter()
         .map(|stream| {
-            let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+            let addr = stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "?".into());
             let _ = stream.set_nonblocking(true);
-            Rank { stream, addr, inbuf: FrameBuf::default(), gone: false, said_bye: false }
+            Rank {
+                stream,
+                addr,
+                inbuf: FrameBuf::default(),
+                gone: false,
+                said_bye: false,
+            }
         })
         .collect();
     let mut gather: Vec<Option<Vec<u8>>> = vec![None; ranks.len()];
     let mut aborted = false;
     let mut inquiry: Option<Inquiry> = None;
     while ranks.iter().any(|r| !r.gone) {
-        super::root::set_remaining(done, ranks.iter().filter(|r| !r.gone && !r.said_bye).count());
+        super::root::set_remaining(
+            done,
+            ranks.iter().filter(|r| !r.gone && !r.said_bye).count(),
+        );
         wait_readable(&ranks, Duration::from_millis(100));
         for r in 0..ranks.len() {
             for f in read_frames(&mut ranks[r]) {
@@ -57,14 +69,22 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
                     msg::BYE => ranks[r].said_bye = true,
                     msg::ABORT if !aborted => {
                         aborted = true;
-                        let text = format!("rank {r} ({}) failed: {}", ranks[r].addr, String::from_utf8_lossy(body));
+                        let text = format!(
+                            "rank {r} ({}) failed: {}",
+                            ranks[r].addr,
+                            String::from_utf8_lossy(body)
+                        );
                         broadcast_abort(&mut ranks, msg::ABORT_REMOTE, &text, Some(r));
                     }
                     msg::MISMATCH if inquiry.is_none() && !aborted => {
                         if let Some((seq, desc)) = parse_seq(body) {
                             let mut answers = BTreeMap::new();
                             answers.insert(r, desc);
-                            inquiry = Some(Inquiry { seq, started: Instant::now(), answers });
+                            inquiry = Some(Inquiry {
+                                seq,
+                                started: Instant::now(),
+                                answers,
+                            });
                             for (p, rank) in ranks.iter_mut().enumerate() {
                                 if p != r && !rank.gone {
                                     send(rank, &seq_frame(msg::OPINFO_REQ, seq, ""));
@@ -103,9 +123,14 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
                 inquiry = None;
             }
         }
-        let waiting: Vec<usize> = (0..ranks.len()).filter(|&r| !ranks[r].gone && gather[r].is_none()).collect();
+        let waiting: Vec<usize> = (0..ranks.len())
+            .filter(|&r| !ranks[r].gone && gather[r].is_none())
+            .collect();
         if waiting.is_empty() && gather.iter().any(Option::is_some) {
-            let parts: Vec<Vec<u8>> = gather.iter_mut().map(|g| g.take().unwrap_or_default()).collect();
+            let parts: Vec<Vec<u8>> = gather
+                .iter_mut()
+                .map(|g| g.take().unwrap_or_default())
+                .collect();
             let reply = frame(msg::GATHER, &encode_gather(&parts));
             for rank in ranks.iter_mut().filter(|r| !r.gone) {
                 send(rank, &reply);
@@ -200,11 +225,21 @@ fn wait_readable(ranks: &[Rank], timeout: Duration) {
     let mut fds: Vec<libc::pollfd> = ranks
         .iter()
         .filter(|r| !r.gone)
-        .map(|r| libc::pollfd { fd: r.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .map(|r| libc::pollfd {
+            fd: r.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
         .collect();
     // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd
     // structs that outlives the call; the descriptors belong to live streams.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int) };
+    unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout.as_millis() as libc::c_int,
+        )
+    };
 }
 
 #[cfg(test)]
@@ -217,9 +252,16 @@ mod tests {
         answers.insert(0, "broadcast(count=8, float, root=0)".to_string());
         answers.insert(1, "broadcast(count=8, float, root=0)".to_string());
         answers.insert(3, "all_reduce(count=1024, float, sum)".to_string());
-        let q = Inquiry { seq: 57, started: Instant::now(), answers };
+        let q = Inquiry {
+            seq: 57,
+            started: Instant::now(),
+            answers,
+        };
         let text = describe_mismatch(&q, 4);
-        assert!(text.contains("rank 3 called all_reduce(count=1024, float, sum) as operation #57"), "{text}");
+        assert!(
+            text.contains("rank 3 called all_reduce(count=1024, float, sum) as operation #57"),
+            "{text}"
+        );
         assert!(text.contains("ranks [0, 1] called broadcast"), "{text}");
         assert!(text.contains("rank 2 did not answer"), "{text}");
     }

@@ -8,9 +8,9 @@
 //! [`MAX_PENDING`] are held at once, so they cannot disturb the job.
 
 use super::wire::{secrets_equal, write_frame, Hello, HELLO_LEN};
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,10 @@ struct Finish(Done, Option<SocketAddr>);
 impl Drop for Finish {
     fn drop(&mut self) {
         if let Some(addr) = self.1 {
-            running().lock().unwrap_or_else(|p| p.into_inner()).remove(&addr);
+            running()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&addr);
         }
         set_remaining(&self.0, 0);
     }
@@ -60,7 +63,11 @@ pub(crate) fn count_local_client(addr: SocketAddr, delta: isize) {
         m.remove(&addr);
     }
     drop(m);
-    if let Some(done) = running().lock().unwrap_or_else(|p| p.into_inner()).get(&addr) {
+    if let Some(done) = running()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&addr)
+    {
         done.1.notify_all();
     }
 }
@@ -86,9 +93,23 @@ fn running() -> &'static Mutex<HashMap<SocketAddr, Done>> {
 /// process exits. Ranks in this process (threads) are not waited for: they
 /// keep the process alive themselves.
 pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
-    let Some(done) = running().lock().unwrap_or_else(|p| p.into_inner()).get(&addr).cloned() else { return };
+    let Some(done) = running()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&addr)
+        .cloned()
+    else {
+        return;
+    };
     let (remaining, cv) = &*done;
-    let local = || local_clients().lock().unwrap_or_else(|p| p.into_inner()).get(&addr).copied().unwrap_or(0);
+    let local = || {
+        local_clients()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&addr)
+            .copied()
+            .unwrap_or(0)
+    };
     let deadline = Instant::now() + timeout;
     let mut g = remaining.lock().unwrap_or_else(|p| p.into_inner());
     while *g != usize::MAX && *g > local() {
@@ -96,28 +117,43 @@ pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
         if left.is_zero() {
             return;
         }
-        g = cv.wait_timeout(g, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+        g = cv
+            .wait_timeout(g, left.min(Duration::from_millis(50)))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }
 
 /// Starts the root thread on `listener`.
-pub(crate) fn spawn(listener: TcpListener, secret: [u8; 16], timeout: Duration) -> std::io::Result<()> {
+pub(crate) fn spawn(
+    listener: TcpListener,
+    secret: [u8; 16],
+    timeout: Duration,
+) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let done: Done = Arc::new((Mutex::new(usize::MAX), Condvar::new()));
     if let Ok(addr) = listener.local_addr() {
-        running().lock().unwrap_or_else(|p| p.into_inner()).insert(addr, done.clone());
+        running()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(addr, done.clone());
     }
-    std::thread::Builder::new().name("nccl-bootstrap-root".into()).spawn(move || {
-        let _finish = Finish(done.clone(), listener.local_addr().ok());
-        let addr = listener.local_addr().ok();
-        match admit(&listener, &secret, timeout) {
-            Some(ranks) => {
-                drop(listener);
-                super::monitor::serve(ranks, &done);
+    std::thread::Builder::new()
+        .name("nccl-bootstrap-root".into())
+        .spawn(move || {
+            let _finish = Finish(done.clone(), listener.local_addr().ok());
+            let addr = listener.local_addr().ok();
+            match admit(&listener, &secret, timeout) {
+                Some(ranks) => {
+                    drop(listener);
+                    super::monitor::serve(ranks, &done);
+                }
+                None => warn!(
+                    ?addr,
+                    "bootstrap root: not every rank joined within {timeout:?}; giving up"
+                ),
             }
-            None => warn!(?addr, "bootstrap root: not every rank joined within {timeout:?}; giving up"),
-        }
-    })?;
+        })?;
     Ok(())
 }
 
@@ -139,12 +175,19 @@ fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option
         // read at once: a rank's hello is usually already there, so it joins
         // before any eviction can pick it.
         for _ in 0..ACCEPT_BATCH {
-            let Ok((stream, peer)) = listener.accept() else { break };
+            let Ok((stream, peer)) = listener.accept() else {
+                break;
+            };
             moved = true;
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
-            let mut p = Pending { stream, peer, buf: Vec::with_capacity(4 + HELLO_LEN), since: Instant::now() };
+            let mut p = Pending {
+                stream,
+                peer,
+                buf: Vec::with_capacity(4 + HELLO_LEN),
+                since: Instant::now(),
+            };
             match read_hello(&mut p) {
                 Ok(Some(hello)) => {
                     if let Err(why) = join(&mut ranks, p.stream, &hello, secret) {
@@ -162,7 +205,10 @@ fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option
                 // Evict the connection that has shown the least: the oldest
                 // of those with the fewest bytes.
                 let least = pending.iter().map(|p| p.buf.len()).min().unwrap_or(0);
-                let victim = pending.iter().position(|p| p.buf.len() == least).unwrap_or(0);
+                let victim = pending
+                    .iter()
+                    .position(|p| p.buf.len() == least)
+                    .unwrap_or(0);
                 let old = pending.remove(victim);
                 warn!(peer = %old.peer, "bootstrap root: dropping an unauthenticated connection (too many pending)");
             }
@@ -221,17 +267,29 @@ fn read_hello(p: &mut Pending) -> Result<Option<Hello>, String> {
     Hello::decode(&p.buf[4..]).map(Some)
 }
 
-fn join(ranks: &mut Vec<Option<TcpStream>>, mut stream: TcpStream, h: &Hello, secret: &[u8; 16]) -> Result<(), String> {
+fn join(
+    ranks: &mut Vec<Option<TcpStream>>,
+    mut stream: TcpStream,
+    h: &Hello,
+    secret: &[u8; 16],
+) -> Result<(), String> {
     if !secrets_equal(&h.secret, secret) {
         return Err("wrong secret (not part of this job)".into());
     }
     let reply = |s: &mut TcpStream, msg: &[u8]| {
-        s.set_nonblocking(false).and_then(|_| s.set_write_timeout(Some(HELLO_DEADLINE))).and_then(|_| write_frame(s, msg))
+        s.set_nonblocking(false)
+            .and_then(|_| s.set_write_timeout(Some(HELLO_DEADLINE)))
+            .and_then(|_| write_frame(s, msg))
     };
     let problem = if h.nranks == 0 || h.rank >= h.nranks {
         Some(format!("rank {} of {} is out of range", h.rank, h.nranks))
     } else if !ranks.is_empty() && ranks.len() != h.nranks as usize {
-        Some(format!("rank {} says the job has {} ranks; others said {}", h.rank, h.nranks, ranks.len()))
+        Some(format!(
+            "rank {} says the job has {} ranks; others said {}",
+            h.rank,
+            h.nranks,
+            ranks.len()
+        ))
     } else if ranks.get(h.rank as usize).is_some_and(Option::is_some) {
         Some(format!("rank {} joined twice", h.rank))
     } else {

@@ -18,7 +18,8 @@ pub(crate) const VERSION: u32 = 1;
 
 /// Writes one frame.
 pub(crate) fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(payload.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     let mut buf = Vec::with_capacity(4 + payload.len());
     buf.extend_from_slice(&len.to_le_bytes());
     buf.extend_from_slice(payload);
@@ -32,7 +33,10 @@ pub(crate) fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {max}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds {max}"),
+        ));
     }
     let mut buf = vec![0u8; len];
     r.read_exact(&mut buf)?;
@@ -117,9 +121,16 @@ impl Hello {
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         if u32_at(4) != VERSION {
-            return Err(format!("protocol version {} (we speak {VERSION})", u32_at(4)));
+            return Err(format!(
+                "protocol version {} (we speak {VERSION})",
+                u32_at(4)
+            ));
         }
-        Ok(Hello { secret: b[8..24].try_into().expect("16 bytes"), rank: u32_at(24), nranks: u32_at(28) })
+        Ok(Hello {
+            secret: b[8..24].try_into().expect("16 bytes"),
+            rank: u32_at(24),
+            nranks: u32_at(28),
+        })
     }
 }
 
@@ -162,7 +173,11 @@ mod tests {
 
     #[test]
     fn hello_round_trip_and_garbage() {
-        let h = Hello { secret: [7; 16], rank: 3, nranks: 8 };
+        let h = Hello {
+            secret: [7; 16],
+            rank: 3,
+            nranks: 8,
+        };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         assert!(Hello::decode(b"GET / HTTP/1.1\r\n").is_err());
         let mut bad = h.encode();

@@ -10,7 +10,10 @@ use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type Mesh = (Vec<Option<Box<dyn SendComm>>>, Vec<Option<Box<dyn RecvComm>>>);
+type Mesh = (
+    Vec<Option<Box<dyn SendComm>>>,
+    Vec<Option<Box<dyn RecvComm>>>,
+);
 
 const SLOT: usize = 1 + MAX_HANDLE_BYTES;
 
@@ -27,7 +30,9 @@ pub(crate) fn host_identity() -> Vec<u8> {
 /// rank's host.
 pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> {
     let me = host_identity();
-    let all = boot.all_gather(&me).map_err(|source| Error::Bootstrap { rank, source })?;
+    let all = boot
+        .all_gather(&me)
+        .map_err(|source| Error::Bootstrap { rank, source })?;
     Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
 }
 
@@ -41,7 +46,12 @@ pub(crate) fn connect_mesh(
 ) -> Result<Mesh> {
     let transport = |peer: usize, op: &str| {
         let op = op.to_string();
-        move |source| Error::Transport { rank, peer, op, source }
+        move |source| Error::Transport {
+            rank,
+            peer,
+            op,
+            source,
+        }
     };
     let mut listeners: Vec<Option<Box<dyn Listener>>> = Vec::with_capacity(n);
     let mut table = vec![0u8; n * SLOT];
@@ -53,25 +63,36 @@ pub(crate) fn connect_mesh(
         let l = net(p).listen().map_err(transport(p, "listen"))?;
         let h = l.handle();
         if h.len() > MAX_HANDLE_BYTES {
-            return Err(Error::Internal { rank, msg: format!("transport handle of {} bytes", h.len()) });
+            return Err(Error::Internal {
+                rank,
+                msg: format!("transport handle of {} bytes", h.len()),
+            });
         }
         table[p * SLOT] = h.len() as u8;
         table[p * SLOT + 1..p * SLOT + 1 + h.len()].copy_from_slice(h);
         listeners.push(Some(l));
     }
-    let all = boot.all_gather(&table).map_err(|source| Error::Bootstrap { rank, source })?;
+    let all = boot
+        .all_gather(&table)
+        .map_err(|source| Error::Bootstrap { rank, source })?;
     let mut connectors: Vec<Option<Box<dyn Connector>>> = Vec::with_capacity(n);
     for (p, theirs) in all.iter().enumerate() {
         if p == rank {
             connectors.push(None);
             continue;
         }
-        let entry = theirs.get(rank * SLOT..(rank + 1) * SLOT).ok_or_else(|| Error::Internal {
-            rank,
-            msg: format!("rank {p} sent a handle table of {} bytes", theirs.len()),
-        })?;
+        let entry = theirs
+            .get(rank * SLOT..(rank + 1) * SLOT)
+            .ok_or_else(|| Error::Internal {
+                rank,
+                msg: format!("rank {p} sent a handle table of {} bytes", theirs.len()),
+            })?;
         let len = (entry[0] as usize).min(MAX_HANDLE_BYTES);
-        connectors.push(Some(net(p).connect(&entry[1..1 + len]).map_err(transport(p, "connect"))?));
+        connectors.push(Some(
+            net(p)
+                .connect(&entry[1..1 + len])
+                .map_err(transport(p, "connect"))?,
+        ));
     }
     let mut send: Vec<Option<Box<dyn SendComm>>> = (0..n).map(|_| None).collect();
     let mut recv: Vec<Option<Box<dyn RecvComm>>> = (0..n).map(|_| None).collect();

@@ -43,7 +43,13 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(rank: usize, nranks: usize, engine: Engine, boot: Bootstrap, planner: Planner) -> Core {
+    pub(crate) fn new(
+        rank: usize,
+        nranks: usize,
+        engine: Engine,
+        boot: Bootstrap,
+        planner: Planner,
+    ) -> Core {
         Core {
             rank,
             nranks,
@@ -59,7 +65,10 @@ impl Core {
 
     pub(crate) fn check_usable(&self) -> Result<()> {
         match &self.failed {
-            Some(first) => Err(Error::Poisoned { rank: self.rank, first: first.clone() }),
+            Some(first) => Err(Error::Poisoned {
+                rank: self.rank,
+                first: first.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -70,7 +79,10 @@ impl Core {
         if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
             return self.cache[i].1.clone();
         }
-        let sched = Arc::new(self.planner.plan(coll, self.nranks, self.rank, dtype, chunk));
+        let sched = Arc::new(
+            self.planner
+                .plan(coll, self.nranks, self.rank, dtype, chunk),
+        );
         if self.cache.len() == CACHED_SCHEDULES {
             self.cache.pop_front();
         }
@@ -80,16 +92,34 @@ impl Core {
 
     /// Plans and runs one collective on raw buffers: the one path of every
     /// collective, blocking or async.
-    pub(crate) fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
+    pub(crate) fn collective(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        op: RedOp,
+        bufs: CallBufs,
+    ) -> Result<()> {
         self.check_usable()?;
         let sched = self.schedule(coll, dtype);
         self.seq += 1;
-        let label = OpLabel::Coll { coll, dtype, op, seq: self.seq };
+        let label = OpLabel::Coll {
+            coll,
+            dtype,
+            op,
+            seq: self.seq,
+        };
         if self.history.len() == HISTORY {
             self.history.pop_front();
         }
         self.history.push_back(label);
-        self.execute(&sched, dtype, op, label.fingerprint() & !P2P_TAG, label, bufs)
+        self.execute(
+            &sched,
+            dtype,
+            op,
+            label.fingerprint() & !P2P_TAG,
+            label,
+            bufs,
+        )
     }
 
     pub(crate) fn execute(
@@ -102,7 +132,14 @@ impl Core {
         bufs: CallBufs,
     ) -> Result<()> {
         self.check_usable()?;
-        let Core { rank, engine, boot, history, seq, .. } = self;
+        let Core {
+            rank,
+            engine,
+            boot,
+            history,
+            seq,
+            ..
+        } = self;
         let (rank, seq) = (*rank, *seq);
         let describe = |s: u64| {
             history
@@ -115,14 +152,22 @@ impl Core {
             Event::RemoteFailure(msg) => Error::Remote { rank, msg },
             Event::Mismatch(msg) => Error::InvalidUsage(format!("rank {rank}: {msg}")),
         };
-        let call = Call { sched, dtype, op, tag, what };
+        let call = Call {
+            sched,
+            dtype,
+            op,
+            tag,
+            what,
+        };
         let mut health = || boot.check(&describe).map(to_error);
         let mut res = engine.run(call, bufs, &mut health);
         if let Err(e) = &res {
             let mismatch = matches!(
                 e,
                 Error::Transport {
-                    source: NetError::TagMismatch { .. } | NetError::Truncated { .. } | NetError::Protocol(_),
+                    source: NetError::TagMismatch { .. }
+                        | NetError::Truncated { .. }
+                        | NetError::Protocol(_),
                     ..
                 }
             );

@@ -38,7 +38,11 @@ impl<'a> P2pGroup<'a> {
     /// Adds a send of `buf` to `peer`.
     pub fn send<T: Element>(&mut self, buf: &'a [T], peer: usize) -> &mut Self {
         let r = Region::read_only(buf.as_ptr().cast(), std::mem::size_of_val(buf));
-        self.ops.push(P2pOp::Send { peer, buf: self.bufs.len(), count: r.len });
+        self.ops.push(P2pOp::Send {
+            peer,
+            buf: self.bufs.len(),
+            count: r.len,
+        });
         self.bufs.push(r);
         self
     }
@@ -46,7 +50,11 @@ impl<'a> P2pGroup<'a> {
     /// Adds a receive into `buf` from `peer`.
     pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize) -> &mut Self {
         let r = Region::new(buf.as_mut_ptr().cast(), std::mem::size_of_val(buf));
-        self.ops.push(P2pOp::Recv { peer, buf: self.bufs.len(), count: r.len });
+        self.ops.push(P2pOp::Recv {
+            peer,
+            buf: self.bufs.len(),
+            count: r.len,
+        });
         self.bufs.push(r);
         self
     }
@@ -63,12 +71,22 @@ impl Communicator {
         for op in &group.ops {
             let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
             if peer >= self.nranks {
-                return Err(Error::invalid(format!("send/recv: peer {peer} is not a rank of {}", self.nranks)));
+                return Err(Error::invalid(format!(
+                    "send/recv: peer {peer} is not a rank of {}",
+                    self.nranks
+                )));
             }
         }
-        let sched = p2p_group(self.rank, &group.ops).map_err(|e| Error::invalid(format!("send/recv: {e}")))?;
-        let bufs = CallBufs { input: Region::empty(), output: Region::empty(), group: group.bufs };
-        let what = OpLabel::Group { ops: group.ops.len() };
+        let sched = p2p_group(self.rank, &group.ops)
+            .map_err(|e| Error::invalid(format!("send/recv: {e}")))?;
+        let bufs = CallBufs {
+            input: Region::empty(),
+            output: Region::empty(),
+            group: group.bufs,
+        };
+        let what = OpLabel::Group {
+            ops: group.ops.len(),
+        };
         self.execute(&sched, DataType::Uint8, RedOp::Sum, P2P_TAG, what, bufs)
     }
 

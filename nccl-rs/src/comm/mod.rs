@@ -71,26 +71,47 @@ impl Communicator {
     /// network transport chosen by [`choose_net`] (verbs if a device is
     /// usable, else TCP). Blocks until every rank joined and all connections
     /// are up, or `NCCL_BOOTSTRAP_TIMEOUT` passes.
-    pub fn init(id: &UniqueId, nranks: usize, rank: usize, config: &Config) -> Result<Communicator> {
+    pub fn init(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        config: &Config,
+    ) -> Result<Communicator> {
         check_rank(nranks, rank)?;
         let net = choose_net(config, rank)?;
         Communicator::init_with_net(id, nranks, rank, config, net)
     }
 
     /// As [`Communicator::init`], over the given transport.
-    pub fn init_with_net(id: &UniqueId, nranks: usize, rank: usize, config: &Config, net: Arc<dyn Net>) -> Result<Communicator> {
+    pub fn init_with_net(
+        id: &UniqueId,
+        nranks: usize,
+        rank: usize,
+        config: &Config,
+        net: Arc<dyn Net>,
+    ) -> Result<Communicator> {
         check_rank(nranks, rank)?;
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
         let local = connect::colocated(&mut boot, rank)?;
-        let shm = if config.shm_disable || nranks == 1 || !local.iter().enumerate().any(|(p, l)| *l && p != rank) {
+        let shm = if config.shm_disable
+            || nranks == 1
+            || !local.iter().enumerate().any(|(p, l)| *l && p != rank)
+        {
             None
         } else {
-            let opts = ShmOptions { buffsize: config.buffsize, slots: config.steps };
+            let opts = ShmOptions {
+                buffsize: config.buffsize,
+                slots: config.steps,
+            };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),
                 Err(e) => {
-                    tracing::warn!(rank, "shared memory unavailable ({e}); using {} for local peers", net.properties().name);
+                    tracing::warn!(
+                        rank,
+                        "shared memory unavailable ({e}); using {} for local peers",
+                        net.properties().name
+                    );
                     None
                 }
             }
@@ -99,11 +120,25 @@ impl Communicator {
             Some(s) if local[p] => s.clone(),
             _ => net.clone(),
         };
-        let (send, recv) = connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
-        boot.barrier().map_err(|source| Error::Bootstrap { rank, source })?;
+        let (send, recv) =
+            connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
+        boot.barrier()
+            .map_err(|source| Error::Bootstrap { rank, source })?;
         let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
-        let props = if remote || shm.is_none() { net.properties() } else { shm.as_ref().expect("checked").properties() };
-        let engine = Engine::new(rank, nranks, send, recv, config.slot_bytes(), config.steps, config.timeout);
+        let props = if remote || shm.is_none() {
+            net.properties()
+        } else {
+            shm.as_ref().expect("checked").properties()
+        };
+        let engine = Engine::new(
+            rank,
+            nranks,
+            send,
+            recv,
+            config.slot_bytes(),
+            config.steps,
+            config.timeout,
+        );
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
@@ -132,9 +167,15 @@ impl Communicator {
             Error::invalid("no launcher environment found (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*)")
         })?;
         let root = env.root.clone().ok_or_else(|| {
-            Error::invalid(format!("{} gave rank and size but no root: set NCCL_COMM_ID or MASTER_ADDR/MASTER_PORT", env.source))
+            Error::invalid(format!(
+                "{} gave rank and size but no root: set NCCL_COMM_ID or MASTER_ADDR/MASTER_PORT",
+                env.source
+            ))
         })?;
-        let bad = |source: BootstrapError| Error::Bootstrap { rank: env.rank, source };
+        let bad = |source: BootstrapError| Error::Bootstrap {
+            rank: env.rank,
+            source,
+        };
         let id = UniqueId::from_addr_str(&root).map_err(bad)?;
         if env.rank == 0 {
             id.start_root(config).map_err(bad)?;
@@ -184,7 +225,10 @@ impl Communicator {
 
     fn check_root(&self, what: &str, root: usize) -> Result<()> {
         if root >= self.nranks {
-            return Err(Error::invalid(format!("{what}: root {root} is not a rank of {} ranks", self.nranks)));
+            return Err(Error::invalid(format!(
+                "{what}: root {root} is not a rank of {} ranks",
+                self.nranks
+            )));
         }
         Ok(())
     }
@@ -195,7 +239,15 @@ impl Communicator {
         self.idle_core()?.collective(coll, dtype, op, bufs)
     }
 
-    fn execute(&mut self, sched: &Schedule, dtype: DataType, op: RedOp, tag: u32, what: OpLabel, bufs: CallBufs) -> Result<()> {
+    fn execute(
+        &mut self,
+        sched: &Schedule,
+        dtype: DataType,
+        op: RedOp,
+        tag: u32,
+        what: OpLabel,
+        bufs: CallBufs,
+    ) -> Result<()> {
         self.idle_core()?.execute(sched, dtype, op, tag, what, bufs)
     }
 }
@@ -206,19 +258,28 @@ impl Communicator {
 pub fn choose_net(config: &Config, rank: usize) -> Result<Arc<dyn Net>> {
     let want = config.net.as_deref().map(str::to_ascii_lowercase);
     let tcp = || -> Result<Arc<dyn Net>> {
-        let net = transport_tcp::TcpNet::new(tcp_options(config))
-            .map_err(|source| Error::Transport { rank, peer: rank, op: "choosing a network interface".into(), source })?;
+        let net =
+            transport_tcp::TcpNet::new(tcp_options(config)).map_err(|source| Error::Transport {
+                rank,
+                peer: rank,
+                op: "choosing a network interface".into(),
+                source,
+            })?;
         Ok(Arc::new(net))
     };
     match want.as_deref() {
         None | Some("ib") | Some("socket") => {}
         Some(other) => {
-            return Err(Error::InvalidArgument(format!("NCCL_NET={other:?}: expected IB or Socket")));
+            return Err(Error::InvalidArgument(format!(
+                "NCCL_NET={other:?}: expected IB or Socket"
+            )));
         }
     }
     if config.ib_disable || want.as_deref() == Some("socket") {
         if want.as_deref() == Some("ib") {
-            return Err(Error::InvalidArgument("NCCL_NET=IB contradicts NCCL_IB_DISABLE=1".into()));
+            return Err(Error::InvalidArgument(
+                "NCCL_NET=IB contradicts NCCL_IB_DISABLE=1".into(),
+            ));
         }
         return tcp();
     }
@@ -228,9 +289,9 @@ pub fn choose_net(config: &Config, rank: usize) -> Result<Arc<dyn Net>> {
     }
     match transport_verbs::VerbsNet::new(opts) {
         Ok(net) => Ok(Arc::new(net)),
-        Err(e) if want.as_deref() == Some("ib") => {
-            Err(Error::InvalidArgument(format!("rank {rank}: NCCL_NET=IB but verbs is unusable: {e}")))
-        }
+        Err(e) if want.as_deref() == Some("ib") => Err(Error::InvalidArgument(format!(
+            "rank {rank}: NCCL_NET=IB but verbs is unusable: {e}"
+        ))),
         Err(e) => {
             info!(rank, "{e}; falling back to NET/Socket");
             tcp()
@@ -240,7 +301,9 @@ pub fn choose_net(config: &Config, rank: usize) -> Result<Arc<dyn Net>> {
 
 fn check_rank(nranks: usize, rank: usize) -> Result<()> {
     if nranks == 0 || rank >= nranks {
-        return Err(Error::invalid(format!("rank {rank} of {nranks} ranks: need 0 <= rank < nranks")));
+        return Err(Error::invalid(format!(
+            "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
+        )));
     }
     Ok(())
 }

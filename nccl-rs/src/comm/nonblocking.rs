@@ -34,7 +34,12 @@ pub(crate) struct AsyncQueue {
 
 impl AsyncQueue {
     pub(crate) fn new(core: Arc<Mutex<Core>>) -> AsyncQueue {
-        AsyncQueue { core, tx: None, worker: None, pending: Arc::default() }
+        AsyncQueue {
+            core,
+            tx: None,
+            worker: None,
+            pending: Arc::default(),
+        }
     }
 
     fn push(&mut self, job: Job) -> Result<()> {
@@ -51,7 +56,11 @@ impl AsyncQueue {
                         cv.notify_all();
                     }
                 })
-                .map_err(|e| Error::System { rank: 0, what: "starting the async worker".into(), source: e })?;
+                .map_err(|e| Error::System {
+                    rank: 0,
+                    what: "starting the async worker".into(),
+                    source: e,
+                })?;
             self.tx = Some(tx);
             self.worker = Some(worker);
         }
@@ -99,7 +108,11 @@ pub struct AsyncOp<B> {
 impl<B> AsyncOp<B> {
     /// Whether the operation has finished (successfully or not).
     pub fn is_done(&self) -> bool {
-        self.slot.result.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.slot
+            .result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Waits for the operation and returns the buffer.
@@ -125,7 +138,12 @@ impl<B> AsyncOp<B> {
                     if left.is_zero() {
                         return None;
                     }
-                    r = self.slot.done.wait_timeout(r, left).unwrap_or_else(|p| p.into_inner()).0;
+                    r = self
+                        .slot
+                        .done
+                        .wait_timeout(r, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
             }
         }
@@ -143,12 +161,19 @@ impl<B> Drop for AsyncOp<B> {
 }
 
 impl Communicator {
-    fn submit<T, B>(&mut self, mut buf: B, run: impl FnOnce(&mut Core, Region) -> Result<()> + Send + 'static) -> Result<AsyncOp<B>>
+    fn submit<T, B>(
+        &mut self,
+        mut buf: B,
+        run: impl FnOnce(&mut Core, Region) -> Result<()> + Send + 'static,
+    ) -> Result<AsyncOp<B>>
     where
         T: Element,
         B: AsMut<[T]> + Send + 'static,
     {
-        let slot = Arc::new(Slot { result: Mutex::new(None), done: Condvar::new() });
+        let slot = Arc::new(Slot {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        });
         let theirs = slot.clone();
         self.queue.push(Box::new(move |core: &mut Core| {
             let s = buf.as_mut();
@@ -168,7 +193,16 @@ impl Communicator {
     {
         self.submit::<T, B>(buf, move |core, r| {
             let count = r.len / T::DTYPE.size();
-            core.collective(Coll::AllReduce { count }, T::DTYPE, op, CallBufs { input: r, output: r, group: vec![] })
+            core.collective(
+                Coll::AllReduce { count },
+                T::DTYPE,
+                op,
+                CallBufs {
+                    input: r,
+                    output: r,
+                    group: vec![],
+                },
+            )
         })
     }
 
@@ -179,12 +213,24 @@ impl Communicator {
         B: AsMut<[T]> + Send + 'static,
     {
         if root >= self.nranks {
-            return Err(Error::invalid(format!("broadcast: root {root} is not a rank of {}", self.nranks)));
+            return Err(Error::invalid(format!(
+                "broadcast: root {root} is not a rank of {}",
+                self.nranks
+            )));
         }
         self.submit::<T, B>(buf, move |core, r| {
             let count = r.len / T::DTYPE.size();
             let coll = Coll::Broadcast { count, root };
-            core.collective(coll, T::DTYPE, RedOp::Sum, CallBufs { input: r, output: r, group: vec![] })
+            core.collective(
+                coll,
+                T::DTYPE,
+                RedOp::Sum,
+                CallBufs {
+                    input: r,
+                    output: r,
+                    group: vec![],
+                },
+            )
         })
     }
 
@@ -200,7 +246,16 @@ impl Communicator {
             let c = equal_part(r.len / T::DTYPE.size(), n)?;
             let bytes = c * T::DTYPE.size();
             let input = Region::new(r.ptr.wrapping_add(rank * bytes), bytes);
-            core.collective(Coll::AllGather { send_count: c }, T::DTYPE, RedOp::Sum, CallBufs { input, output: r, group: vec![] })
+            core.collective(
+                Coll::AllGather { send_count: c },
+                T::DTYPE,
+                RedOp::Sum,
+                CallBufs {
+                    input,
+                    output: r,
+                    group: vec![],
+                },
+            )
         })
     }
 
@@ -216,14 +271,25 @@ impl Communicator {
             let c = equal_part(r.len / T::DTYPE.size(), n)?;
             let bytes = c * T::DTYPE.size();
             let output = Region::new(r.ptr.wrapping_add(rank * bytes), bytes);
-            core.collective(Coll::ReduceScatter { recv_count: c }, T::DTYPE, op, CallBufs { input: r, output, group: vec![] })
+            core.collective(
+                Coll::ReduceScatter { recv_count: c },
+                T::DTYPE,
+                op,
+                CallBufs {
+                    input: r,
+                    output,
+                    group: vec![],
+                },
+            )
         })
     }
 }
 
 fn equal_part(len: usize, n: usize) -> Result<usize> {
     if len % n != 0 {
-        return Err(Error::invalid(format!("{len} elements do not split into {n} equal parts")));
+        return Err(Error::invalid(format!(
+            "{len} elements do not split into {n} equal parts"
+        )));
     }
     Ok(len / n)
 }

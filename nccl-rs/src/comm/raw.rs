@@ -93,16 +93,32 @@ impl Communicator {
     /// for `dtype`. Overlap other than NCCL's in-place layouts is not
     /// allowed.
     pub unsafe fn collective_raw(&mut self, a: &RawArgs) -> Result<()> {
-        if a.root >= self.nranks && matches!(a.coll, RawColl::Broadcast | RawColl::Reduce | RawColl::Gather | RawColl::Scatter) {
-            return Err(Error::invalid(format!("root {} is not a rank of {}", a.root, self.nranks)));
+        if a.root >= self.nranks
+            && matches!(
+                a.coll,
+                RawColl::Broadcast | RawColl::Reduce | RawColl::Gather | RawColl::Scatter
+            )
+        {
+            return Err(Error::invalid(format!(
+                "root {} is not a rank of {}",
+                a.root, self.nranks
+            )));
         }
         let (sb, rb) = self.raw_sizes(a);
-        for (what, p, len) in [("sendbuff", a.send, sb), ("recvbuff", a.recv as *const u8, rb)] {
+        for (what, p, len) in [
+            ("sendbuff", a.send, sb),
+            ("recvbuff", a.recv as *const u8, rb),
+        ] {
             if len > 0 && p.is_null() {
-                return Err(Error::invalid(format!("{what} is NULL but {len} bytes are needed")));
+                return Err(Error::invalid(format!(
+                    "{what} is NULL but {len} bytes are needed"
+                )));
             }
             if len > 0 && (p as usize) % a.dtype.size() != 0 {
-                return Err(Error::invalid(format!("{what} {p:?} is not aligned for {}", a.dtype)));
+                return Err(Error::invalid(format!(
+                    "{what} {p:?} is not aligned for {}",
+                    a.dtype
+                )));
             }
         }
         let mut input = Region::read_only(a.send, sb);
@@ -111,12 +127,24 @@ impl Communicator {
         let mut tmp = Vec::new();
         let coll = match a.coll {
             RawColl::AllReduce => Coll::AllReduce { count: c },
-            RawColl::Broadcast => Coll::Broadcast { count: c, root: a.root },
-            RawColl::Reduce => Coll::Reduce { count: c, root: a.root },
+            RawColl::Broadcast => Coll::Broadcast {
+                count: c,
+                root: a.root,
+            },
+            RawColl::Reduce => Coll::Reduce {
+                count: c,
+                root: a.root,
+            },
             RawColl::AllGather => Coll::AllGather { send_count: c },
             RawColl::ReduceScatter => Coll::ReduceScatter { recv_count: c },
-            RawColl::Gather => Coll::Gather { count: c, root: a.root },
-            RawColl::Scatter => Coll::Scatter { count: c, root: a.root },
+            RawColl::Gather => Coll::Gather {
+                count: c,
+                root: a.root,
+            },
+            RawColl::Scatter => Coll::Scatter {
+                count: c,
+                root: a.root,
+            },
             RawColl::AllToAll => {
                 if sb > 0 && overlaps(a.send, sb, a.recv, rb) {
                     // SAFETY: the caller guarantees `send` is readable for `sb` bytes.
@@ -126,7 +154,16 @@ impl Communicator {
                 Coll::AllToAll { count: c }
             }
         };
-        self.collective(coll, a.dtype, a.op, CallBufs { input, output, group: Vec::new() })
+        self.collective(
+            coll,
+            a.dtype,
+            a.op,
+            CallBufs {
+                input,
+                output,
+                group: Vec::new(),
+            },
+        )
     }
 
     /// Runs a group of raw sends and receives (`ncclGroupStart` … `ncclGroupEnd`).
@@ -139,13 +176,24 @@ impl Communicator {
         let mut g = P2pGroup::new();
         for op in ops {
             if op.bytes > 0 && op.ptr.is_null() {
-                return Err(Error::invalid(format!("NULL buffer for {} bytes with peer {}", op.bytes, op.peer)));
+                return Err(Error::invalid(format!(
+                    "NULL buffer for {} bytes with peer {}",
+                    op.bytes, op.peer
+                )));
             }
             let r = Region::new(op.ptr, op.bytes);
             let idx = g.bufs.len();
             g.ops.push(match op.is_send {
-                true => P2pOp::Send { peer: op.peer, buf: idx, count: op.bytes },
-                false => P2pOp::Recv { peer: op.peer, buf: idx, count: op.bytes },
+                true => P2pOp::Send {
+                    peer: op.peer,
+                    buf: idx,
+                    count: op.bytes,
+                },
+                false => P2pOp::Recv {
+                    peer: op.peer,
+                    buf: idx,
+                    count: op.bytes,
+                },
             });
             g.bufs.push(r);
         }

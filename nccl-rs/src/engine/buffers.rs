@@ -15,11 +15,17 @@ impl Region {
     /// A read-only region (the engine never writes through it: schedules
     /// only read `Loc::In`).
     pub(crate) fn read_only(ptr: *const u8, len: usize) -> Region {
-        Region { ptr: ptr as *mut u8, len }
+        Region {
+            ptr: ptr as *mut u8,
+            len,
+        }
     }
 
     pub(crate) fn empty() -> Region {
-        Region { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), len: 0 }
+        Region {
+            ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+            len: 0,
+        }
     }
 }
 

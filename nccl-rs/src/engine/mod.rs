@@ -114,21 +114,43 @@ impl Engine {
             for s in &mut self.slots {
                 s.ensure(slot_bytes);
             }
-            self.slot_regions.0 = self.slots.iter_mut().map(|s| Region::new(s.as_mut_ptr(), slot_bytes)).collect();
+            self.slot_regions.0 = self
+                .slots
+                .iter_mut()
+                .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
+                .collect();
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
         let slots = &self.slot_regions.0;
-        Run::new(self.rank, self.nranks, &mut self.send, &mut self.recv, call, bufs, scratch, slots, &mut self.book)
+        Run::new(
+            self.rank,
+            self.nranks,
+            &mut self.send,
+            &mut self.recv,
+            call,
+            bufs,
+            scratch,
+            slots,
+            &mut self.book,
+        )
     }
 
     /// Runs one operation to completion or to the deadline. While idle it
     /// calls `health` about once a millisecond; an error from it (another
     /// rank failed) ends the operation.
-    pub(crate) fn run(&mut self, call: Call<'_>, bufs: CallBufs, health: &mut dyn FnMut() -> Option<Error>) -> Result<()> {
+    pub(crate) fn run(
+        &mut self,
+        call: Call<'_>,
+        bufs: CallBufs,
+        health: &mut dyn FnMut() -> Option<Error>,
+    ) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what);
         let abort = self.abort.clone();
         if abort.is_aborted() {
-            return Err(Error::Aborted { rank, op: what.to_string() });
+            return Err(Error::Aborted {
+                rank,
+                op: what.to_string(),
+            });
         }
         let mut run = self.start(call, bufs)?;
         let start = Instant::now();
@@ -153,7 +175,10 @@ impl Engine {
                 std::thread::sleep(SLEEP);
             }
             if abort.is_aborted() {
-                return Err(Error::Aborted { rank, op: what.to_string() });
+                return Err(Error::Aborted {
+                    rank,
+                    op: what.to_string(),
+                });
             }
             if idle >= HEALTH_EVERY && now - last_health >= HEALTH_EVERY {
                 last_health = now;
@@ -162,7 +187,12 @@ impl Engine {
                 }
             }
             if polls % 64 == 0 && now - start > timeout {
-                return Err(Error::Timeout { rank, op: what.to_string(), after: timeout, waiting_for: run.waiting_for() });
+                return Err(Error::Timeout {
+                    rank,
+                    op: what.to_string(),
+                    after: timeout,
+                    waiting_for: run.waiting_for(),
+                });
             }
         }
     }

@@ -103,11 +103,19 @@ impl<'a> Run<'a> {
     }
 
     fn net_err(&self, peer: usize, source: NetError) -> Error {
-        Error::Transport { rank: self.rank, peer, op: self.call.what.to_string(), source }
+        Error::Transport {
+            rank: self.rank,
+            peer,
+            op: self.call.what.to_string(),
+            source,
+        }
     }
 
     fn internal(&self, msg: String) -> Error {
-        Error::Internal { rank: self.rank, msg: format!("{}: {msg}", self.call.what) }
+        Error::Internal {
+            rank: self.rank,
+            msg: format!("{}: {msg}", self.call.what),
+        }
     }
 
     fn bytes(&self, count: usize) -> usize {
@@ -122,13 +130,20 @@ impl<'a> Run<'a> {
             Loc::Out(o) => (self.bufs.output, o),
             Loc::Scratch(o) => (self.scratch, o),
             Loc::Group(b, o) => {
-                let r = self.bufs.group.get(b).ok_or_else(|| self.internal(format!("no group buffer {b}")))?;
+                let r = self
+                    .bufs
+                    .group
+                    .get(b)
+                    .ok_or_else(|| self.internal(format!("no group buffer {b}")))?;
                 (*r, o)
             }
         };
         let (start, len) = (off * es, count * es);
         if start.checked_add(len).is_none_or(|end| end > base.len) {
-            return Err(self.internal(format!("{loc:?}+{count} exceeds a buffer of {} bytes", base.len)));
+            return Err(self.internal(format!(
+                "{loc:?}+{count} exceeds a buffer of {} bytes",
+                base.len
+            )));
         }
         // `wrapping_add` keeps this free of unsafe; the bounds were checked above.
         Ok(Region::new(base.ptr.wrapping_add(start), len))
@@ -137,8 +152,18 @@ impl<'a> Run<'a> {
     /// Peers this operation is still waiting for, for timeout messages.
     pub(crate) fn waiting_for(&self) -> String {
         let mut parts = Vec::new();
-        if let Some(from) = self.call.sched.steps.get(self.cur).and_then(Step::recv_peer) {
-            parts.push(format!("data from rank {from} (step {} of {})", self.cur, self.call.sched.steps.len()));
+        if let Some(from) = self
+            .call
+            .sched
+            .steps
+            .get(self.cur)
+            .and_then(Step::recv_peer)
+        {
+            parts.push(format!(
+                "data from rank {from} (step {} of {})",
+                self.cur,
+                self.call.sched.steps.len()
+            ));
         }
         let mut peers: Vec<usize> = self.sends.iter().map(|s| s.0).collect();
         peers.sort_unstable();
@@ -155,7 +180,9 @@ impl<'a> Run<'a> {
         let mut moved = self.post_receives()?;
         moved |= self.test_sends()?;
         moved |= self.execute()?;
-        let done = self.cur == self.call.sched.steps.len() && self.sends.is_empty() && self.blocked.is_none();
+        let done = self.cur == self.call.sched.steps.len()
+            && self.sends.is_empty()
+            && self.blocked.is_none();
         Ok((done, moved))
     }
 
@@ -167,7 +194,9 @@ impl<'a> Run<'a> {
             if let Some(from) = step.recv_peer() {
                 let bytes = self.bytes(step.count());
                 let (dst, slot) = if step.needs_slot() {
-                    let Some(&slot) = self.free_slots.last() else { break };
+                    let Some(&slot) = self.free_slots.last() else {
+                        break;
+                    };
                     (Region::new(self.slots[slot].ptr, bytes), Some(slot))
                 } else {
                     let dst = match step {
@@ -178,7 +207,9 @@ impl<'a> Run<'a> {
                 };
                 let tag = self.call.tag;
                 let comm = self.recv.get_mut(from).and_then(Option::as_mut);
-                let Some(comm) = comm else { return Err(self.internal(format!("no connection from rank {from}"))) };
+                let Some(comm) = comm else {
+                    return Err(self.internal(format!("no connection from rank {from}")));
+                };
                 // SAFETY: `dst` is a checked range of a user buffer or of a
                 // staging slot that stays allocated for the whole run, and
                 // nothing accesses it until this request completes (see the
@@ -204,7 +235,9 @@ impl<'a> Run<'a> {
         let mut i = 0;
         while i < self.sends.len() {
             let (peer, req) = self.sends[i];
-            let comm = self.send[peer].as_mut().expect("sends are only posted on open connections");
+            let comm = self.send[peer]
+                .as_mut()
+                .expect("sends are only posted on open connections");
             if comm.test(req).map_err(|e| self.net_err(peer, e))? {
                 self.sends.remove(i);
             } else {
@@ -261,9 +294,13 @@ impl<'a> Run<'a> {
             let step = self.call.sched.steps[self.cur];
             let mut slot = None;
             if let Some(from) = step.recv_peer() {
-                let p = self.posted[self.cur].as_ref().ok_or_else(|| self.internal("receive not posted".into()))?;
+                let p = self.posted[self.cur]
+                    .as_ref()
+                    .ok_or_else(|| self.internal("receive not posted".into()))?;
                 let (req, s) = (p.req, p.slot);
-                let comm = self.recv[from].as_mut().expect("posted on an open connection");
+                let comm = self.recv[from]
+                    .as_mut()
+                    .expect("posted on an open connection");
                 match comm.test(req).map_err(|e| self.net_err(from, e))? {
                     None => break,
                     Some(got) if got != self.bytes(step.count()) => {
@@ -308,11 +345,23 @@ impl<'a> Run<'a> {
                 }
                 Ok(())
             }
-            Step::Reduce { src, dst, count, finalize } => {
+            Step::Reduce {
+                src,
+                dst,
+                count,
+                finalize,
+            } => {
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
                 self.reduce(dst, dst, src, finalize)
             }
-            Step::RecvReduceCopySend { to, src, dst, count, finalize, .. } => {
+            Step::RecvReduceCopySend {
+                to,
+                src,
+                dst,
+                count,
+                finalize,
+                ..
+            } => {
                 let slot = slot.ok_or_else(|| self.internal("reduction without a slot".into()))?;
                 let incoming = Region::new(self.slots[slot].ptr, self.bytes(count));
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
@@ -328,7 +377,9 @@ impl<'a> Run<'a> {
     /// `dst = src ⊕ incoming`, then the average's division if `finalize`.
     fn reduce(&self, src: Region, dst: Region, incoming: Region, finalize: bool) -> Result<()> {
         let (dt, op) = (self.call.dtype, self.call.op);
-        let overlap = |a: Region, b: Region| (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len;
+        let overlap = |a: Region, b: Region| {
+            (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len
+        };
         if (src.ptr != dst.ptr && overlap(src, dst)) || overlap(incoming, dst) {
             return Err(self.internal("overlapping reduction operands".into()));
         }
@@ -337,7 +388,10 @@ impl<'a> Run<'a> {
         // range of a writable buffer that no pending receive targets (the
         // schedule reduces each range once, after its data arrived).
         let (inc, out) = unsafe {
-            (std::slice::from_raw_parts(incoming.ptr, incoming.len), std::slice::from_raw_parts_mut(dst.ptr, dst.len))
+            (
+                std::slice::from_raw_parts(incoming.ptr, incoming.len),
+                std::slice::from_raw_parts_mut(dst.ptr, dst.len),
+            )
         };
         if src.ptr == dst.ptr {
             reduce::reduce_inplace(dt, op, out, inc);

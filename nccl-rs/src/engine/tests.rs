@@ -9,8 +9,10 @@ use crate::transport::Net;
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
     let net = MemNet;
-    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
     for a in 0..n {
         for b in 0..n {
             if a != b {
@@ -29,7 +31,13 @@ fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
 }
 
 /// Runs one operation on every rank, round-robin, in one thread.
-fn drive(engines: &mut [Engine], scheds: &[Schedule], dtype: DataType, op: RedOp, io: &mut [(Vec<u8>, Vec<u8>)]) {
+fn drive(
+    engines: &mut [Engine],
+    scheds: &[Schedule],
+    dtype: DataType,
+    op: RedOp,
+    io: &mut [(Vec<u8>, Vec<u8>)],
+) {
     let mut runs: Vec<_> = engines
         .iter_mut()
         .zip(scheds)
@@ -40,7 +48,13 @@ fn drive(engines: &mut [Engine], scheds: &[Schedule], dtype: DataType, op: RedOp
                 output: Region::new(o.as_mut_ptr(), o.len()),
                 group: vec![],
             };
-            let call = Call { sched: s, dtype, op, tag: 1, what: OpLabel::Test };
+            let call = Call {
+                sched: s,
+                dtype,
+                op,
+                tag: 1,
+                what: OpLabel::Test,
+            };
             e.start(call, bufs).unwrap()
         })
         .collect();
@@ -64,18 +78,34 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 
 #[test]
 fn all_reduce_64_ranks_exact() {
-    for (n, count, slot) in [(64, 1000, 64), (7, 1023, 16), (2, 1, 64), (1, 5, 64), (16, 100003, 4096)] {
+    for (n, count, slot) in [
+        (64, 1000, 64),
+        (7, 1023, 16),
+        (2, 1, 64),
+        (1, 5, 64),
+        (16, 100003, 4096),
+    ] {
         let mut engines = mesh(n, slot);
         let chunk = slot / 4;
-        let scheds: Vec<_> = (0..n).map(|r| schedule::all_reduce(n, r, count, chunk)).collect();
+        let scheds: Vec<_> = (0..n)
+            .map(|r| schedule::all_reduce(n, r, count, chunk))
+            .collect();
         let mut io: Vec<_> = (0..n)
             .map(|r| {
                 let input: Vec<f32> = (0..count).map(|i| ((r * 7 + i * 3) % 11) as f32).collect();
                 (f32s(&input), vec![0u8; count * 4])
             })
             .collect();
-        drive(&mut engines, &scheds, DataType::Float32, RedOp::Sum, &mut io);
-        let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| ((r * 7 + i * 3) % 11) as f32).sum()).collect();
+        drive(
+            &mut engines,
+            &scheds,
+            DataType::Float32,
+            RedOp::Sum,
+            &mut io,
+        );
+        let want: Vec<f32> = (0..count)
+            .map(|i| (0..n).map(|r| ((r * 7 + i * 3) % 11) as f32).sum())
+            .collect();
         for (r, (_, out)) in io.iter().enumerate() {
             assert_eq!(out, &f32s(&want), "n={n} count={count} rank {r}");
         }
@@ -86,21 +116,47 @@ fn all_reduce_64_ranks_exact() {
 fn reduce_scatter_and_all_gather_32_ranks() {
     let (n, c) = (32, 37);
     let mut engines = mesh(n, 32);
-    let scheds: Vec<_> = (0..n).map(|r| schedule::reduce_scatter(n, r, c, 8)).collect();
-    let mut io: Vec<_> = (0..n)
-        .map(|r| (f32s(&(0..n * c).map(|i| (r + i % 5) as f32).collect::<Vec<_>>()), vec![0u8; c * 4]))
+    let scheds: Vec<_> = (0..n)
+        .map(|r| schedule::reduce_scatter(n, r, c, 8))
         .collect();
-    drive(&mut engines, &scheds, DataType::Float32, RedOp::Max, &mut io);
+    let mut io: Vec<_> = (0..n)
+        .map(|r| {
+            (
+                f32s(&(0..n * c).map(|i| (r + i % 5) as f32).collect::<Vec<_>>()),
+                vec![0u8; c * 4],
+            )
+        })
+        .collect();
+    drive(
+        &mut engines,
+        &scheds,
+        DataType::Float32,
+        RedOp::Max,
+        &mut io,
+    );
     for (r, (_, out)) in io.iter().enumerate() {
         let want: Vec<f32> = (0..c).map(|i| ((n - 1) + (r * c + i) % 5) as f32).collect();
         assert_eq!(out, &f32s(&want), "rank {r}");
     }
     let scheds: Vec<_> = (0..n).map(|r| schedule::all_gather(n, r, c, 8)).collect();
     let mut io: Vec<_> = (0..n)
-        .map(|r| (f32s(&(0..c).map(|i| (r * 1000 + i) as f32).collect::<Vec<_>>()), vec![0u8; n * c * 4]))
+        .map(|r| {
+            (
+                f32s(&(0..c).map(|i| (r * 1000 + i) as f32).collect::<Vec<_>>()),
+                vec![0u8; n * c * 4],
+            )
+        })
         .collect();
-    drive(&mut engines, &scheds, DataType::Float32, RedOp::Sum, &mut io);
-    let want: Vec<f32> = (0..n * c).map(|i| ((i / c) * 1000 + i % c) as f32).collect();
+    drive(
+        &mut engines,
+        &scheds,
+        DataType::Float32,
+        RedOp::Sum,
+        &mut io,
+    );
+    let want: Vec<f32> = (0..n * c)
+        .map(|i| ((i / c) * 1000 + i % c) as f32)
+        .collect();
     for (_, out) in &io {
         assert_eq!(out, &f32s(&want));
     }
@@ -110,15 +166,32 @@ fn reduce_scatter_and_all_gather_32_ranks() {
 fn avg_divides_once_and_ranks_agree_bitwise() {
     let (n, count) = (5, 101);
     let mut engines = mesh(n, 64);
-    let scheds: Vec<_> = (0..n).map(|r| schedule::all_reduce(n, r, count, 16)).collect();
-    let mut io: Vec<_> =
-        (0..n).map(|r| (f32s(&(0..count).map(|i| (r + i) as f32 * 0.1).collect::<Vec<_>>()), vec![0u8; count * 4])).collect();
-    drive(&mut engines, &scheds, DataType::Float32, RedOp::Avg, &mut io);
+    let scheds: Vec<_> = (0..n)
+        .map(|r| schedule::all_reduce(n, r, count, 16))
+        .collect();
+    let mut io: Vec<_> = (0..n)
+        .map(|r| {
+            (
+                f32s(&(0..count).map(|i| (r + i) as f32 * 0.1).collect::<Vec<_>>()),
+                vec![0u8; count * 4],
+            )
+        })
+        .collect();
+    drive(
+        &mut engines,
+        &scheds,
+        DataType::Float32,
+        RedOp::Avg,
+        &mut io,
+    );
     let first = io[0].1.clone();
     let got: &[f32] = bytemuck::cast_slice(&first);
     for (i, g) in got.iter().enumerate() {
         let want = (0..n).map(|r| (r + i) as f32 * 0.1).sum::<f32>() / n as f32;
-        assert!((g - want).abs() <= 1e-5 * want.abs().max(1.0), "element {i}: {g} vs {want}");
+        assert!(
+            (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "element {i}: {g} vs {want}"
+        );
     }
     for (_, out) in &io {
         assert_eq!(out, &first, "every rank must hold the same bits");

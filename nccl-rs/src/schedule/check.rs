@@ -40,13 +40,19 @@ fn buf<'a>(b: &'a mut SymBufs, loc: Loc) -> Result<(&'a mut Vec<Option<Val>>, us
 
 fn read(b: &mut SymBufs, loc: Loc, count: usize) -> Result<Vec<Val>, String> {
     let (v, o) = buf(b, loc)?;
-    let s = v.get(o..o + count).ok_or_else(|| format!("read {loc:?}+{count} out of bounds"))?;
-    s.iter().map(|x| x.ok_or_else(|| format!("read of unwritten element in {loc:?}"))).collect()
+    let s = v
+        .get(o..o + count)
+        .ok_or_else(|| format!("read {loc:?}+{count} out of bounds"))?;
+    s.iter()
+        .map(|x| x.ok_or_else(|| format!("read of unwritten element in {loc:?}")))
+        .collect()
 }
 
 fn write(b: &mut SymBufs, loc: Loc, vals: &[Val]) -> Result<(), String> {
     let (v, o) = buf(b, loc)?;
-    let s = v.get_mut(o..o + vals.len()).ok_or_else(|| format!("write {loc:?}+{} out of bounds", vals.len()))?;
+    let s = v
+        .get_mut(o..o + vals.len())
+        .ok_or_else(|| format!("write {loc:?}+{} out of bounds", vals.len()))?;
     for (d, x) in s.iter_mut().zip(vals) {
         *d = Some(*x);
     }
@@ -58,11 +64,21 @@ fn combine(a: &[Val], b: &[Val]) -> Result<Vec<Val>, String> {
         .zip(b)
         .map(|(x, y)| {
             if x.index != y.index {
-                Err(format!("reduced element {} with element {}", x.index, y.index))
+                Err(format!(
+                    "reduced element {} with element {}",
+                    x.index, y.index
+                ))
             } else if x.ranks & y.ranks != 0 {
-                Err(format!("element {} counts ranks {:#x} twice", x.index, x.ranks & y.ranks))
+                Err(format!(
+                    "element {} counts ranks {:#x} twice",
+                    x.index,
+                    x.ranks & y.ranks
+                ))
             } else {
-                Ok(Val { ranks: x.ranks | y.ranks, index: x.index })
+                Ok(Val {
+                    ranks: x.ranks | y.ranks,
+                    index: x.index,
+                })
             }
         })
         .collect()
@@ -108,19 +124,29 @@ pub fn simulate(scheds: &[Schedule], bufs: &mut [SymBufs]) -> Result<(), String>
         }
         if (0..n).all(|r| pc[r] == scheds[r].steps.len()) {
             return match links.iter().position(|l| !l.is_empty()) {
-                Some(i) => Err(format!("message from {} to {} never received", i / n, i % n)),
+                Some(i) => Err(format!(
+                    "message from {} to {} never received",
+                    i / n,
+                    i % n
+                )),
                 None => Ok(()),
             };
         }
         if !moved {
             let stuck: Vec<_> = (0..n).filter(|&r| pc[r] < scheds[r].steps.len()).collect();
-            return Err(format!("deadlock: ranks {stuck:?} cannot progress (pcs {pc:?})"));
+            return Err(format!(
+                "deadlock: ranks {stuck:?} cannot progress (pcs {pc:?})"
+            ));
         }
     }
 }
 
 /// Executes one step; returns the data it sends, if any.
-fn exec(b: &mut SymBufs, step: &Step, incoming: Option<Vec<Val>>) -> Result<Option<Vec<Val>>, String> {
+fn exec(
+    b: &mut SymBufs,
+    step: &Step,
+    incoming: Option<Vec<Val>>,
+) -> Result<Option<Vec<Val>>, String> {
     let inc = || incoming.clone().ok_or("missing incoming data".to_string());
     Ok(match *step {
         Step::Send { src, count, .. } => Some(read(b, src, count)?),
@@ -128,7 +154,13 @@ fn exec(b: &mut SymBufs, step: &Step, incoming: Option<Vec<Val>>) -> Result<Opti
             write(b, dst, &inc()?)?;
             None
         }
-        Step::RecvReduceCopySend { src, dst, count, to, .. } => {
+        Step::RecvReduceCopySend {
+            src,
+            dst,
+            count,
+            to,
+            ..
+        } => {
             let v = combine(&read(b, src, count)?, &inc()?)?;
             write(b, dst, &v)?;
             to.map(|_| v)
@@ -143,7 +175,9 @@ fn exec(b: &mut SymBufs, step: &Step, incoming: Option<Vec<Val>>) -> Result<Opti
             write(b, dst, &v)?;
             None
         }
-        Step::Reduce { src, dst, count, .. } => {
+        Step::Reduce {
+            src, dst, count, ..
+        } => {
             let v = combine(&read(b, dst, count)?, &read(b, src, count)?)?;
             write(b, dst, &v)?;
             None
@@ -160,16 +194,28 @@ pub fn check_matching(scheds: &[Schedule]) -> Result<(), String> {
     for (r, s) in scheds.iter().enumerate() {
         for step in &s.steps {
             if let Some(to) = step.send_peer() {
-                sends.get_mut(r * n + to).ok_or("peer out of range")?.push(step.count());
+                sends
+                    .get_mut(r * n + to)
+                    .ok_or("peer out of range")?
+                    .push(step.count());
             }
             if let Some(from) = step.recv_peer() {
-                recvs.get_mut(from * n + r).ok_or("peer out of range")?.push(step.count());
+                recvs
+                    .get_mut(from * n + r)
+                    .ok_or("peer out of range")?
+                    .push(step.count());
             }
         }
     }
     for i in 0..n * n {
         if sends[i] != recvs[i] {
-            return Err(format!("link {} -> {}: sends {:?} but receives {:?}", i / n, i % n, sends[i], recvs[i]));
+            return Err(format!(
+                "link {} -> {}: sends {:?} but receives {:?}",
+                i / n,
+                i % n,
+                sends[i],
+                recvs[i]
+            ));
         }
     }
     Ok(())

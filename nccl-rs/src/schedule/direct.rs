@@ -13,20 +13,44 @@ pub fn all_reduce_direct(n: usize, r: usize, count: usize) -> Schedule {
         return Schedule::default();
     }
     let at = |p: usize| Loc::Scratch(p * count);
-    let mut steps = vec![Step::Copy { src: Loc::In(0), dst: at(r), count }];
+    let mut steps = vec![Step::Copy {
+        src: Loc::In(0),
+        dst: at(r),
+        count,
+    }];
     // Send from the scratch copy, not from `In`: in place, `In` is `Out`,
     // which the local reduction below overwrites while sends may still be
     // reading.
     for s in 1..n {
-        steps.push(Step::Send { to: (r + s) % n, src: at(r), count });
+        steps.push(Step::Send {
+            to: (r + s) % n,
+            src: at(r),
+            count,
+        });
     }
     for s in 1..n {
         let from = (r + n - s) % n;
-        steps.push(Step::Recv { from, dst: at(from), count });
+        steps.push(Step::Recv {
+            from,
+            dst: at(from),
+            count,
+        });
     }
-    steps.push(Step::Copy { src: at(0), dst: Loc::Out(0), count });
+    steps.push(Step::Copy {
+        src: at(0),
+        dst: Loc::Out(0),
+        count,
+    });
     for p in 1..n {
-        steps.push(Step::Reduce { src: at(p), dst: Loc::Out(0), count, finalize: p == n - 1 });
+        steps.push(Step::Reduce {
+            src: at(p),
+            dst: Loc::Out(0),
+            count,
+            finalize: p == n - 1,
+        });
     }
-    Schedule { steps, scratch: n * count }
+    Schedule {
+        steps,
+        scratch: n * count,
+    }
 }

@@ -20,8 +20,8 @@ mod p2p;
 mod ring;
 mod tree;
 
-pub use p2p::{all_to_all, gather, p2p_group, scatter, P2pOp};
 pub use direct::all_reduce_direct;
+pub use p2p::{all_to_all, gather, p2p_group, scatter, P2pOp};
 pub use ring::{all_gather, all_reduce, broadcast, reduce, reduce_scatter};
 pub use tree::{all_reduce_tree, btree, dtree, Tree};
 

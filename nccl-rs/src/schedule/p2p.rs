@@ -6,14 +6,26 @@ use super::{Loc, Schedule, Step};
 
 /// Pairwise-exchange all-to-all: `count` elements to and from every rank.
 pub fn all_to_all(n: usize, r: usize, count: usize) -> Schedule {
-    let mut steps = vec![Step::Copy { src: Loc::In(r * count), dst: Loc::Out(r * count), count }];
+    let mut steps = vec![Step::Copy {
+        src: Loc::In(r * count),
+        dst: Loc::Out(r * count),
+        count,
+    }];
     for s in 1..n {
         let to = (r + s) % n;
-        steps.push(Step::Send { to, src: Loc::In(to * count), count });
+        steps.push(Step::Send {
+            to,
+            src: Loc::In(to * count),
+            count,
+        });
     }
     for s in 1..n {
         let from = (r + n - s) % n;
-        steps.push(Step::Recv { from, dst: Loc::Out(from * count), count });
+        steps.push(Step::Recv {
+            from,
+            dst: Loc::Out(from * count),
+            count,
+        });
     }
     finish(steps)
 }
@@ -23,12 +35,24 @@ pub fn gather(n: usize, r: usize, root: usize, count: usize) -> Schedule {
     let steps = if r == root {
         (0..n)
             .map(|p| match p == root {
-                true => Step::Copy { src: Loc::In(0), dst: Loc::Out(p * count), count },
-                false => Step::Recv { from: p, dst: Loc::Out(p * count), count },
+                true => Step::Copy {
+                    src: Loc::In(0),
+                    dst: Loc::Out(p * count),
+                    count,
+                },
+                false => Step::Recv {
+                    from: p,
+                    dst: Loc::Out(p * count),
+                    count,
+                },
             })
             .collect()
     } else {
-        vec![Step::Send { to: root, src: Loc::In(0), count }]
+        vec![Step::Send {
+            to: root,
+            src: Loc::In(0),
+            count,
+        }]
     };
     finish(steps)
 }
@@ -38,12 +62,24 @@ pub fn scatter(n: usize, r: usize, root: usize, count: usize) -> Schedule {
     let steps = if r == root {
         (0..n)
             .map(|p| match p == root {
-                true => Step::Copy { src: Loc::In(p * count), dst: Loc::Out(0), count },
-                false => Step::Send { to: p, src: Loc::In(p * count), count },
+                true => Step::Copy {
+                    src: Loc::In(p * count),
+                    dst: Loc::Out(0),
+                    count,
+                },
+                false => Step::Send {
+                    to: p,
+                    src: Loc::In(p * count),
+                    count,
+                },
             })
             .collect()
     } else {
-        vec![Step::Recv { from: root, dst: Loc::Out(0), count }]
+        vec![Step::Recv {
+            from: root,
+            dst: Loc::Out(0),
+            count,
+        }]
     };
     finish(steps)
 }
@@ -93,25 +129,43 @@ pub fn p2p_group(me: usize, ops: &[P2pOp]) -> Result<Schedule, String> {
         })
         .collect();
     if self_sends.len() != self_recvs.len() {
-        return Err(format!("{} sends to self but {} receives from self", self_sends.len(), self_recvs.len()));
+        return Err(format!(
+            "{} sends to self but {} receives from self",
+            self_sends.len(),
+            self_recvs.len()
+        ));
     }
     for ((sb, sc), (rb, rc)) in self_sends.into_iter().zip(self_recvs) {
         if sc != rc {
-            return Err(format!("a send to self of {sc} elements meets a receive of {rc}"));
+            return Err(format!(
+                "a send to self of {sc} elements meets a receive of {rc}"
+            ));
         }
-        steps.push(Step::Copy { src: Loc::Group(sb, 0), dst: Loc::Group(rb, 0), count: sc });
+        steps.push(Step::Copy {
+            src: Loc::Group(sb, 0),
+            dst: Loc::Group(rb, 0),
+            count: sc,
+        });
     }
     for op in ops {
         if let P2pOp::Send { peer, buf, count } = *op {
             if peer != me {
-                steps.push(Step::Send { to: peer, src: Loc::Group(buf, 0), count });
+                steps.push(Step::Send {
+                    to: peer,
+                    src: Loc::Group(buf, 0),
+                    count,
+                });
             }
         }
     }
     for op in ops {
         if let P2pOp::Recv { peer, buf, count } = *op {
             if peer != me {
-                steps.push(Step::Recv { from: peer, dst: Loc::Group(buf, 0), count });
+                steps.push(Step::Recv {
+                    from: peer,
+                    dst: Loc::Group(buf, 0),
+                    count,
+                });
             }
         }
     }

@@ -58,13 +58,24 @@ impl Wave {
 
     fn finish(mut self, scratch: usize) -> Schedule {
         self.0.sort_by_key(|(key, _)| *key);
-        Schedule { steps: self.0.into_iter().map(|(_, s)| s).collect(), scratch }
+        Schedule {
+            steps: self.0.into_iter().map(|(_, s)| s).collect(),
+            scratch,
+        }
     }
 }
 
 fn single(count: usize) -> Schedule {
     let mut w = Wave::default();
-    w.push(0, 0, Step::Copy { src: Loc::In(0), dst: Loc::Out(0), count });
+    w.push(
+        0,
+        0,
+        Step::Copy {
+            src: Loc::In(0),
+            dst: Loc::Out(0),
+            count,
+        },
+    );
     w.finish(0)
 }
 
@@ -78,7 +89,15 @@ pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     let mut w = Wave::default();
     for k in 0..rounds(part_len(count, n, 0), chunk) {
         let (o, c) = seg(r, k);
-        w.push(k, 0, Step::Send { to: nx, src: Loc::In(o), count: c });
+        w.push(
+            k,
+            0,
+            Step::Send {
+                to: nx,
+                src: Loc::In(o),
+                count: c,
+            },
+        );
         for j in 1..n {
             let (o, c) = seg(back(n, r, j), k);
             let step = Step::RecvReduceCopySend {
@@ -94,9 +113,18 @@ pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
         for i in 1..n {
             let (o, c) = seg((r + 1 + n - i) % n, k);
             let step = if i < n - 1 {
-                Step::RecvCopySend { from: pv, to: nx, dst: Loc::Out(o), count: c }
+                Step::RecvCopySend {
+                    from: pv,
+                    to: nx,
+                    dst: Loc::Out(o),
+                    count: c,
+                }
             } else {
-                Step::Recv { from: pv, dst: Loc::Out(o), count: c }
+                Step::Recv {
+                    from: pv,
+                    dst: Loc::Out(o),
+                    count: c,
+                }
             };
             w.push(k, n - 1 + i, step);
         }
@@ -115,7 +143,15 @@ pub fn reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Sc
     for k in 0..rounds(recv_count, chunk) {
         let (o, c) = slice(0, recv_count, k, chunk);
         let at = |s: usize| s * recv_count + o;
-        w.push(k, 0, Step::Send { to: nx, src: Loc::In(at(back(n, r, 1))), count: c });
+        w.push(
+            k,
+            0,
+            Step::Send {
+                to: nx,
+                src: Loc::In(at(back(n, r, 1))),
+                count: c,
+            },
+        );
         for j in 1..n {
             let s = back(n, r, j + 1);
             let last = j == n - 1;
@@ -123,7 +159,11 @@ pub fn reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Sc
                 from: pv,
                 to: (!last).then_some(nx),
                 src: Loc::In(at(s)),
-                dst: if last { Loc::Out(o) } else { Loc::Scratch(at(s)) },
+                dst: if last {
+                    Loc::Out(o)
+                } else {
+                    Loc::Scratch(at(s))
+                },
                 count: c,
                 finalize: last,
             };
@@ -139,17 +179,42 @@ pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedu
     let mut w = Wave::default();
     for k in 0..rounds(send_count, chunk) {
         let (o, c) = slice(0, send_count, k, chunk);
-        w.push(k, 0, Step::Copy { src: Loc::In(o), dst: Loc::Out(r * send_count + o), count: c });
+        w.push(
+            k,
+            0,
+            Step::Copy {
+                src: Loc::In(o),
+                dst: Loc::Out(r * send_count + o),
+                count: c,
+            },
+        );
         if n == 1 {
             continue;
         }
-        w.push(k, 0, Step::Send { to: nx, src: Loc::In(o), count: c });
+        w.push(
+            k,
+            0,
+            Step::Send {
+                to: nx,
+                src: Loc::In(o),
+                count: c,
+            },
+        );
         for j in 1..n {
             let dst = Loc::Out(back(n, r, j) * send_count + o);
             let step = if j < n - 1 {
-                Step::RecvCopySend { from: pv, to: nx, dst, count: c }
+                Step::RecvCopySend {
+                    from: pv,
+                    to: nx,
+                    dst,
+                    count: c,
+                }
             } else {
-                Step::Recv { from: pv, dst, count: c }
+                Step::Recv {
+                    from: pv,
+                    dst,
+                    count: c,
+                }
             };
             w.push(k, j, step);
         }
@@ -165,14 +230,47 @@ pub fn broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) ->
     for k in 0..rounds(count, chunk) {
         let (o, c) = slice(0, count, k, chunk);
         if pos == 0 {
-            w.push(k, 0, Step::Copy { src: Loc::In(o), dst: Loc::Out(o), count: c });
+            w.push(
+                k,
+                0,
+                Step::Copy {
+                    src: Loc::In(o),
+                    dst: Loc::Out(o),
+                    count: c,
+                },
+            );
             if n > 1 {
-                w.push(k, 0, Step::Send { to: nx, src: Loc::In(o), count: c });
+                w.push(
+                    k,
+                    0,
+                    Step::Send {
+                        to: nx,
+                        src: Loc::In(o),
+                        count: c,
+                    },
+                );
             }
         } else if pos < n - 1 {
-            w.push(k, 0, Step::RecvCopySend { from: pv, to: nx, dst: Loc::Out(o), count: c });
+            w.push(
+                k,
+                0,
+                Step::RecvCopySend {
+                    from: pv,
+                    to: nx,
+                    dst: Loc::Out(o),
+                    count: c,
+                },
+            );
         } else {
-            w.push(k, 0, Step::Recv { from: pv, dst: Loc::Out(o), count: c });
+            w.push(
+                k,
+                0,
+                Step::Recv {
+                    from: pv,
+                    dst: Loc::Out(o),
+                    count: c,
+                },
+            );
         }
     }
     w.finish(0)
@@ -190,7 +288,11 @@ pub fn reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Sc
     for k in 0..rounds(count, chunk) {
         let (o, c) = slice(0, count, k, chunk);
         let step = if pos == 0 {
-            Step::Send { to: nx, src: Loc::In(o), count: c }
+            Step::Send {
+                to: nx,
+                src: Loc::In(o),
+                count: c,
+            }
         } else {
             let last = pos == n - 1;
             Step::RecvReduceCopySend {

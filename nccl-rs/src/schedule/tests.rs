@@ -17,7 +17,10 @@ fn all(n: usize) -> u128 {
 }
 
 fn v(rank: usize, index: usize) -> Option<Val> {
-    Some(Val { ranks: 1 << rank, index: index as u64 })
+    Some(Val {
+        ranks: 1 << rank,
+        index: index as u64,
+    })
 }
 
 fn run(
@@ -28,8 +31,13 @@ fn run(
 ) -> Vec<SymBufs> {
     let scheds: Vec<_> = (0..n).map(&sched).collect();
     check::check_matching(&scheds).unwrap();
-    let mut bufs: Vec<_> =
-        (0..n).map(|r| SymBufs { input: input(r), output: vec![None; out_len], scratch: vec![] }).collect();
+    let mut bufs: Vec<_> = (0..n)
+        .map(|r| SymBufs {
+            input: input(r),
+            output: vec![None; out_len],
+            scratch: vec![],
+        })
+        .collect();
     simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("n={n}: {e}"));
     bufs
 }
@@ -45,10 +53,22 @@ fn ring_all_reduce_every_element_reduced_once() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(n, |r| all_reduce(n, r, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                let b = run(
+                    n,
+                    |r| all_reduce(n, r, c, ch),
+                    |r| (0..c).map(|i| v(r, i)).collect(),
+                    c,
+                );
                 for r in 0..n {
                     let what = format!("all_reduce n={n} c={c} chunk={ch} rank {r}");
-                    expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &what);
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: all(n),
+                            index: i as u64,
+                        },
+                        &what,
+                    );
                 }
             }
         }
@@ -60,10 +80,22 @@ fn ring_reduce_scatter() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(n, |r| reduce_scatter(n, r, c, ch), |r| (0..n * c).map(|i| v(r, i)).collect(), c);
+                let b = run(
+                    n,
+                    |r| reduce_scatter(n, r, c, ch),
+                    |r| (0..n * c).map(|i| v(r, i)).collect(),
+                    c,
+                );
                 for r in 0..n {
                     let what = format!("reduce_scatter n={n} c={c} chunk={ch} rank {r}");
-                    expect(&b[r].output, |i| Val { ranks: all(n), index: (r * c + i) as u64 }, &what);
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: all(n),
+                            index: (r * c + i) as u64,
+                        },
+                        &what,
+                    );
                 }
             }
         }
@@ -75,10 +107,22 @@ fn ring_all_gather() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(n, |r| all_gather(n, r, c, ch), |r| (0..c).map(|i| v(r, r * c + i)).collect(), n * c);
+                let b = run(
+                    n,
+                    |r| all_gather(n, r, c, ch),
+                    |r| (0..c).map(|i| v(r, r * c + i)).collect(),
+                    n * c,
+                );
                 for r in 0..n {
                     let what = format!("all_gather n={n} c={c} chunk={ch} rank {r}");
-                    expect(&b[r].output, |i| Val { ranks: 1 << (i / c), index: i as u64 }, &what);
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: 1 << (i / c),
+                            index: i as u64,
+                        },
+                        &what,
+                    );
                 }
             }
         }
@@ -91,14 +135,38 @@ fn chain_broadcast_and_reduce_every_root() {
         for &c in COUNTS {
             for &ch in CHUNKS {
                 for root in [0, n / 2, n - 1] {
-                    let b = run(n, |r| broadcast(n, r, root, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                    let b = run(
+                        n,
+                        |r| broadcast(n, r, root, c, ch),
+                        |r| (0..c).map(|i| v(r, i)).collect(),
+                        c,
+                    );
                     for r in 0..n {
                         let what = format!("broadcast n={n} c={c} root={root} rank {r}");
-                        expect(&b[r].output, |i| Val { ranks: 1 << root, index: i as u64 }, &what);
+                        expect(
+                            &b[r].output,
+                            |i| Val {
+                                ranks: 1 << root,
+                                index: i as u64,
+                            },
+                            &what,
+                        );
                     }
-                    let b = run(n, |r| reduce(n, r, root, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                    let b = run(
+                        n,
+                        |r| reduce(n, r, root, c, ch),
+                        |r| (0..c).map(|i| v(r, i)).collect(),
+                        c,
+                    );
                     let what = format!("reduce n={n} c={c} root={root}");
-                    expect(&b[root].output, |i| Val { ranks: all(n), index: i as u64 }, &what);
+                    expect(
+                        &b[root].output,
+                        |i| Val {
+                            ranks: all(n),
+                            index: i as u64,
+                        },
+                        &what,
+                    );
                 }
             }
         }
@@ -109,17 +177,53 @@ fn chain_broadcast_and_reduce_every_root() {
 fn pairwise_all_to_all_gather_scatter() {
     for &n in SIZES {
         for &c in COUNTS {
-            let b = run(n, |r| all_to_all(n, r, c), |r| (0..n * c).map(|i| v(r, i)).collect(), n * c);
+            let b = run(
+                n,
+                |r| all_to_all(n, r, c),
+                |r| (0..n * c).map(|i| v(r, i)).collect(),
+                n * c,
+            );
             for r in 0..n {
                 // Output block s of rank r is input block r of rank s.
-                expect(&b[r].output, |i| Val { ranks: 1 << (i / c), index: (r * c + i % c) as u64 }, "all_to_all");
+                expect(
+                    &b[r].output,
+                    |i| Val {
+                        ranks: 1 << (i / c),
+                        index: (r * c + i % c) as u64,
+                    },
+                    "all_to_all",
+                );
             }
             for root in [0, n - 1] {
-                let b = run(n, |r| gather(n, r, root, c), |r| (0..c).map(|i| v(r, r * c + i)).collect(), n * c);
-                expect(&b[root].output, |i| Val { ranks: 1 << (i / c), index: i as u64 }, "gather");
-                let b = run(n, |r| scatter(n, r, root, c), |r| (0..n * c).map(|i| v(r, i)).collect(), c);
+                let b = run(
+                    n,
+                    |r| gather(n, r, root, c),
+                    |r| (0..c).map(|i| v(r, r * c + i)).collect(),
+                    n * c,
+                );
+                expect(
+                    &b[root].output,
+                    |i| Val {
+                        ranks: 1 << (i / c),
+                        index: i as u64,
+                    },
+                    "gather",
+                );
+                let b = run(
+                    n,
+                    |r| scatter(n, r, root, c),
+                    |r| (0..n * c).map(|i| v(r, i)).collect(),
+                    c,
+                );
                 for r in 0..n {
-                    expect(&b[r].output, |i| Val { ranks: 1 << root, index: (r * c + i) as u64 }, "scatter");
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: 1 << root,
+                            index: (r * c + i) as u64,
+                        },
+                        "scatter",
+                    );
                 }
             }
         }
@@ -133,7 +237,11 @@ fn a_broken_schedule_is_caught() {
     let mut scheds: Vec<_> = (0..n).map(|r| all_reduce(n, r, 9, 3)).collect();
     scheds[1].steps.remove(2);
     let mut bufs: Vec<_> = (0..n)
-        .map(|r| SymBufs { input: (0..9).map(|i| v(r, i)).collect(), output: vec![None; 9], scratch: vec![] })
+        .map(|r| SymBufs {
+            input: (0..9).map(|i| v(r, i)).collect(),
+            output: vec![None; 9],
+            scratch: vec![],
+        })
         .collect();
     assert!(simulate(&scheds, &mut bufs).is_err());
     assert!(check::check_matching(&scheds).is_err());
@@ -152,11 +260,26 @@ fn parts_cover_exactly() {
 
 #[test]
 fn p2p_group_sends_before_receives() {
-    let s = p2p_group(0, &[
-        P2pOp::Recv { peer: 1, buf: 0, count: 4 },
-        P2pOp::Send { peer: 1, buf: 1, count: 4 },
-        P2pOp::Send { peer: 2, buf: 2, count: 0 },
-    ])
+    let s = p2p_group(
+        0,
+        &[
+            P2pOp::Recv {
+                peer: 1,
+                buf: 0,
+                count: 4,
+            },
+            P2pOp::Send {
+                peer: 1,
+                buf: 1,
+                count: 4,
+            },
+            P2pOp::Send {
+                peer: 2,
+                buf: 2,
+                count: 0,
+            },
+        ],
+    )
     .unwrap();
     assert_eq!(s.steps.len(), 2);
     assert!(matches!(s.steps[0], Step::Send { to: 1, .. }));
@@ -168,14 +291,38 @@ fn tree_and_direct_all_reduce_every_element_reduced_once() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(n, |r| all_reduce_tree(n, r, c, ch), |r| (0..c).map(|i| v(r, i)).collect(), c);
+                let b = run(
+                    n,
+                    |r| all_reduce_tree(n, r, c, ch),
+                    |r| (0..c).map(|i| v(r, i)).collect(),
+                    c,
+                );
                 for r in 0..n {
-                    expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &format!("tree n={n} c={c} ch={ch}"));
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: all(n),
+                            index: i as u64,
+                        },
+                        &format!("tree n={n} c={c} ch={ch}"),
+                    );
                 }
             }
-            let b = run(n, |r| all_reduce_direct(n, r, c), |r| (0..c).map(|i| v(r, i)).collect(), c);
+            let b = run(
+                n,
+                |r| all_reduce_direct(n, r, c),
+                |r| (0..c).map(|i| v(r, i)).collect(),
+                c,
+            );
             for r in 0..n {
-                expect(&b[r].output, |i| Val { ranks: all(n), index: i as u64 }, &format!("direct n={n} c={c}"));
+                expect(
+                    &b[r].output,
+                    |i| Val {
+                        ranks: all(n),
+                        index: i as u64,
+                    },
+                    &format!("direct n={n} c={c}"),
+                );
             }
         }
     }
@@ -183,8 +330,53 @@ fn tree_and_direct_all_reduce_every_element_reduced_once() {
 
 #[test]
 fn p2p_group_pairs_self_sends_with_self_receives() {
-    let s = p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }, P2pOp::Recv { peer: 3, buf: 1, count: 5 }]).unwrap();
-    assert_eq!(s.steps, vec![Step::Copy { src: Loc::Group(0, 0), dst: Loc::Group(1, 0), count: 5 }]);
-    assert!(p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }]).is_err());
-    assert!(p2p_group(3, &[P2pOp::Send { peer: 3, buf: 0, count: 5 }, P2pOp::Recv { peer: 3, buf: 1, count: 4 }]).is_err());
+    let s = p2p_group(
+        3,
+        &[
+            P2pOp::Send {
+                peer: 3,
+                buf: 0,
+                count: 5,
+            },
+            P2pOp::Recv {
+                peer: 3,
+                buf: 1,
+                count: 5,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        s.steps,
+        vec![Step::Copy {
+            src: Loc::Group(0, 0),
+            dst: Loc::Group(1, 0),
+            count: 5
+        }]
+    );
+    assert!(p2p_group(
+        3,
+        &[P2pOp::Send {
+            peer: 3,
+            buf: 0,
+            count: 5
+        }]
+    )
+    .is_err());
+    assert!(p2p_group(
+        3,
+        &[
+            P2pOp::Send {
+                peer: 3,
+                buf: 0,
+                count: 5
+            },
+            P2pOp::Recv {
+                peer: 3,
+                buf: 1,
+                count: 4
+            }
+        ]
+    )
+    .is_err());
 }

@@ -37,7 +37,10 @@ pub struct Tree {
 /// Rank `r`'s place in the breadth-first complete binary tree of `n` ranks.
 pub fn btree(n: usize, r: usize) -> Tree {
     let parent = (r > 0).then(|| (r - 1) / 2);
-    let children = [2 * r + 1, 2 * r + 2].into_iter().filter(|&c| c < n).collect();
+    let children = [2 * r + 1, 2 * r + 2]
+        .into_iter()
+        .filter(|&c| c < n)
+        .collect();
     Tree { parent, children }
 }
 
@@ -45,7 +48,10 @@ pub fn btree(n: usize, r: usize) -> Tree {
 pub fn dtree(n: usize, r: usize) -> (Tree, Tree) {
     let m = |p: usize| n - 1 - p;
     let t2 = btree(n, m(r));
-    let t2 = Tree { parent: t2.parent.map(m), children: t2.children.into_iter().map(m).collect() };
+    let t2 = Tree {
+        parent: t2.parent.map(m),
+        children: t2.children.into_iter().map(m).collect(),
+    };
     (btree(n, r), t2)
 }
 
@@ -71,14 +77,25 @@ pub fn all_reduce_tree(n: usize, r: usize, count: usize, chunk: usize) -> Schedu
         }
     }
     keyed.sort_by_key(|(key, _)| *key);
-    Schedule { steps: keyed.into_iter().map(|(_, s)| s).collect(), scratch: 0 }
+    Schedule {
+        steps: keyed.into_iter().map(|(_, s)| s).collect(),
+        scratch: 0,
+    }
 }
 
 /// Reduce one chunk up the tree: partial results collect in `Out`.
 fn up(t: &Tree, o: usize, count: usize) -> Vec<Step> {
     let root = t.parent.is_none();
     match t.children.as_slice() {
-        [] => t.parent.map(|p| Step::Send { to: p, src: Loc::In(o), count }).into_iter().collect(),
+        [] => t
+            .parent
+            .map(|p| Step::Send {
+                to: p,
+                src: Loc::In(o),
+                count,
+            })
+            .into_iter()
+            .collect(),
         [a, rest @ ..] => {
             let mut steps = Vec::new();
             let last = rest.is_empty();
@@ -113,11 +130,24 @@ fn down(t: &Tree, o: usize, count: usize) -> Vec<Step> {
     let mut sends = t.children.iter();
     if let Some(p) = t.parent {
         steps.push(match sends.next() {
-            Some(&c) => Step::RecvCopySend { from: p, to: c, dst, count },
-            None => Step::Recv { from: p, dst, count },
+            Some(&c) => Step::RecvCopySend {
+                from: p,
+                to: c,
+                dst,
+                count,
+            },
+            None => Step::Recv {
+                from: p,
+                dst,
+                count,
+            },
         });
     }
-    steps.extend(sends.map(|&c| Step::Send { to: c, src: dst, count }));
+    steps.extend(sends.map(|&c| Step::Send {
+        to: c,
+        src: dst,
+        count,
+    }));
     steps
 }
 
@@ -130,8 +160,20 @@ mod tests {
     fn trees_are_valid() {
         for n in 1..=64 {
             for tree in 0..2 {
-                let nodes: Vec<Tree> = (0..n).map(|r| if tree == 0 { dtree(n, r).0 } else { dtree(n, r).1 }).collect();
-                assert_eq!(nodes.iter().filter(|t| t.parent.is_none()).count(), 1, "n={n}");
+                let nodes: Vec<Tree> = (0..n)
+                    .map(|r| {
+                        if tree == 0 {
+                            dtree(n, r).0
+                        } else {
+                            dtree(n, r).1
+                        }
+                    })
+                    .collect();
+                assert_eq!(
+                    nodes.iter().filter(|t| t.parent.is_none()).count(),
+                    1,
+                    "n={n}"
+                );
                 for (r, t) in nodes.iter().enumerate() {
                     for &c in &t.children {
                         assert_eq!(nodes[c].parent, Some(r), "n={n} tree={tree}");
@@ -153,7 +195,10 @@ mod tests {
         for n in (2..=64).step_by(2) {
             for r in 0..n {
                 let (a, b) = dtree(n, r);
-                assert!(a.children.is_empty() || b.children.is_empty(), "n={n} rank {r} interior in both trees");
+                assert!(
+                    a.children.is_empty() || b.children.is_empty(),
+                    "n={n} rank {r} interior in both trees"
+                );
             }
         }
     }

@@ -4,7 +4,10 @@
 //! message is queued. Nothing here waits, so a test that drives engines by
 //! hand is fully deterministic.
 
-use super::{Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm, Request, SendComm};
+use super::{
+    Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm,
+    Request, SendComm,
+};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -37,7 +40,10 @@ impl Net for MemNet {
             name: "Mem".into(),
             speed_mbps: 0,
             latency_us: 0.0,
-            ptr_support: PtrSupport { host: true, ..Default::default() },
+            ptr_support: PtrSupport {
+                host: true,
+                ..Default::default()
+            },
             needs_registration: false,
             max_message_bytes: usize::MAX,
             max_requests: usize::MAX,
@@ -48,13 +54,23 @@ impl Net for MemNet {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let link: Shared = Default::default();
-        registry().lock().unwrap_or_else(|p| p.into_inner()).insert(id, link.clone());
-        Ok(Box::new(MemListener { handle: id.to_le_bytes(), link: Some(link), id }))
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, link.clone());
+        Ok(Box::new(MemListener {
+            handle: id.to_le_bytes(),
+            link: Some(link),
+            id,
+        }))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
         let id = u64::from_le_bytes(
-            handle.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| NetError::BadHandle("short".into()))?,
+            handle
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| NetError::BadHandle("short".into()))?,
         );
         Ok(Box::new(MemConnector { id }))
     }
@@ -72,13 +88,23 @@ impl Listener for MemListener {
     }
 
     fn accept(&mut self) -> NetResult<Option<Box<dyn RecvComm>>> {
-        let Some(link) = &self.link else { return Err(NetError::Other("already accepted".into())) };
+        let Some(link) = &self.link else {
+            return Err(NetError::Other("already accepted".into()));
+        };
         if !lock(link).connected {
             return Ok(None);
         }
-        registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
         let link = self.link.take().expect("checked above");
-        Ok(Some(Box::new(MemRecv { link, posted: VecDeque::new(), done: HashMap::new(), next: 0 })))
+        Ok(Some(Box::new(MemRecv {
+            link,
+            posted: VecDeque::new(),
+            done: HashMap::new(),
+            next: 0,
+        })))
     }
 }
 
@@ -89,7 +115,10 @@ struct MemConnector {
 impl Connector for MemConnector {
     fn poll_connect(&mut self) -> NetResult<Option<Box<dyn SendComm>>> {
         let reg = registry().lock().unwrap_or_else(|p| p.into_inner());
-        let link = reg.get(&self.id).cloned().ok_or_else(|| NetError::BadHandle(format!("no listener {}", self.id)))?;
+        let link = reg
+            .get(&self.id)
+            .cloned()
+            .ok_or_else(|| NetError::BadHandle(format!("no listener {}", self.id)))?;
         lock(&link).connected = true;
         Ok(Some(Box::new(MemSend { link })))
     }
@@ -114,7 +143,13 @@ impl SendComm for MemSend {
         Ok(())
     }
 
-    unsafe fn isend(&mut self, data: *const u8, len: usize, tag: u32, _mr: Option<MemHandle>) -> NetResult<Option<Request>> {
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
         let bytes = if len == 0 {
             Vec::new()
         } else {
@@ -160,10 +195,16 @@ impl MemRecv {
                 return Ok(());
             };
             if tag != p.tag {
-                return Err(NetError::TagMismatch { expected: p.tag, got: tag });
+                return Err(NetError::TagMismatch {
+                    expected: p.tag,
+                    got: tag,
+                });
             }
             if msg.len() > p.len {
-                return Err(NetError::Truncated { posted: p.len, got: msg.len() });
+                return Err(NetError::Truncated {
+                    posted: p.len,
+                    got: msg.len(),
+                });
             }
             if !msg.is_empty() {
                 // SAFETY: `irecv`'s contract keeps `p.data..p.data+p.len` valid
@@ -186,7 +227,13 @@ impl RecvComm for MemRecv {
         Ok(())
     }
 
-    unsafe fn irecv(&mut self, data: *mut u8, len: usize, tag: u32, _mr: Option<MemHandle>) -> NetResult<Option<Request>> {
+    unsafe fn irecv(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
         let id = self.next;
         self.next += 1;
         self.posted.push_back(Posted { id, data, len, tag });

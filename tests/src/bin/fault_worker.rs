@@ -14,13 +14,17 @@ use std::time::Instant;
 fn main() {
     nccl_rs::init_logging();
     let fault = std::env::var("FAULT").unwrap_or_else(|_| "none".into());
-    let bad: usize = std::env::var("FAULT_RANK").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let bad: usize = std::env::var("FAULT_RANK")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let cfg = Config::from_env().expect("config");
     let mut comm = Communicator::init_from_env(&cfg).expect("init");
     let rank = comm.rank();
     let mut small = vec![1.0f32; 1024];
     for _ in 0..2 {
-        comm.all_reduce_in_place(&mut small, RedOp::Sum).expect("warm-up");
+        comm.all_reduce_in_place(&mut small, RedOp::Sum)
+            .expect("warm-up");
     }
     let start = Instant::now();
     let res = match fault.as_str() {

@@ -12,11 +12,17 @@ use nccl_tests_suite::cases::{matrix, run, select};
 fn main() {
     nccl_rs::init_logging();
     let env = |k: &str| std::env::var(k).ok();
-    let seed: u64 = env("NCCL_RS_TEST_SEED").and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed: u64 = env("NCCL_RS_TEST_SEED")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let full = env("NCCL_RS_FULL_MATRIX").as_deref() == Some("1");
-    let every: u64 = env("NCCL_RS_LARGE_EVERY").and_then(|s| s.parse().ok()).unwrap_or(20).max(1);
+    let every: u64 = env("NCCL_RS_LARGE_EVERY")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+        .max(1);
     let config = Config::from_env().unwrap_or_else(|e| fail(&format!("config: {e}")));
-    let mut comm = Communicator::init_from_env(&config).unwrap_or_else(|e| fail(&format!("init: {e}")));
+    let mut comm =
+        Communicator::init_from_env(&config).unwrap_or_else(|e| fail(&format!("init: {e}")));
     let (rank, n) = (comm.rank(), comm.size());
     let cases = select(&matrix(n), seed, full, every);
     let started = std::time::Instant::now();
@@ -31,7 +37,11 @@ fn main() {
             Err(e) => fail(&format!("rank {rank}: ERROR case {i} {case:?}: {e}")),
         }
     }
-    println!("rank {rank} of {n}: {} cases, {failed} failed, {:.1} s", cases.len(), started.elapsed().as_secs_f64());
+    println!(
+        "rank {rank} of {n}: {} cases, {failed} failed, {:.1} s",
+        cases.len(),
+        started.elapsed().as_secs_f64()
+    );
     drop(comm);
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
