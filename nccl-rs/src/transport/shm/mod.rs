@@ -78,11 +78,6 @@
 mod comm;
 mod connect;
 mod handle;
-
-/// Fuzzing: decodes a shared-memory connection handle.
-pub(crate) fn fuzz_handle(data: &[u8]) {
-    let _ = handle::ShmHandle::decode(data);
-}
 mod peer;
 mod ring;
 mod segment;
@@ -181,4 +176,9 @@ impl Net for ShmNet {
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
         Ok(Box::new(ShmConnector::connect(handle)?))
     }
+}
+
+/// Fuzzing: decodes a shared-memory connection handle.
+pub(crate) fn fuzz_handle(data: &[u8]) {
+    let _ = handle::ShmHandle::decode(data);
 }

@@ -692,6 +692,34 @@ fn stream_bench(opts: &ShmOptions, size: usize, iters: usize) {
     );
 }
 
+/// Both ends driven by this one thread: the cost of the two copies alone,
+/// free of scheduling effects.
+fn one_thread_bench(size: usize, iters: usize) {
+    let (mut s, mut r, _) = pair(&net());
+    let src = pattern(size, 1);
+    let mut dst = vec![0u8; size];
+    let mut times: Vec<f64> = (0..iters + 2)
+        .map(|_| {
+            let t = Instant::now();
+            // SAFETY: both buffers outlive the requests, completed here.
+            let rq = unsafe { r.irecv(dst.as_mut_ptr(), size, 0, None) }
+                .unwrap()
+                .unwrap();
+            // SAFETY: as above.
+            let sq = unsafe { s.isend(src.as_ptr(), size, 0, None) }
+                .unwrap()
+                .unwrap();
+            let (mut sd, mut rd) = (false, false);
+            while !(sd && rd) {
+                sd = sd || s.test(sq).unwrap();
+                rd = rd || r.test(rq).unwrap().is_some();
+            }
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    report("SHM one thread, both ends", size, &mut times[2..]);
+}
+
 fn memcpy_bench() {
     let src = pattern(64 << 20, 2);
     let mut dst = vec![0u8; 64 << 20];
@@ -712,6 +740,7 @@ fn memcpy_bench() {
 #[ignore]
 fn bench_64mib() {
     stream_bench(&ShmOptions::default(), 64 << 20, 16);
+    one_thread_bench(64 << 20, 16);
     memcpy_bench();
 }
 
