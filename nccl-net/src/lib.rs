@@ -49,6 +49,32 @@ pub struct PtrSupport {
     pub dmabuf: bool,
 }
 
+/// NCCL's `NCCL_PTR_HOST` bit of `ncclNetProperties_t::ptrSupport`.
+pub const NCCL_PTR_HOST: i32 = 0x1;
+/// NCCL's `NCCL_PTR_CUDA` bit: device pointers may be registered by address.
+pub const NCCL_PTR_CUDA: i32 = 0x2;
+/// NCCL's `NCCL_PTR_DMABUF` bit: device memory may be registered through a
+/// DMA-BUF file descriptor (`reg_mr_dmabuf`).
+pub const NCCL_PTR_DMABUF: i32 = 0x4;
+
+impl PtrSupport {
+    /// As NCCL's `ptrSupport` bit mask (`NCCL_PTR_*`).
+    pub fn bits(self) -> i32 {
+        (if self.host { NCCL_PTR_HOST } else { 0 })
+            | (if self.cuda { NCCL_PTR_CUDA } else { 0 })
+            | (if self.dmabuf { NCCL_PTR_DMABUF } else { 0 })
+    }
+
+    /// From NCCL's `ptrSupport` bit mask (unknown bits are ignored).
+    pub fn from_bits(bits: i32) -> PtrSupport {
+        PtrSupport {
+            host: bits & NCCL_PTR_HOST != 0,
+            cuda: bits & NCCL_PTR_CUDA != 0,
+            dmabuf: bits & NCCL_PTR_DMABUF != 0,
+        }
+    }
+}
+
 /// What a transport can do, so the engine never has to guess.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Properties {
@@ -107,6 +133,10 @@ pub enum NetError {
     /// The peer sent bytes that do not follow the wire format.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The transport cannot do this (e.g. DMA-BUF registration on a
+    /// transport whose properties do not offer it).
+    #[error("not supported by this transport: {0}")]
+    Unsupported(String),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -171,6 +201,25 @@ pub trait SendComm: Send {
     /// make short local system calls; never waits for a peer.
     fn reg_mr(&mut self, ptr: *const u8, len: usize) -> NetResult<MemHandle>;
 
+    /// Registers `len` bytes of device memory at `data` through a DMA-BUF
+    /// (NCCL's `regMrDmaBuf`, net plugin v6+): `offset` is the byte offset
+    /// of `data` inside the DMA-BUF `fd`; peers address the memory by
+    /// `data` (the device virtual address). Only transports whose
+    /// [`PtrSupport::dmabuf`] is set implement it; the default reports
+    /// [`NetError::Unsupported`]. The handle is released with `dereg_mr`.
+    /// The transport does not keep `fd` open past this call (the kernel
+    /// keeps the buffer alive for the registration).
+    fn reg_mr_dmabuf(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        offset: u64,
+        fd: i32,
+    ) -> NetResult<MemHandle> {
+        let _ = (data, len, offset, fd);
+        Err(NetError::Unsupported("DMA-BUF registration".into()))
+    }
+
     /// Releases a registration. Never blocks.
     fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()>;
 
@@ -200,6 +249,20 @@ pub trait RecvComm: Send {
     /// Registers memory for receiving; see [`SendComm::reg_mr`].
     fn reg_mr(&mut self, ptr: *mut u8, len: usize) -> NetResult<MemHandle>;
 
+    /// Registers device memory for receiving through a DMA-BUF; see
+    /// [`SendComm::reg_mr_dmabuf`]. The default reports
+    /// [`NetError::Unsupported`].
+    fn reg_mr_dmabuf(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        offset: u64,
+        fd: i32,
+    ) -> NetResult<MemHandle> {
+        let _ = (data, len, offset, fd);
+        Err(NetError::Unsupported("DMA-BUF registration".into()))
+    }
+
     /// Releases a registration. Never blocks.
     fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()>;
 
@@ -221,4 +284,31 @@ pub trait RecvComm: Send {
     /// Makes progress and reports `Ok(Some(bytes_received))` once `req` is
     /// complete. Never blocks. Once it returned `Some` the request is gone.
     fn test(&mut self, req: Request) -> NetResult<Option<usize>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptr_support_bits_match_nccl() {
+        let all = PtrSupport {
+            host: true,
+            cuda: true,
+            dmabuf: true,
+        };
+        assert_eq!(all.bits(), 0x7);
+        assert_eq!(PtrSupport::default().bits(), 0);
+        for b in 0..8 {
+            assert_eq!(PtrSupport::from_bits(b).bits(), b);
+        }
+        assert_eq!(
+            PtrSupport::from_bits(NCCL_PTR_HOST | NCCL_PTR_DMABUF | 0x100),
+            PtrSupport {
+                host: true,
+                cuda: false,
+                dmabuf: true
+            }
+        );
+    }
 }
