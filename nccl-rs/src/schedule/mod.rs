@@ -16,11 +16,13 @@
 
 pub mod check;
 mod direct;
+mod halving_doubling;
 mod p2p;
 mod ring;
 mod tree;
 
 pub use direct::all_reduce_direct;
+pub use halving_doubling::{all_reduce_halving_doubling, core_size};
 pub use p2p::{all_to_all, gather, p2p_group, scatter, P2pOp};
 pub use ring::{all_gather, all_reduce, broadcast, reduce, reduce_scatter};
 pub use tree::{all_reduce_tree, btree, dtree, Tree};
@@ -183,5 +185,7 @@ pub fn part_len(count: usize, parts: usize, i: usize) -> usize {
     part_start(count, parts, i + 1) - part_start(count, parts, i)
 }
 
+#[cfg(test)]
+mod hd_engine_tests;
 #[cfg(test)]
 mod tests;

@@ -380,3 +380,114 @@ fn p2p_group_pairs_self_sends_with_self_receives() {
     )
     .is_err());
 }
+
+#[test]
+fn halving_doubling_all_reduce_every_element_reduced_once() {
+    // Every world size 1..=64 (powers of two and not), counts below, at and
+    // above the number of ranks, not divisible by the core size.
+    for n in 1..=64 {
+        for c in [0, 1, 5, n - 1, n + 3, 64, 1023] {
+            for ch in [1, 3, 64, 1 << 20] {
+                let b = run(
+                    n,
+                    |r| all_reduce_halving_doubling(n, r, c, ch),
+                    |r| (0..c).map(|i| v(r, i)).collect(),
+                    c,
+                );
+                for r in 0..n {
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: all(n),
+                            index: i as u64,
+                        },
+                        &format!("halving-doubling n={n} c={c} ch={ch} rank {r}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn halving_doubling_chunks_fit_a_slot_and_finalize_once() {
+    for n in [2, 3, 6, 8, 13] {
+        for r in 0..n {
+            let s = all_reduce_halving_doubling(n, r, 1000, 7);
+            assert!(s.steps.iter().all(|x| x.count() <= 7), "n={n} rank {r}");
+            assert_eq!(s.scratch, 0);
+        }
+        // Each element is finalized exactly once, by its owner.
+        let mut finalized = vec![0; 1000];
+        for r in 0..n {
+            for step in all_reduce_halving_doubling(n, r, 1000, 7).steps {
+                if let Step::RecvReduceCopySend {
+                    finalize: true,
+                    dst: Loc::Out(o),
+                    count,
+                    ..
+                } = step
+                {
+                    finalized[o..o + count].iter_mut().for_each(|f| *f += 1);
+                }
+            }
+        }
+        assert!(finalized.iter().all(|&f| f == 1), "n={n}");
+    }
+}
+
+/// The schedule with every read of the input redirected to the output, as
+/// the engine runs an in-place call (`In` and `Out` are the same memory).
+fn in_place(mut s: Schedule) -> Schedule {
+    let fix = |l: &mut Loc| {
+        if let Loc::In(o) = *l {
+            *l = Loc::Out(o);
+        }
+    };
+    for step in &mut s.steps {
+        match step {
+            Step::Send { src, .. } => fix(src),
+            Step::RecvReduceCopySend { src, dst, .. }
+            | Step::Reduce { src, dst, .. }
+            | Step::Copy { src, dst, .. } => {
+                fix(src);
+                fix(dst);
+            }
+            Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => fix(dst),
+        }
+    }
+    s
+}
+
+#[test]
+fn all_reduce_schedules_work_in_place() {
+    type Algo = fn(usize, usize, usize, usize) -> Schedule;
+    let algos: [(&str, Algo); 3] = [
+        ("ring", all_reduce),
+        ("tree", all_reduce_tree),
+        ("halving-doubling", all_reduce_halving_doubling),
+    ];
+    for (name, algo) in algos {
+        for n in [1, 2, 3, 5, 6, 8, 12, 13] {
+            for (c, ch) in [(0, 4), (1, 4), (37, 4), (1000, 64)] {
+                let scheds: Vec<_> = (0..n).map(|r| in_place(algo(n, r, c, ch))).collect();
+                let mut bufs: Vec<_> = (0..n)
+                    .map(|r| SymBufs {
+                        input: vec![],
+                        output: (0..c).map(|i| v(r, i)).collect(),
+                        scratch: vec![],
+                    })
+                    .collect();
+                simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("{name} n={n}: {e}"));
+                for (r, b) in bufs.iter().enumerate() {
+                    let what = format!("{name} in place n={n} c={c} rank {r}");
+                    let want = |i: usize| Val {
+                        ranks: all(n),
+                        index: i as u64,
+                    };
+                    expect(&b.output, want, &what);
+                }
+            }
+        }
+    }
+}

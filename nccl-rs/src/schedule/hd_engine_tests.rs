@@ -1,0 +1,155 @@
+//! The halving-doubling schedule run by real engines over the in-memory
+//! transport, many ranks driven by one thread (as in `engine::tests`):
+//! exact integer sums at power-of-two and other world sizes, in place and
+//! out of place, and bit-identical float averages on every rank.
+
+use super::all_reduce_halving_doubling;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::{CallBufs, Engine, OpLabel, Region};
+use crate::transport::mem::MemNet;
+use crate::transport::{Net, RecvComm, SendComm};
+use std::time::Duration;
+
+fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
+    let net = MemNet;
+    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                let mut l = net.listen().unwrap();
+                let mut c = net.connect(l.handle()).unwrap();
+                send[a][b] = c.poll_connect().unwrap();
+                recv[b][a] = l.accept().unwrap();
+            }
+        }
+    }
+    send.into_iter()
+        .zip(recv)
+        .enumerate()
+        .map(|(r, (s, v))| Engine::new(r, n, s, v, slot_bytes, 4, Duration::from_secs(5)))
+        .collect()
+}
+
+/// Runs a halving-doubling all-reduce of `count` elements on every rank.
+/// `bufs[r]` is `(input, output)`; with `in_place` the output is also the
+/// input.
+fn drive<T: bytemuck::Pod>(
+    n: usize,
+    count: usize,
+    dtype: DataType,
+    op: RedOp,
+    bufs: &mut [(Vec<T>, Vec<T>)],
+    in_place: bool,
+) {
+    let bytes = count * dtype.size();
+    let slot = 64;
+    let mut engines = mesh(n, slot);
+    let chunk = slot / dtype.size();
+    let scheds: Vec<_> = (0..n)
+        .map(|r| all_reduce_halving_doubling(n, r, count, chunk))
+        .collect();
+    let mut runs: Vec<_> = engines
+        .iter_mut()
+        .zip(&scheds)
+        .zip(bufs.iter_mut())
+        .map(|((e, s), (i, o))| {
+            let output = Region::new(o.as_mut_ptr().cast(), bytes);
+            let input = if in_place {
+                output
+            } else {
+                Region::read_only(i.as_ptr().cast(), bytes)
+            };
+            let call = crate::engine::Call {
+                sched: s,
+                dtype,
+                op,
+                tag: 1,
+                what: OpLabel::Test,
+            };
+            let bufs = CallBufs {
+                input,
+                output,
+                group: vec![],
+            };
+            e.start(call, bufs).unwrap()
+        })
+        .collect();
+    let mut done = vec![false; n];
+    for _ in 0..1_000_000 {
+        for (r, run) in runs.iter_mut().enumerate() {
+            if !done[r] {
+                done[r] = run.poll().unwrap().0;
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return;
+        }
+    }
+    panic!("n={n} count={count}: did not finish within the step bound");
+}
+
+#[test]
+fn integer_sums_are_exact_at_many_world_sizes() {
+    for n in [1, 2, 3, 5, 6, 7, 8, 12, 16] {
+        for count in [0, 1, n - 1, 37, 1000] {
+            for in_place in [false, true] {
+                let value = |r: usize, i: usize| ((r * 7919 + i * 31) % 100_003) as i64 - 50_000;
+                let mut bufs: Vec<_> = (0..n)
+                    .map(|r| {
+                        let input: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
+                        let output = if in_place {
+                            input.clone()
+                        } else {
+                            vec![0; count]
+                        };
+                        (input, output)
+                    })
+                    .collect();
+                drive(n, count, DataType::Int64, RedOp::Sum, &mut bufs, in_place);
+                let want: Vec<i64> = (0..count)
+                    .map(|i| (0..n).map(|r| value(r, i)).sum())
+                    .collect();
+                for (r, (_, out)) in bufs.iter().enumerate() {
+                    assert_eq!(
+                        out, &want,
+                        "n={n} count={count} in_place={in_place} rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn float_average_is_bit_identical_on_every_rank() {
+    for n in [3, 6, 8] {
+        let count = 101;
+        let value = |r: usize, i: usize| (r as f32 + 1.0) * 0.1 + i as f32 * 0.37;
+        let mut bufs: Vec<_> = (0..n)
+            .map(|r| {
+                let input: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+                (input, vec![0.0f32; count])
+            })
+            .collect();
+        drive(n, count, DataType::Float32, RedOp::Avg, &mut bufs, false);
+        let first = bufs[0].1.clone();
+        for (i, g) in first.iter().enumerate() {
+            let want = (0..n).map(|r| value(r, i)).sum::<f32>() / n as f32;
+            assert!(
+                (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "n={n} element {i}: {g} vs {want}"
+            );
+        }
+        for (r, (_, out)) in bufs.iter().enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(out),
+                bits(&first),
+                "n={n}: rank {r} differs in bits from rank 0"
+            );
+        }
+    }
+}
