@@ -163,6 +163,8 @@ pub(crate) struct Port {
     pub(crate) gid: [u8; 16],
     pub(crate) max_qp_wr: u32,
     pub(crate) dmabuf: bool,
+    /// `ibv_reg_mr` takes device addresses (peer-memory module loaded).
+    pub(crate) peermem: bool,
     pub(crate) oob_ip: IpAddr,
     pub(crate) opts: VerbsOptions,
 }
@@ -249,8 +251,9 @@ impl Port {
             }
         };
         let dmabuf = verbs::probe_dmabuf(&pd);
+        let peermem = crate::gdr::peermem_loaded();
         tracing::info!(
-            "NET/IB: using {}:{} [{}] MTU {} speed {} Mb/s, GID index {} ({}) = {}, handshake on {}, DMA-BUF {}",
+            "NET/IB: using {}:{} [{}] MTU {} speed {} Mb/s, GID index {} ({}) = {}, handshake on {}, DMA-BUF {}, peer memory {}",
             info.device,
             info.port,
             link_layer.nccl_name(),
@@ -261,6 +264,7 @@ impl Port {
             gid::format_gid(&gid),
             oob_ip,
             if dmabuf { "supported" } else { "not supported" },
+            if peermem { "loaded" } else { "not loaded" },
         );
         Ok(Port {
             pd,
@@ -270,6 +274,7 @@ impl Port {
             gid,
             max_qp_wr: u32::try_from(dev.max_qp_wr).unwrap_or(0),
             dmabuf,
+            peermem,
             oob_ip,
             opts: opts.clone(),
         })

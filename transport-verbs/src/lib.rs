@@ -35,6 +35,7 @@
 //! * [`qp`]: the RESET→INIT→RTR→RTS typestate and its mask table (pure);
 //! * [`wire`]: handle, handshake and data-path record layouts (pure);
 //! * [`regcache`]: the reference-counted registration cache (pure);
+//! * [`gdr`]: device memory (GPUDirect RDMA) through DMA-BUF or peer memory;
 //! * `connect`: listener / connector state machines over a side socket;
 //! * `comm`: the receiver-driven data path (see its docs for the protocol);
 //! * `verbs`, `sys`: owned verbs objects over the run-time-loaded library.
@@ -53,6 +54,7 @@ mod comm;
 mod connect;
 pub mod device;
 pub mod error;
+pub mod gdr;
 pub mod gid;
 pub mod hca;
 #[cfg(test)]
@@ -61,6 +63,8 @@ mod oob;
 pub mod options;
 pub mod qp;
 pub mod regcache;
+#[cfg(test)]
+mod stub_lib;
 mod sys;
 mod verbs;
 pub mod wire;
@@ -186,6 +190,12 @@ impl VerbsNet {
         self.port.dmabuf
     }
 
+    /// Whether `ibv_reg_mr` accepts device addresses (`nvidia-peermem` or
+    /// `nv_peer_mem` was loaded when the port opened).
+    pub fn peermem_supported(&self) -> bool {
+        self.port.peermem
+    }
+
     /// The options in force.
     pub fn options(&self) -> &VerbsOptions {
         &self.port.opts
@@ -200,8 +210,8 @@ impl Net for VerbsNet {
             latency_us: LATENCY_US,
             ptr_support: PtrSupport {
                 host: true,
-                cuda: false,
-                dmabuf: false,
+                cuda: self.port.peermem,
+                dmabuf: self.port.dmabuf,
             },
             needs_registration: false,
             max_message_bytes: MAX_MESSAGE_BYTES,

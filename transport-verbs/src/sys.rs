@@ -433,7 +433,7 @@ pub(crate) struct PortAttrBuf {
 /// life of the process (it lives in a `static`), so the function pointers
 /// stay valid.
 pub(crate) struct Lib {
-    _lib: libloading::Library,
+    pub(crate) _lib: libloading::Library,
     pub(crate) get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
     pub(crate) free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
     pub(crate) get_device_name: unsafe extern "C" fn(*mut ibv_device) -> *const c_char,

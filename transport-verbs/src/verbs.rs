@@ -40,6 +40,16 @@ unsafe impl Send for ContextInner {}
 unsafe impl Sync for ContextInner {}
 
 impl ContextInner {
+    /// A context of a test library whose verbs never dereference it.
+    #[cfg(test)]
+    pub(crate) fn stub(lib: &'static Lib, name: &str) -> Arc<ContextInner> {
+        Arc::new(ContextInner {
+            lib,
+            ctx: NonNull::dangling(),
+            name: name.to_owned(),
+        })
+    }
+
     pub(crate) fn as_raw(&self) -> *mut sys::ibv_context {
         self.ctx.as_ptr()
     }
@@ -175,6 +185,15 @@ impl PdInner {
         }))
     }
 
+    /// A PD of a test library (see [`ContextInner::stub`]).
+    #[cfg(test)]
+    pub(crate) fn stub(ctx: &Arc<ContextInner>) -> Arc<PdInner> {
+        Arc::new(PdInner {
+            ctx: Arc::clone(ctx),
+            pd: NonNull::dangling(),
+        })
+    }
+
     pub(crate) fn as_raw(&self) -> *mut sys::ibv_pd {
         self.pd.as_ptr()
     }
@@ -259,7 +278,6 @@ pub(crate) enum MemRegion {
     Host { addr: usize, len: usize },
     /// `len` bytes at `offset` of DMA-BUF `fd`, addressed by peers as
     /// `iova`.
-    #[allow(dead_code)] // built by the cuda feature (its own issue)
     DmaBuf {
         fd: i32,
         offset: u64,

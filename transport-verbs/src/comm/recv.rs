@@ -308,6 +308,32 @@ impl RecvComm for VerbsRecvComm {
         Ok(MemHandle(id))
     }
 
+    fn reg_mr_dmabuf(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        offset: u64,
+        fd: i32,
+    ) -> NetResult<MemHandle> {
+        let port = Arc::clone(&self.conn.port);
+        if !port.dmabuf {
+            return Err(NetError::Unsupported(format!(
+                "DMA-BUF registration on {} (the probe at open found no support)",
+                port.name()
+            )));
+        }
+        let id = crate::gdr::pin_dmabuf(
+            &mut self.cache,
+            &port.pd,
+            data as usize,
+            len,
+            offset,
+            fd,
+            ACCESS_REMOTE_WRITE,
+        )?;
+        Ok(MemHandle(id))
+    }
+
     fn dereg_mr(&mut self, mr: MemHandle) -> NetResult<()> {
         match self.cache.unpin(mr.0) {
             Ok(released) => {
