@@ -1,14 +1,21 @@
 //! Connection setup: [`TcpListener`] (accepting side) and [`TcpConnector`]
 //! (connecting side).
 //!
-//! The listener accepts every incoming TCP connection but only turns the one
-//! that presents the greeting of its handle (magic, version, nonce; see
-//! [`crate::handle`]) into a receive comm. Anything else — a wrong nonce,
-//! garbage, a connection closed early or one that stays silent too long —
-//! is dropped with a warning. At most [`HELLO_BYTES`] bytes are ever read
-//! from a connection before it is judged, at most [`MAX_PENDING`]
-//! unjudged connections are held (the oldest is dropped to make room), and
-//! each is held at most [`HELLO_TIMEOUT`].
+//! A connection is `nsocks` TCP sockets (the listener's count, carried in
+//! its handle). The connector opens them all at once, each with its own
+//! connect / retry / greeting state machine, and yields the send comm once
+//! every one has sent its greeting.
+//!
+//! The listener accepts every incoming TCP socket but only keeps the ones
+//! that present the greeting of its handle (magic, version, nonce, socket
+//! count, an index it does not hold yet; see [`crate::handle`]); once it
+//! holds all `nsocks` it turns them into a receive comm. Anything else — a
+//! wrong nonce, garbage, a duplicate index, a socket closed early or one
+//! that stays silent too long — is dropped with a warning. At most
+//! [`HELLO_BYTES`] bytes are ever read from a socket before it is judged,
+//! at most [`MAX_PENDING`] unjudged sockets beyond the connection's own
+//! are held (the oldest is dropped to make room), and each is held at most
+//! [`HELLO_TIMEOUT`].
 
 use crate::comm::{TcpRecvComm, TcpSendComm};
 use crate::handle::{TcpHandle, HANDLE_BYTES, HELLO_BYTES};
@@ -21,7 +28,8 @@ use std::time::{Duration, Instant};
 
 /// Most connections accepted per `accept` poll.
 const MAX_ACCEPTS_PER_POLL: usize = 16;
-/// Most accepted connections waiting for their greeting.
+/// Most accepted sockets waiting for their greeting, beyond the
+/// connection's own sockets.
 pub const MAX_PENDING: usize = 16;
 /// How long an accepted connection may take to send its greeting.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,7 +48,8 @@ struct Pending {
 
 enum Verdict {
     Wait,
-    Good,
+    /// A valid greeting for socket `.0`.
+    Good(usize),
     Bad(&'static str),
 }
 
@@ -48,15 +57,26 @@ enum Verdict {
 pub(crate) struct TcpListener {
     fd: OwnedFd,
     handle: [u8; HANDLE_BYTES],
+    /// The greeting of socket 0 (byte 5, the index, varies).
     hello: [u8; HELLO_BYTES],
     buf_bytes: usize,
+    nthreads: usize,
     pending: Vec<Pending>,
+    /// The sockets judged good so far, by index.
+    held: Vec<Option<(OwnedFd, String)>>,
     accepted: bool,
 }
 
 impl TcpListener {
-    /// Binds to `ip` (port 0) and listens.
-    pub(crate) fn bind(ip: std::net::IpAddr, buf_bytes: usize, nsocks: u8) -> NetResult<Self> {
+    /// Binds to `ip` (port 0) and listens for a connection of `nsocks`
+    /// sockets, to be serviced by `nthreads` helper threads (see
+    /// [`crate::lanes`]).
+    pub(crate) fn bind(
+        ip: std::net::IpAddr,
+        buf_bytes: usize,
+        nsocks: u8,
+        nthreads: usize,
+    ) -> NetResult<Self> {
         let addr = SocketAddr::new(ip, 0);
         let fd = sys::tcp_socket(&addr).map_err(|e| NetError::io("socket", e))?;
         // Buffer sizes must be set before listen() to take effect on the
@@ -77,24 +97,30 @@ impl TcpListener {
             handle: h.encode(),
             hello: h.hello(),
             buf_bytes,
+            nthreads,
             pending: Vec::new(),
+            held: (0..nsocks).map(|_| None).collect(),
             accepted: false,
         })
     }
 
     /// Reads what is there of `p`'s greeting and judges it.
     fn judge(hello: &[u8; HELLO_BYTES], p: &mut Pending) -> Verdict {
+        let nsocks = hello[6];
         while p.got < HELLO_BYTES {
             match sys::recv(&p.fd, &mut p.buf[p.got..]) {
                 Ok(0) => return Verdict::Bad("closed before completing the greeting"),
                 Ok(n) => {
                     let end = p.got + n;
-                    if let Some(j) = (p.got..end).find(|&j| p.buf[j] != hello[j]) {
-                        // Bytes 0..8 are magic, version and padding.
-                        return Verdict::Bad(if j < 8 {
-                            "not a greeting (garbage or other version)"
-                        } else {
-                            "wrong nonce"
+                    let wrong = |j: usize| match j {
+                        5 => p.buf[j] >= nsocks,
+                        _ => p.buf[j] != hello[j],
+                    };
+                    if let Some(j) = (p.got..end).find(|&j| wrong(j)) {
+                        return Verdict::Bad(match j {
+                            0..=4 | 7 => "not a greeting (garbage or other version)",
+                            5 | 6 => "socket index or count does not match",
+                            _ => "wrong nonce",
                         });
                     }
                     p.got = end;
@@ -109,7 +135,37 @@ impl TcpListener {
                 Err(_) => return Verdict::Bad("error before completing the greeting"),
             }
         }
-        Verdict::Good
+        Verdict::Good(usize::from(p.buf[5]))
+    }
+
+    /// Keeps a socket judged good; returns the receive comm once all are in.
+    fn hold(&mut self, index: usize, p: Pending) -> NetResult<Option<Box<dyn RecvComm>>> {
+        if self.held[index].is_some() {
+            tracing::warn!(peer = %p.peer, index, "NET/Socket: dropping incoming connection: duplicate socket index");
+            return Ok(None);
+        }
+        sys::set_nodelay(&p.fd).map_err(|e| NetError::io("setsockopt", e))?;
+        sys::set_buffers(&p.fd, self.buf_bytes).map_err(|e| NetError::io("setsockopt", e))?;
+        self.held[index] = Some((p.fd, p.peer));
+        if self.held.iter().any(Option::is_none) {
+            return Ok(None);
+        }
+        for other in self.pending.drain(..) {
+            tracing::debug!(peer = %other.peer, "NET/Socket: dropping unjudged connection");
+        }
+        let mut peer = String::new();
+        let mut fds = Vec::with_capacity(self.held.len());
+        for (fd, p) in self.held.drain(..).flatten() {
+            if fds.is_empty() {
+                peer = p;
+            }
+            fds.push(fd);
+        }
+        self.accepted = true;
+        tracing::debug!(%peer, nsocks = fds.len(), "NET/Socket: accepted connection");
+        let comm = TcpRecvComm::new(fds, peer, MAX_REQUESTS, self.nthreads)
+            .map_err(|e| NetError::io("start helper thread", e))?;
+        Ok(Some(Box::new(comm)))
     }
 }
 
@@ -127,7 +183,7 @@ impl Listener for TcpListener {
         for _ in 0..MAX_ACCEPTS_PER_POLL {
             match sys::accept(&self.fd) {
                 Ok((fd, peer)) => {
-                    if self.pending.len() >= MAX_PENDING {
+                    if self.pending.len() >= MAX_PENDING + self.held.len() {
                         let old = self.pending.remove(0);
                         tracing::warn!(peer = %old.peer, "NET/Socket: dropping connection: too many awaiting their greeting");
                     }
@@ -154,17 +210,11 @@ impl Listener for TcpListener {
                     let p = self.pending.remove(i);
                     tracing::warn!(peer = %p.peer, "NET/Socket: dropping incoming connection: {why}");
                 }
-                Verdict::Good => {
-                    let p = self.pending.swap_remove(i);
-                    for other in self.pending.drain(..) {
-                        tracing::debug!(peer = %other.peer, "NET/Socket: dropping unjudged connection");
+                Verdict::Good(index) => {
+                    let p = self.pending.remove(i);
+                    if let Some(comm) = self.hold(index, p)? {
+                        return Ok(Some(comm));
                     }
-                    sys::set_nodelay(&p.fd).map_err(|e| NetError::io("setsockopt", e))?;
-                    sys::set_buffers(&p.fd, self.buf_bytes)
-                        .map_err(|e| NetError::io("setsockopt", e))?;
-                    self.accepted = true;
-                    tracing::debug!(peer = %p.peer, "NET/Socket: accepted connection");
-                    return Ok(Some(Box::new(TcpRecvComm::new(p.fd, p.peer, MAX_REQUESTS))));
                 }
             }
         }
@@ -179,52 +229,75 @@ enum State {
     Connecting(OwnedFd),
     /// Connected; writing the greeting.
     Hello(OwnedFd, usize),
-    /// Handed out its comm (or failed).
-    Done,
+    /// Greeting sent.
+    Ready(OwnedFd),
+    /// Failed, or handed over to the comm.
+    Gone,
+}
+
+/// One socket of a connection being set up.
+struct Sock {
+    index: u8,
+    state: State,
+    retries: u32,
 }
 
 /// The connecting side of one connection.
 pub(crate) struct TcpConnector {
     target: SocketAddr,
-    hello: [u8; HELLO_BYTES],
+    handle: TcpHandle,
     buf_bytes: usize,
-    retries: u32,
-    state: State,
+    nthreads: usize,
+    socks: Vec<Sock>,
+    finished: bool,
 }
 
 impl TcpConnector {
-    /// Starts connecting to the listener of `handle`.
-    pub(crate) fn start(handle: &TcpHandle, buf_bytes: usize) -> NetResult<Self> {
+    /// Starts connecting the `handle.nsocks` sockets of a connection to
+    /// the listener of `handle`; the comm will use `nthreads` helper
+    /// threads.
+    pub(crate) fn start(handle: &TcpHandle, buf_bytes: usize, nthreads: usize) -> NetResult<Self> {
         let mut c = TcpConnector {
             target: handle.addr,
-            hello: handle.hello(),
+            handle: *handle,
             buf_bytes,
-            retries: 0,
-            state: State::Done,
+            nthreads,
+            socks: (0..handle.nsocks)
+                .map(|index| Sock {
+                    index,
+                    state: State::Gone,
+                    retries: 0,
+                })
+                .collect(),
+            finished: false,
         };
-        c.state = c.attempt()?;
+        for k in 0..c.socks.len() {
+            let mut retries = c.socks[k].retries;
+            c.socks[k].state = c.attempt(&mut retries)?;
+            c.socks[k].retries = retries;
+        }
         Ok(c)
     }
 
-    fn attempt(&mut self) -> NetResult<State> {
+    fn attempt(&self, retries: &mut u32) -> NetResult<State> {
         let fd = sys::tcp_socket(&self.target).map_err(|e| NetError::io("socket", e))?;
         sys::set_nodelay(&fd).map_err(|e| NetError::io("setsockopt", e))?;
         sys::set_buffers(&fd, self.buf_bytes).map_err(|e| NetError::io("setsockopt", e))?;
         match sys::connect(&fd, &self.target) {
             Ok(()) => Ok(State::Hello(fd, 0)),
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(State::Connecting(fd)),
-            Err(e) => self.retry_or_fail(e),
+            Err(e) => self.retry_or_fail(retries, e),
         }
     }
 
-    fn retry_or_fail(&mut self, e: io::Error) -> NetResult<State> {
+    fn retry_or_fail(&self, retries: &mut u32, e: io::Error) -> NetResult<State> {
         let retryable = matches!(
             e.raw_os_error(),
             Some(libc::ECONNREFUSED) | Some(libc::ETIMEDOUT) | Some(libc::EAGAIN)
         );
-        if retryable && self.retries < MAX_RETRIES {
-            self.retries += 1;
-            tracing::debug!(target_addr = %self.target, error = %e, retry = self.retries, "NET/Socket: connect retry");
+        if retryable && *retries < MAX_RETRIES {
+            *retries += 1;
+            tracing::debug!(target_addr = %self.target, error = %e, retry = *retries, "NET/Socket: connect retry");
             Ok(State::Backoff(Instant::now() + RETRY_INTERVAL))
         } else {
             Err(NetError::Io {
@@ -234,26 +307,28 @@ impl TcpConnector {
         }
     }
 
-    fn step(&mut self, state: State) -> NetResult<(State, Option<Box<dyn SendComm>>)> {
+    /// Advances one socket's state machine by one step.
+    fn step(&self, sock: &mut Sock, state: State) -> NetResult<State> {
         Ok(match state {
-            State::Backoff(until) if Instant::now() < until => (State::Backoff(until), None),
-            State::Backoff(_) => (self.attempt()?, None),
+            State::Backoff(until) if Instant::now() < until => State::Backoff(until),
+            State::Backoff(_) => self.attempt(&mut sock.retries)?,
             State::Connecting(fd) => {
                 if !sys::poll_writable(&fd).map_err(|e| NetError::io("poll", e))? {
-                    (State::Connecting(fd), None)
+                    State::Connecting(fd)
                 } else {
                     match sys::take_error(&fd).map_err(|e| NetError::io("getsockopt", e))? {
-                        None => (State::Hello(fd, 0), None),
-                        Some(e) => (self.retry_or_fail(e)?, None),
+                        None => State::Hello(fd, 0),
+                        Some(e) => self.retry_or_fail(&mut sock.retries, e)?,
                     }
                 }
             }
             State::Hello(fd, mut sent) => {
+                let hello = self.handle.hello_for(sock.index);
                 while sent < HELLO_BYTES {
-                    match sys::send(&fd, &self.hello[sent..]) {
+                    match sys::send(&fd, &hello[sent..]) {
                         Ok(n) => sent += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            return Ok((State::Hello(fd, sent), None));
+                            return Ok(State::Hello(fd, sent));
                         }
                         Err(e) if sys::is_disconnect(&e) => {
                             return Err(NetError::Closed(self.target.to_string()));
@@ -261,35 +336,75 @@ impl TcpConnector {
                         Err(e) => return Err(NetError::io("send", e)),
                     }
                 }
-                tracing::debug!(peer = %self.target, "NET/Socket: connected");
-                let comm = TcpSendComm::new(fd, self.target.to_string(), MAX_REQUESTS);
-                (State::Done, Some(Box::new(comm)))
+                State::Ready(fd)
             }
-            State::Done => {
-                return Err(NetError::Other(
-                    "connector already completed or failed".into(),
-                ))
-            }
+            s @ (State::Ready(_) | State::Gone) => s,
         })
+    }
+
+    /// Runs every socket's state machine until it waits.
+    fn advance(&mut self) -> NetResult<bool> {
+        let mut socks = std::mem::take(&mut self.socks);
+        let mut r = Ok(true);
+        for sock in &mut socks {
+            // Connect -> greeting can finish within one poll on a fast network.
+            loop {
+                let state = std::mem::replace(&mut sock.state, State::Gone);
+                let before = std::mem::discriminant(&state);
+                match self.step(sock, state) {
+                    Ok(next) => sock.state = next,
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
+                }
+                let progressed = std::mem::discriminant(&sock.state) != before;
+                if !progressed || matches!(sock.state, State::Backoff(_) | State::Ready(_)) {
+                    break;
+                }
+            }
+            if r.is_err() {
+                break;
+            }
+            if !matches!(sock.state, State::Ready(_)) {
+                r = Ok(false);
+            }
+        }
+        self.socks = socks;
+        r
     }
 }
 
 impl Connector for TcpConnector {
     fn poll_connect(&mut self) -> NetResult<Option<Box<dyn SendComm>>> {
-        // Run the state machine until it waits (connect -> greeting can
-        // finish within one poll on a fast network).
-        loop {
-            let state = std::mem::replace(&mut self.state, State::Done);
-            let before = std::mem::discriminant(&state);
-            let (next, comm) = self.step(state)?;
-            let progressed = std::mem::discriminant(&next) != before;
-            self.state = next;
-            if comm.is_some() {
-                return Ok(comm);
-            }
-            if !progressed || matches!(self.state, State::Backoff(_)) {
-                return Ok(None);
-            }
+        if self.finished {
+            return Err(NetError::Other(
+                "connector already completed or failed".into(),
+            ));
         }
+        let all_ready = match self.advance() {
+            Ok(all) => all,
+            Err(e) => {
+                self.finished = true;
+                self.socks.clear();
+                return Err(e);
+            }
+        };
+        if !all_ready {
+            return Ok(None);
+        }
+        self.finished = true;
+        let fds: Vec<OwnedFd> = self
+            .socks
+            .drain(..)
+            .filter_map(|s| match s.state {
+                State::Ready(fd) => Some(fd),
+                _ => None,
+            })
+            .collect();
+        tracing::debug!(peer = %self.target, nsocks = fds.len(), "NET/Socket: connected");
+        let comm = TcpSendComm::new(fds, self.target.to_string(), MAX_REQUESTS, self.nthreads)
+            .map_err(|e| NetError::io("start helper thread", e))?;
+        Ok(Some(Box::new(comm)))
     }
 }

@@ -10,25 +10,33 @@
 //! | 8..16  | nonce: 8 random bytes drawn by the listener |
 //! | 16..32 | IP address: IPv4 in 16..20 (rest zero), or IPv6 |
 //! | 32..36 | IPv6 scope id (0 for IPv4) |
-//! | 36     | sockets per connection (`nsocks`, reserved for striping) |
+//! | 36     | sockets per connection (`nsocks`, 1..=[`MAX_SOCKS`]) |
 //! | 37..40 | reserved, zero |
 //!
 //! Decoding accepts longer input (a bootstrap may zero-pad to
 //! [`nccl_net::MAX_HANDLE_BYTES`]) and rejects unknown versions.
 //!
 //! # Greeting (16 bytes)
-//! Right after its TCP connection is established, the connecting side writes
-//! `b"NTCP"`, the version byte, three zero bytes and the nonce. The listener
-//! only turns a connection presenting exactly these bytes into a receive
-//! comm; after them the stream carries messages.
+//! A connection is `nsocks` TCP sockets (see the `stripe` module). Right
+//! after each socket is established, the connecting side writes `b"NTCP"`,
+//! the version byte, the socket's index (0..nsocks), the socket count, one
+//! zero byte and the nonce. The listener only takes a socket presenting its
+//! nonce, its socket count and an index it does not hold yet; once it holds
+//! all `nsocks` it turns them into a receive comm. The connecting side
+//! always uses the listener's socket count (from the handle), so the two
+//! sides agree however each was configured (as NCCL, which makes the send
+//! side follow the receive side).
 
 use nccl_net::{NetError, NetResult};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 /// Size of an encoded handle.
 pub const HANDLE_BYTES: usize = 40;
-/// Current handle and greeting format version.
-pub const HANDLE_VERSION: u8 = 1;
+/// Current handle and greeting format version (2: several sockets per
+/// connection, socket index and count in the greeting).
+pub const HANDLE_VERSION: u8 = 2;
+/// Most sockets one connection may use (as NCCL's `MAX_SOCKETS`).
+pub const MAX_SOCKS: usize = 64;
 /// Size of the greeting a connector sends.
 pub const HELLO_BYTES: usize = 16;
 const MAGIC: &[u8; 4] = b"NTCP";
@@ -40,7 +48,7 @@ pub struct TcpHandle {
     pub addr: SocketAddr,
     /// Random bytes the connector must present.
     pub nonce: [u8; 8],
-    /// Sockets per connection (only 1 is used for now).
+    /// Sockets per connection, 1..=[`MAX_SOCKS`].
     pub nsocks: u8,
 }
 
@@ -109,8 +117,8 @@ impl TcpHandle {
             }
         };
         let nsocks = bytes[36];
-        if nsocks == 0 {
-            return bad("nsocks 0".into());
+        if nsocks == 0 || usize::from(nsocks) > MAX_SOCKS {
+            return bad(format!("nsocks {nsocks} (must be 1..={MAX_SOCKS})"));
         }
         Ok(TcpHandle {
             addr,
@@ -119,11 +127,18 @@ impl TcpHandle {
         })
     }
 
-    /// The greeting a connector to this handle sends.
+    /// The greeting on socket 0 of a connection to this handle.
     pub fn hello(&self) -> [u8; HELLO_BYTES] {
+        self.hello_for(0)
+    }
+
+    /// The greeting on socket `index` of a connection to this handle.
+    pub fn hello_for(&self, index: u8) -> [u8; HELLO_BYTES] {
         let mut h = [0u8; HELLO_BYTES];
         h[0..4].copy_from_slice(MAGIC);
         h[4] = HANDLE_VERSION;
+        h[5] = index;
+        h[6] = self.nsocks;
         h[8..16].copy_from_slice(&self.nonce);
         h
     }
@@ -166,7 +181,7 @@ mod tests {
         b[0] = b'X';
         assert!(is_bad(&b));
         let mut b = good;
-        b[4] = 2;
+        b[4] = 1;
         assert!(is_bad(&b));
         let mut b = good;
         b[5] = 5;
@@ -178,6 +193,8 @@ mod tests {
         let mut b = good;
         b[36] = 0;
         assert!(is_bad(&b));
+        b[36] = MAX_SOCKS as u8 + 1;
+        assert!(is_bad(&b));
     }
 
     #[test]
@@ -185,8 +202,9 @@ mod tests {
         let h = TcpHandle {
             addr: "10.0.0.1:80".parse().unwrap(),
             nonce: *b"abcdefgh",
-            nsocks: 1,
+            nsocks: 3,
         };
-        assert_eq!(&h.hello(), b"NTCP\x01\0\0\0abcdefgh");
+        assert_eq!(&h.hello(), b"NTCP\x02\0\x03\0abcdefgh");
+        assert_eq!(&h.hello_for(2), b"NTCP\x02\x02\x03\0abcdefgh");
     }
 }

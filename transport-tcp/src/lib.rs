@@ -9,8 +9,14 @@
 //! * [`Net::connect`] starts a non-blocking connect; once connected it sends
 //!   a greeting with the nonce. The listener only accepts a connection that
 //!   presents it and drops strays.
-//! * Messages are framed as a 12-byte header (tag, length) plus payload and
-//!   matched in posting order; see the `comm` module docs for the data path.
+//! * A connection is [`TcpOptions::nsocks`] sockets (the listener's count
+//!   wins; see [`handle`]). Messages are framed as a 12-byte header (tag,
+//!   length) on socket 0 and matched in posting order; small ones follow
+//!   their header inline, large ones are striped over all sockets in
+//!   chunks of at least 64 KiB (see the `stripe` and `comm` modules).
+//! * With [`TcpOptions::nthreads`] ≥ 2, sockets 1.. are serviced by that
+//!   many helper threads per comm (see the `helper` module); otherwise by
+//!   the thread calling `test`.
 //!
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
@@ -18,11 +24,14 @@
 mod comm;
 mod connect;
 pub mod handle;
+mod helper;
 pub mod iface;
+mod lanes;
+mod stripe;
 mod sys;
 
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
-pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES};
+pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
 
 use nccl_net::{Connector, Listener, Net, NetError, NetResult, Properties, PtrSupport};
@@ -66,9 +75,14 @@ pub struct TcpOptions {
     /// caps it at `net.core.wmem_max` / `rmem_max`). 0 leaves the kernel's
     /// buffer autotuning on.
     pub socket_buf_bytes: usize,
-    /// Sockets per connection (default 1). Carried in the handle for future
-    /// striping; only one socket is used for now.
+    /// Sockets per connection, 1..=[`MAX_SOCKS`] (NCCL's
+    /// `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`). The listening
+    /// side's count is used for a connection.
     pub nsocks: usize,
+    /// Helper threads per comm servicing sockets 1.. (NCCL's
+    /// `NCCL_SOCKET_NTHREADS`); 0 or 1: none, the thread calling `test`
+    /// does all the I/O.
+    pub nthreads: usize,
 }
 
 impl Default for TcpOptions {
@@ -78,6 +92,7 @@ impl Default for TcpOptions {
             family: None,
             socket_buf_bytes: DEFAULT_SOCKET_BUF_BYTES,
             nsocks: 1,
+            nthreads: 1,
         }
     }
 }
@@ -151,17 +166,17 @@ impl TcpNet {
 }
 
 fn check_options(opts: &TcpOptions) -> NetResult<()> {
-    if opts.nsocks == 0 || opts.nsocks > 64 {
+    if opts.nsocks == 0 || opts.nsocks > MAX_SOCKS {
         return Err(NetError::Other(format!(
-            "nsocks must be in 1..=64, got {}",
+            "nsocks must be in 1..={MAX_SOCKS}, got {}",
             opts.nsocks
         )));
     }
-    if opts.nsocks > 1 {
-        tracing::info!(
-            nsocks = opts.nsocks,
-            "NET/Socket: socket striping is not implemented yet; using 1 socket per connection"
-        );
+    if opts.nthreads > MAX_SOCKS {
+        return Err(NetError::Other(format!(
+            "nthreads must be in 0..={MAX_SOCKS}, got {}",
+            opts.nthreads
+        )));
     }
     Ok(())
 }
@@ -197,19 +212,29 @@ impl Net for TcpNet {
     }
 
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
-        let nsocks = u8::try_from(self.opts.nsocks).unwrap_or(u8::MAX);
+        // check_options keeps nsocks within 1..=MAX_SOCKS (64).
+        let nsocks = u8::try_from(self.opts.nsocks).unwrap_or(1);
         Ok(Box::new(connect::TcpListener::bind(
             self.ip,
             self.opts.socket_buf_bytes,
             nsocks,
+            self.opts.nthreads,
         )?))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
         let h = TcpHandle::decode(handle)?;
+        if usize::from(h.nsocks) != self.opts.nsocks {
+            tracing::info!(
+                local = self.opts.nsocks,
+                remote = h.nsocks,
+                "NET/Socket: peer listens with another socket count; using the peer's"
+            );
+        }
         Ok(Box::new(connect::TcpConnector::start(
             &h,
             self.opts.socket_buf_bytes,
+            self.opts.nthreads,
         )?))
     }
 }
@@ -223,11 +248,19 @@ mod tests {
         let o = TcpOptions::default();
         assert_eq!(o.socket_buf_bytes, 4 << 20);
         assert_eq!(o.nsocks, 1);
-        let bad = TcpOptions {
-            nsocks: 0,
-            ..TcpOptions::default()
-        };
-        assert!(TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), bad).is_err());
+        assert_eq!(o.nthreads, 1);
+        let ip = "127.0.0.1".parse().unwrap();
+        for (nsocks, nthreads) in [(0, 1), (MAX_SOCKS + 1, 1), (4, MAX_SOCKS + 1)] {
+            let bad = TcpOptions {
+                nsocks,
+                nthreads,
+                ..TcpOptions::default()
+            };
+            assert!(
+                TcpNet::with_local_ip(ip, bad).is_err(),
+                "{nsocks} {nthreads}"
+            );
+        }
         let net = TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), o).unwrap();
         let p = net.properties();
         assert_eq!(p.name, "Socket");

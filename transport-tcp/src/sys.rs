@@ -368,3 +368,76 @@ pub(crate) fn is_disconnect(e: &io::Error) -> bool {
             | Some(libc::ECONNABORTED)
     )
 }
+
+/// A new non-blocking, close-on-exec `eventfd` (helper thread wake-ups).
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd() takes no pointers; the result is checked below.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by eventfd(); nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd's counter, making it readable. Cannot fail in a
+/// way worth reporting (a full counter is already readable).
+pub(crate) fn eventfd_signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64, as eventfd requires.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Resets an eventfd's counter (non-blocking; nothing to do if zero).
+pub(crate) fn eventfd_drain(fd: &OwnedFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64, as eventfd requires.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+}
+
+/// `poll(2)` on `fds` for at most `timeout_ms`; an interrupted call counts
+/// as a timeout (the caller polls again).
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `fds` is a live slice of pollfd of the length passed.
+    match cvt(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Non-blocking send of `len` bytes at `ptr` (never raises `SIGPIPE`).
+///
+/// # Safety
+/// `ptr..ptr+len` must be valid for reads for the duration of the call.
+pub(crate) unsafe fn send_raw(fd: &OwnedFd, ptr: *const u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller guarantees `ptr..ptr+len` readable.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                ptr.cast(),
+                len,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Non-blocking receive of at most `len` bytes into `ptr`; `Ok(0)` means
+/// end of stream.
+///
+/// # Safety
+/// `ptr..ptr+len` must be valid for writes, and not otherwise accessed,
+/// for the duration of the call.
+pub(crate) unsafe fn recv_raw(fd: &OwnedFd, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller guarantees `ptr..ptr+len` writable.
+        let r = unsafe { libc::recv(fd.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The data path: [`TcpSendComm`] and [`TcpRecvComm`].
+//!
+//! # Wire format
+//! After the greeting, socket 0 carries for each message a 12-byte header —
+//! tag (`u32`, little-endian) then payload length (`u64`, little-endian) —
+//! followed by the payload if the message is small (or the connection has
+//! one socket), else by the message's piece for socket 0, if any; the other
+//! pieces travel on the other sockets (see [`crate::stripe`]).
+//!
+//! # Progress
+//! Both comms keep a FIFO of posted requests in a `VecDeque` that is reused
+//! (no allocation per message once it has grown). The socket-0 parts
+//! (header, inline payload or piece) complete in posting order; a striped
+//! message is complete once its pieces on the other sockets ("lanes", see
+//! [`crate::lanes`]) are too, so a message can complete before an older one.
+//! Requests stay in the queue (flagged when reported) until every older
+//! request has been reported, then are popped. Every `test` first makes as
+//! much progress as the sockets allow without blocking, then answers.
+//!
+//! Sends gather the headers and socket-0 payloads of several queued
+//! messages into one `sendmsg`. Receives read a header into a 12-byte
+//! staging buffer, check tag and size, lay the message out, then read the
+//! payload pieces straight into the posted buffer (no copy); each socket-0
+//! payload read also offers the staging buffer for the next header, so a
+//! stream of small messages costs one `recvmsg` each.
+//!
+//! After a connection error, a tag mismatch or a truncation the stream can
+//! no longer be trusted: the comm remembers the fault and reports it from
+//! every later call that would need the connection.
+
+mod recv;
+mod send;
+
+pub(crate) use recv::TcpRecvComm;
+pub(crate) use send::TcpSendComm;
+
+use crate::sys;
+use nccl_net::{NetError, Request};
+use std::io;
+
+/// Message header size: tag `u32` + length `u64`.
+pub(crate) const HDR: usize = 12;
+
+/// A remembered failure; rebuilt into a [`NetError`] on every report.
+#[derive(Clone, Debug)]
+pub(crate) enum Fault {
+    Closed,
+    Io { call: &'static str, errno: i32 },
+    Tag { expected: u32, got: u32 },
+    Truncated { posted: usize, got: usize },
+}
+
+impl Fault {
+    pub(crate) fn from_io(call: &'static str, e: &io::Error) -> Fault {
+        if sys::is_disconnect(e) {
+            Fault::Closed
+        } else {
+            Fault::Io {
+                call,
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            }
+        }
+    }
+
+    pub(crate) fn to_error(&self, peer: &str) -> NetError {
+        match *self {
+            Fault::Closed => NetError::Closed(peer.to_owned()),
+            Fault::Io { call, errno } => NetError::io(call, io::Error::from_raw_os_error(errno)),
+            Fault::Tag { expected, got } => NetError::TagMismatch { expected, got },
+            Fault::Truncated { posted, got } => NetError::Truncated { posted, got },
+        }
+    }
+}
+
+pub(crate) fn unknown_request(req: Request) -> NetError {
+    NetError::Other(format!(
+        "unknown request {} (never posted on this comm, or already reported complete)",
+        req.0
+    ))
+}
+
+pub(crate) fn empty_iov() -> libc::iovec {
+    libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }
+}

@@ -1,0 +1,290 @@
+//! [`TcpRecvComm`]: the receiving half of a connection.
+
+use super::{unknown_request, Fault, HDR};
+use crate::lanes::{Chunk, Dir, Lanes};
+use crate::stripe::Striper;
+use crate::sys;
+use nccl_net::{MemHandle, NetResult, RecvComm, Request};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::OwnedFd;
+
+struct RecvOp {
+    id: u64,
+    data: *mut u8,
+    cap: usize,
+    tag: u32,
+    /// Message length, once its header has been read.
+    len: Option<usize>,
+    /// Where the socket-0 payload goes (set with `len`).
+    data0: *mut u8,
+    len0: usize,
+    /// Socket-0 payload bytes received so far.
+    got0: usize,
+    /// Pieces on other sockets not yet received.
+    pieces_left: usize,
+    reported: bool,
+}
+
+impl RecvOp {
+    fn done(&self) -> bool {
+        self.len.is_some() && self.got0 == self.len0 && self.pieces_left == 0
+    }
+}
+
+/// The receiving half of a TCP connection.
+pub(crate) struct TcpRecvComm {
+    fd: OwnedFd,
+    peer: String,
+    q: VecDeque<RecvOp>,
+    /// Number of requests at the front of `q` whose socket-0 part is in.
+    head0: usize,
+    next_id: u64,
+    max_requests: usize,
+    fault: Option<Fault>,
+    /// Header bytes of the next message read so far.
+    stage: [u8; HDR],
+    staged: usize,
+    striper: Striper,
+    lanes: Lanes,
+}
+
+// SAFETY: as for TcpSendComm: the raw pointers are only handed to the
+// kernel, and the `irecv` contract keeps them valid until completion.
+unsafe impl Send for TcpRecvComm {}
+
+impl TcpRecvComm {
+    /// A comm over `socks` (socket 0 first); sockets 1.. are serviced by
+    /// `nthreads` helper threads if `nthreads >= 2`.
+    pub(crate) fn new(
+        mut socks: Vec<OwnedFd>,
+        peer: String,
+        max_requests: usize,
+        nthreads: usize,
+    ) -> io::Result<Self> {
+        let nsocks = socks.len();
+        let others = socks.split_off(1);
+        let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
+        Ok(TcpRecvComm {
+            fd,
+            peer,
+            q: VecDeque::with_capacity(max_requests),
+            head0: 0,
+            next_id: 1,
+            max_requests,
+            fault: None,
+            stage: [0; HDR],
+            staged: 0,
+            striper: Striper::new(nsocks),
+            lanes: Lanes::new(Dir::Recv, others, nthreads)?,
+        })
+    }
+
+    fn progress(&mut self) {
+        if self.fault.is_none() {
+            if let Err(f) = self.progress0() {
+                self.fail(f);
+            }
+        }
+        if self.fault.is_none() {
+            let q = &mut self.q;
+            let r = self.lanes.progress(|id| {
+                if let Ok(i) = q.binary_search_by_key(&id, |op| op.id) {
+                    q[i].pieces_left -= 1;
+                }
+            });
+            if let Err(f) = r {
+                self.fail(f);
+            }
+        }
+    }
+
+    fn fail(&mut self, f: Fault) {
+        if let Fault::Io { .. } | Fault::Closed = f {
+            tracing::warn!(peer = %self.peer, fault = ?f, "NET/Socket: receive failed");
+        }
+        self.fault = Some(f);
+    }
+
+    /// Checks the staged header against `q[head0]` and lays the message out.
+    fn take_header(&mut self) -> Result<(), Fault> {
+        self.staged = 0;
+        let s = &self.stage;
+        let tag = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        let mut l = [0u8; 8];
+        l.copy_from_slice(&s[4..12]);
+        let len = u64::from_le_bytes(l);
+        let op = &mut self.q[self.head0];
+        if tag != op.tag {
+            return Err(Fault::Tag {
+                expected: op.tag,
+                got: tag,
+            });
+        }
+        let len = match usize::try_from(len) {
+            Ok(len) if len <= op.cap => len,
+            _ => {
+                return Err(Fault::Truncated {
+                    posted: op.cap,
+                    got: usize::try_from(len).unwrap_or(usize::MAX),
+                })
+            }
+        };
+        let (id, data) = (op.id, op.data);
+        let mut pieces_left = 0;
+        let mut part0 = None;
+        let lanes = &mut self.lanes;
+        let striped = self.striper.layout(len, |p| {
+            // Stays inside the caller's buffer: p.off < len <= cap.
+            let ptr = data.wrapping_add(p.off);
+            if p.sock == 0 {
+                part0 = Some((ptr, p.len));
+            } else {
+                pieces_left += 1;
+                let c = Chunk {
+                    op: id,
+                    ptr,
+                    len: p.len,
+                    off: 0,
+                };
+                lanes.push(p.sock, c);
+            }
+        });
+        let (data0, len0) = match (striped, part0) {
+            (false, _) => (data, len),
+            (true, Some(p)) => p,
+            (true, None) => (data, 0),
+        };
+        op.len = Some(len);
+        op.data0 = data0;
+        op.len0 = len0;
+        op.pieces_left = pieces_left;
+        Ok(())
+    }
+
+    /// Reads as much of the socket-0 stream as the socket holds.
+    fn progress0(&mut self) -> Result<(), Fault> {
+        while self.head0 < self.q.len() {
+            if self.q[self.head0].len.is_none() {
+                if self.staged < HDR {
+                    match sys::recv(&self.fd, &mut self.stage[self.staged..]) {
+                        Ok(0) => return Err(Fault::Closed),
+                        Ok(n) => self.staged += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                        Err(e) => return Err(Fault::from_io("recv", &e)),
+                    }
+                    if self.staged < HDR {
+                        return Ok(()); // drained the socket
+                    }
+                }
+                self.take_header()?;
+            }
+            let op = &mut self.q[self.head0];
+            if op.got0 == op.len0 {
+                // Socket-0 part in (a 0-byte one completes on its header).
+                self.head0 += 1;
+                continue;
+            }
+            let want = op.len0 - op.got0;
+            let iov = [
+                libc::iovec {
+                    // Stays inside the caller's buffer: got0 < len0.
+                    iov_base: op.data0.wrapping_add(op.got0).cast(),
+                    iov_len: want,
+                },
+                // Read ahead the next header (nothing is staged here).
+                libc::iovec {
+                    iov_base: self.stage.as_mut_ptr().cast(),
+                    iov_len: HDR,
+                },
+            ];
+            // SAFETY: the first iovec lies within the buffer the `irecv`
+            // caller keeps valid for writes and unaliased until completion;
+            // the second is our own staging buffer, untouched during the call.
+            match unsafe { sys::recv_iov(&self.fd, &iov) } {
+                Ok(0) => return Err(Fault::Closed),
+                Ok(n) => {
+                    let k = n.min(want);
+                    op.got0 += k;
+                    self.staged = n - k;
+                    if op.got0 == op.len0 {
+                        self.head0 += 1;
+                    }
+                    if n < want + HDR {
+                        return Ok(()); // drained the socket
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(Fault::from_io("recvmsg", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn pop_reported(&mut self) {
+        while self.q.front().is_some_and(|op| op.reported) {
+            self.q.pop_front();
+            self.head0 = self.head0.saturating_sub(1);
+        }
+    }
+}
+
+impl RecvComm for TcpRecvComm {
+    fn reg_mr(&mut self, _ptr: *mut u8, _len: usize) -> NetResult<MemHandle> {
+        Ok(MemHandle(0))
+    }
+
+    fn dereg_mr(&mut self, _mr: MemHandle) -> NetResult<()> {
+        Ok(())
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        if let Some(f) = &self.fault {
+            return Err(f.to_error(&self.peer));
+        }
+        if self.q.len() >= self.max_requests {
+            return Ok(None);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.q.push_back(RecvOp {
+            id,
+            data,
+            cap: len,
+            tag,
+            len: None,
+            data0: data,
+            len0: 0,
+            got0: 0,
+            pieces_left: 0,
+            reported: false,
+        });
+        Ok(Some(Request(id)))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
+        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
+            Ok(i) if !self.q[i].reported => i,
+            _ => return Err(unknown_request(req)),
+        };
+        // `progress` pops nothing, so `idx` stays valid.
+        self.progress();
+        let op = &mut self.q[idx];
+        if op.done() {
+            op.reported = true;
+            let size = op.len.unwrap_or(0);
+            self.pop_reported();
+            Ok(Some(size))
+        } else if let Some(f) = &self.fault {
+            Err(f.to_error(&self.peer))
+        } else {
+            Ok(None)
+        }
+    }
+}

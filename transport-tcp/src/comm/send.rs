@@ -1,0 +1,257 @@
+//! [`TcpSendComm`]: the sending half of a connection.
+
+use super::{empty_iov, unknown_request, Fault, HDR};
+use crate::lanes::{Chunk, Dir, Lanes};
+use crate::stripe::Striper;
+use crate::sys;
+use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::OwnedFd;
+
+/// Most iovecs handed to one `sendmsg`.
+const MAX_IOV: usize = 32;
+/// Stop gathering more messages into one `sendmsg` beyond this many bytes.
+const GATHER_BYTES: usize = 256 << 10;
+
+struct SendOp {
+    id: u64,
+    hdr: [u8; HDR],
+    /// The payload bytes that follow the header on socket 0.
+    data0: *const u8,
+    len0: usize,
+    /// Bytes of header + socket-0 payload written so far.
+    off: usize,
+    /// Pieces on other sockets not yet written.
+    pieces_left: usize,
+    reported: bool,
+}
+
+impl SendOp {
+    fn total0(&self) -> usize {
+        HDR + self.len0
+    }
+
+    fn done(&self) -> bool {
+        self.off == self.total0() && self.pieces_left == 0
+    }
+}
+
+/// The sending half of a TCP connection.
+pub(crate) struct TcpSendComm {
+    fd: OwnedFd,
+    peer: String,
+    q: VecDeque<SendOp>,
+    /// Number of requests at the front of `q` whose socket-0 part is written.
+    head0: usize,
+    next_id: u64,
+    max_requests: usize,
+    fault: Option<Fault>,
+    striper: Striper,
+    lanes: Lanes,
+}
+
+// SAFETY: the raw pointers in the queue are only handed to the kernel; the
+// `isend` contract keeps their memory valid until the request completes or
+// the comm is dropped, whichever thread the comm moves to.
+unsafe impl Send for TcpSendComm {}
+
+impl TcpSendComm {
+    /// A comm over `socks` (socket 0 first); sockets 1.. are serviced by
+    /// `nthreads` helper threads if `nthreads >= 2`.
+    pub(crate) fn new(
+        mut socks: Vec<OwnedFd>,
+        peer: String,
+        max_requests: usize,
+        nthreads: usize,
+    ) -> io::Result<Self> {
+        let nsocks = socks.len();
+        let others = socks.split_off(1);
+        let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
+        Ok(TcpSendComm {
+            fd,
+            peer,
+            q: VecDeque::with_capacity(max_requests),
+            head0: 0,
+            next_id: 1,
+            max_requests,
+            fault: None,
+            striper: Striper::new(nsocks),
+            lanes: Lanes::new(Dir::Send, others, nthreads)?,
+        })
+    }
+
+    fn progress(&mut self) {
+        if self.fault.is_none() {
+            self.progress0();
+        }
+        if self.fault.is_none() {
+            let q = &mut self.q;
+            let r = self.lanes.progress(|id| {
+                if let Ok(i) = q.binary_search_by_key(&id, |op| op.id) {
+                    q[i].pieces_left -= 1;
+                }
+            });
+            if let Err(f) = r {
+                tracing::warn!(peer = %self.peer, fault = ?f, "NET/Socket: send failed");
+                self.fault = Some(f);
+            }
+        }
+    }
+
+    /// Writes as much of the socket-0 stream as the socket takes.
+    fn progress0(&mut self) {
+        while self.head0 < self.q.len() {
+            let mut iov = [empty_iov(); MAX_IOV];
+            let mut n_iov = 0;
+            let mut want = 0usize;
+            for op in self.q.range(self.head0..) {
+                if n_iov + 2 > MAX_IOV || want >= GATHER_BYTES {
+                    break;
+                }
+                if op.off < HDR {
+                    iov[n_iov] = libc::iovec {
+                        iov_base: op.hdr[op.off..].as_ptr() as *mut libc::c_void,
+                        iov_len: HDR - op.off,
+                    };
+                    n_iov += 1;
+                    want += HDR - op.off;
+                }
+                let done = op.off.saturating_sub(HDR);
+                if op.len0 > done {
+                    iov[n_iov] = libc::iovec {
+                        // Stays inside the caller's buffer: done < len0.
+                        iov_base: op.data0.wrapping_add(done) as *mut libc::c_void,
+                        iov_len: op.len0 - done,
+                    };
+                    n_iov += 1;
+                    want += op.len0 - done;
+                }
+            }
+            // SAFETY: each iovec points either into a header owned by the
+            // queue (not touched until the call returns) or into a payload
+            // the `isend` caller keeps valid for reads until completion.
+            match unsafe { sys::send_iov(&self.fd, &iov[..n_iov]) } {
+                Ok(mut n) => {
+                    let short = n < want;
+                    while n > 0 && self.head0 < self.q.len() {
+                        let op = &mut self.q[self.head0];
+                        let k = (op.total0() - op.off).min(n);
+                        op.off += k;
+                        n -= k;
+                        if op.off == op.total0() {
+                            self.head0 += 1;
+                        }
+                    }
+                    if short {
+                        break; // the socket buffer is full
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::warn!(peer = %self.peer, error = %e, "NET/Socket: send failed");
+                    self.fault = Some(Fault::from_io("sendmsg", &e));
+                    break;
+                }
+            }
+        }
+    }
+
+    fn pop_reported(&mut self) {
+        while self.q.front().is_some_and(|op| op.reported) {
+            self.q.pop_front();
+            self.head0 = self.head0.saturating_sub(1);
+        }
+    }
+}
+
+impl SendComm for TcpSendComm {
+    fn reg_mr(&mut self, _ptr: *const u8, _len: usize) -> NetResult<MemHandle> {
+        Ok(MemHandle(0))
+    }
+
+    fn dereg_mr(&mut self, _mr: MemHandle) -> NetResult<()> {
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        if let Some(f) = &self.fault {
+            return Err(f.to_error(&self.peer));
+        }
+        if self.q.len() >= self.max_requests {
+            return Ok(None);
+        }
+        if len > crate::MAX_MESSAGE_BYTES {
+            return Err(NetError::Other(format!(
+                "send of {len} bytes exceeds the {} byte limit",
+                crate::MAX_MESSAGE_BYTES
+            )));
+        }
+        let mut hdr = [0u8; HDR];
+        hdr[0..4].copy_from_slice(&tag.to_le_bytes());
+        hdr[4..12].copy_from_slice(&(len as u64).to_le_bytes());
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut pieces_left = 0;
+        let mut part0 = None;
+        let lanes = &mut self.lanes;
+        let striped = self.striper.layout(len, |p| {
+            // Stays inside the caller's buffer: p.off < len.
+            let ptr = data.wrapping_add(p.off);
+            if p.sock == 0 {
+                part0 = Some((ptr, p.len));
+            } else {
+                pieces_left += 1;
+                let c = Chunk {
+                    op: id,
+                    ptr: ptr.cast_mut(),
+                    len: p.len,
+                    off: 0,
+                };
+                lanes.push(p.sock, c);
+            }
+        });
+        // Inline: the whole payload; striped: socket 0's piece, if any.
+        let (data0, len0) = match (striped, part0) {
+            (false, _) => (data, len),
+            (true, Some(p)) => p,
+            (true, None) => (data, 0),
+        };
+        let op = SendOp {
+            id,
+            hdr,
+            data0,
+            len0,
+            off: 0,
+            pieces_left,
+            reported: false,
+        };
+        self.q.push_back(op);
+        self.progress();
+        Ok(Some(Request(id)))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<bool> {
+        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
+            Ok(i) if !self.q[i].reported => i,
+            _ => return Err(unknown_request(req)),
+        };
+        // `progress` pops nothing, so `idx` stays valid.
+        self.progress();
+        if self.q[idx].done() {
+            self.q[idx].reported = true;
+            self.pop_reported();
+            Ok(true)
+        } else if let Some(f) = &self.fault {
+            Err(f.to_error(&self.peer))
+        } else {
+            Ok(false)
+        }
+    }
+}

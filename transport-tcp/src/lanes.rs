@@ -1,0 +1,206 @@
+//! The striping sockets 1..n of a connection ("lanes") and who services
+//! them: the caller's thread inside `test` (inline lanes), or helper
+//! threads (see [`crate::helper`]). Socket 0 always belongs to the comm
+//! itself because it carries the headers.
+//!
+//! Every lane is a FIFO of chunks: both sides queue a message's pieces in
+//! message order (see [`crate::stripe`]), so the n-th chunk written on a
+//! lane is the n-th chunk read from it. Chunk payloads go straight between
+//! the caller's buffer and the socket.
+
+use crate::comm::Fault;
+use crate::helper::{Helper, LaneShared};
+use crate::sys;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Direction of a comm's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Writing to the sockets.
+    Send,
+    /// Reading from the sockets.
+    Recv,
+}
+
+/// A piece of a message bound to one lane.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Chunk {
+    /// Request id of the message.
+    pub(crate) op: u64,
+    /// Start of the piece in the caller's buffer.
+    pub(crate) ptr: *mut u8,
+    /// Length of the piece.
+    pub(crate) len: usize,
+    /// Bytes moved so far.
+    pub(crate) off: usize,
+}
+
+// SAFETY: a chunk only names caller memory that the isend/irecv contract
+// keeps valid (and, for receives, unaliased) until the request completes or
+// the comm is dropped; comms join their helper threads before they drop.
+unsafe impl Send for Chunk {}
+
+/// Moves as much of `c` as the socket allows. Returns whether any byte
+/// moved; `c.off == c.len` once the chunk is done.
+pub(crate) fn chunk_io(dir: Dir, fd: &OwnedFd, c: &mut Chunk) -> Result<bool, Fault> {
+    let mut moved = false;
+    while c.off < c.len {
+        // Stays inside the piece: off < len.
+        let p = c.ptr.wrapping_add(c.off);
+        let r = match dir {
+            // SAFETY: `p..p+len-off` lies in the piece, which the isend
+            // contract keeps readable until completion (see `Chunk`).
+            Dir::Send => unsafe { sys::send_raw(fd, p, c.len - c.off) },
+            // SAFETY: as above; irecv keeps it writable and unaliased.
+            Dir::Recv => unsafe { sys::recv_raw(fd, p, c.len - c.off) },
+        };
+        match r {
+            Ok(0) if dir == Dir::Recv => return Err(Fault::Closed),
+            Ok(n) => {
+                c.off += n;
+                moved = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                let call = if dir == Dir::Send { "send" } else { "recv" };
+                return Err(Fault::from_io(call, &e));
+            }
+        }
+    }
+    Ok(moved)
+}
+
+enum Lane {
+    /// Serviced by the caller's thread.
+    Inline { fd: OwnedFd, q: VecDeque<Chunk> },
+    /// Serviced by helper thread `helper`; `ops` are the request ids of
+    /// the chunks handed over and not yet seen complete, `seen` how many
+    /// completions were taken from `shared.done`.
+    Helped {
+        shared: Arc<LaneShared>,
+        helper: usize,
+        ops: VecDeque<u64>,
+        seen: u64,
+    },
+}
+
+/// The lanes of one comm.
+pub(crate) struct Lanes {
+    dir: Dir,
+    /// Lane of socket `j` at index `j - 1`.
+    lanes: Vec<Lane>,
+    helpers: Vec<Helper>,
+    /// Chunks queued on all lanes and not yet seen complete.
+    busy: usize,
+}
+
+impl Lanes {
+    /// Takes sockets 1..n (`fds`). With `nthreads >= 2` they are spread
+    /// over up to `nthreads` helper threads (socket `j` to helper
+    /// `(j - 1) % nthreads`); otherwise the caller's thread services them.
+    pub(crate) fn new(dir: Dir, fds: Vec<OwnedFd>, nthreads: usize) -> io::Result<Lanes> {
+        let mut l = Lanes {
+            dir,
+            lanes: Vec::with_capacity(fds.len()),
+            helpers: Vec::new(),
+            busy: 0,
+        };
+        if nthreads < 2 || fds.is_empty() {
+            l.lanes = fds
+                .into_iter()
+                .map(|fd| Lane::Inline {
+                    fd,
+                    q: VecDeque::new(),
+                })
+                .collect();
+            return Ok(l);
+        }
+        let nhelpers = nthreads.min(fds.len());
+        let mut owned: Vec<Vec<(OwnedFd, Arc<LaneShared>)>> =
+            (0..nhelpers).map(|_| Vec::new()).collect();
+        for (k, fd) in fds.into_iter().enumerate() {
+            let shared = Arc::new(LaneShared::default());
+            let helper = k % nhelpers;
+            owned[helper].push((fd, Arc::clone(&shared)));
+            l.lanes.push(Lane::Helped {
+                shared,
+                helper,
+                ops: VecDeque::new(),
+                seen: 0,
+            });
+        }
+        for lanes in owned {
+            l.helpers.push(Helper::spawn(dir, lanes)?);
+        }
+        Ok(l)
+    }
+
+    /// Queues `c` on socket `sock` (1..n).
+    pub(crate) fn push(&mut self, sock: usize, c: Chunk) {
+        self.busy += 1;
+        match &mut self.lanes[sock - 1] {
+            Lane::Inline { q, .. } => q.push_back(c),
+            Lane::Helped {
+                shared,
+                helper,
+                ops,
+                ..
+            } => {
+                ops.push_back(c.op);
+                if shared.push(c) {
+                    self.helpers[*helper].wake();
+                }
+            }
+        }
+    }
+
+    /// Moves what the sockets allow (inline lanes) and collects finished
+    /// chunks (all lanes), calling `done` with the request id of each.
+    pub(crate) fn progress(&mut self, mut done: impl FnMut(u64)) -> Result<(), Fault> {
+        if self.busy == 0 {
+            return Ok(());
+        }
+        let dir = self.dir;
+        loop {
+            let mut moved = false;
+            for lane in &mut self.lanes {
+                match lane {
+                    Lane::Inline { fd, q } => {
+                        while let Some(c) = q.front_mut() {
+                            moved |= chunk_io(dir, fd, c)?;
+                            if c.off < c.len {
+                                break;
+                            }
+                            done(c.op);
+                            q.pop_front();
+                            self.busy -= 1;
+                        }
+                    }
+                    Lane::Helped {
+                        shared, ops, seen, ..
+                    } => {
+                        let d = shared.done.load(Ordering::Acquire);
+                        while *seen < d {
+                            *seen += 1;
+                            if let Some(op) = ops.pop_front() {
+                                done(op);
+                                self.busy -= 1;
+                            }
+                        }
+                    }
+                }
+            }
+            if !moved || self.busy == 0 {
+                break;
+            }
+        }
+        if let Some(f) = self.helpers.iter().find_map(Helper::fault) {
+            return Err(f);
+        }
+        Ok(())
+    }
+}

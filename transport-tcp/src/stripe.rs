@@ -1,0 +1,166 @@
+//! How a message is spread over the sockets of a connection.
+//!
+//! A connection has `n` sockets (`nsocks`, 1..=64; NCCL's
+//! `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`). Socket 0 carries every
+//! message header (tag, length) in posting order. A message of at most
+//! [`MIN_CHUNK`] bytes, or any message when `n` is 1, follows its header
+//! inline on socket 0, exactly as on a one-socket connection, so small
+//! messages cost one `sendmsg` / `recvmsg` as before.
+//!
+//! A larger message is cut into chunks of
+//! `max(MIN_CHUNK, ceil(len / n))` bytes rounded up to [`CHUNK_ALIGN`] (as
+//! NCCL's socket transport, whose minimum chunk per socket is also 64 KiB).
+//! Chunk `i` travels on socket `(rot + i) % n`, where `rot` is a rotation
+//! both sides advance by the chunk count of every striped message, so that
+//! successive messages start on different sockets. On socket 0 a message's
+//! chunk (if it has one there) directly follows its header. Both sides run
+//! this same pure computation in the same message order, so nothing but
+//! the header crosses the wire to describe the layout.
+
+/// Smallest chunk a message is cut into (NCCL's `MIN_CHUNKSIZE`).
+pub(crate) const MIN_CHUNK: usize = 64 << 10;
+/// Chunk sizes are rounded up to a multiple of this (pages).
+pub(crate) const CHUNK_ALIGN: usize = 4096;
+
+/// One piece of a striped message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// Socket index, 0..n.
+    pub(crate) sock: usize,
+    /// Offset in the message.
+    pub(crate) off: usize,
+    /// Length in bytes (never 0).
+    pub(crate) len: usize,
+}
+
+/// The stripe layout state of one direction of a connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Striper {
+    n: usize,
+    rot: usize,
+}
+
+impl Striper {
+    /// A layout over `n` sockets (`n >= 1`).
+    pub(crate) fn new(n: usize) -> Striper {
+        Striper {
+            n: n.max(1),
+            rot: 0,
+        }
+    }
+
+    /// Chunk size of a `len`-byte message, or `None` if it goes inline on
+    /// socket 0.
+    fn chunk(&self, len: usize) -> Option<usize> {
+        if self.n == 1 || len <= MIN_CHUNK {
+            return None;
+        }
+        let even = len.div_ceil(self.n).max(MIN_CHUNK);
+        Some(even.div_ceil(CHUNK_ALIGN).saturating_mul(CHUNK_ALIGN))
+    }
+
+    /// Lays out the next message of `len` bytes: calls `piece` for every
+    /// piece in order and advances the rotation. Returns `false` (and calls
+    /// nothing) for a message that goes inline on socket 0.
+    pub(crate) fn layout(&mut self, len: usize, mut piece: impl FnMut(Piece)) -> bool {
+        let Some(chunk) = self.chunk(len) else {
+            return false;
+        };
+        let mut off = 0;
+        let mut i = 0;
+        while off < len {
+            let l = chunk.min(len - off);
+            piece(Piece {
+                sock: (self.rot + i) % self.n,
+                off,
+                len: l,
+            });
+            off += l;
+            i += 1;
+        }
+        self.rot = (self.rot + i) % self.n;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(s: &mut Striper, len: usize) -> Vec<Piece> {
+        let mut v = Vec::new();
+        let striped = s.layout(len, |p| v.push(p));
+        assert_eq!(striped, !v.is_empty());
+        v
+    }
+
+    #[test]
+    fn small_and_single_socket_messages_are_inline() {
+        let mut one = Striper::new(1);
+        assert!(pieces(&mut one, 1 << 30).is_empty());
+        let mut four = Striper::new(4);
+        for len in [0, 1, MIN_CHUNK - 1, MIN_CHUNK] {
+            assert!(pieces(&mut four, len).is_empty(), "{len}");
+        }
+        // Inline messages do not rotate.
+        assert_eq!(four.rot, 0);
+    }
+
+    #[test]
+    fn pieces_cover_the_message_exactly() {
+        for n in [2, 3, 4, 7, 8, 64] {
+            let mut s = Striper::new(n);
+            for len in [
+                MIN_CHUNK + 1,
+                1 << 20,
+                (1 << 20) + 3,
+                (16 << 20) + 5,
+                12345678,
+            ] {
+                let rot = s.rot;
+                let v = pieces(&mut s, len);
+                assert!(v.len() >= 2 && v.len() <= n, "n {n} len {len}: {}", v.len());
+                let mut off = 0;
+                for (i, p) in v.iter().enumerate() {
+                    assert_eq!(p.off, off);
+                    assert!(p.len > 0);
+                    assert_eq!(p.sock, (rot + i) % n);
+                    off += p.len;
+                }
+                assert_eq!(off, len);
+                // All but the last piece have the same aligned size >= 64 KiB.
+                let c = v[0].len;
+                assert!(c >= MIN_CHUNK && c % CHUNK_ALIGN == 0);
+                assert!(v[..v.len() - 1].iter().all(|p| p.len == c));
+                assert_eq!(s.rot, (rot + v.len()) % n);
+            }
+        }
+    }
+
+    #[test]
+    fn layout_examples() {
+        let mut s = Striper::new(4);
+        // 64 KiB + 1: two pieces, 64 KiB and 1 byte.
+        let v = pieces(&mut s, MIN_CHUNK + 1);
+        assert_eq!(
+            v,
+            [
+                Piece {
+                    sock: 0,
+                    off: 0,
+                    len: MIN_CHUNK
+                },
+                Piece {
+                    sock: 1,
+                    off: MIN_CHUNK,
+                    len: 1
+                }
+            ]
+        );
+        // 1 MiB over 4 sockets: 256 KiB each, starting at socket 2.
+        let v = pieces(&mut s, 1 << 20);
+        let socks: Vec<usize> = v.iter().map(|p| p.sock).collect();
+        assert_eq!(socks, [2, 3, 0, 1]);
+        assert!(v.iter().all(|p| p.len == 256 << 10));
+    }
+}
