@@ -63,6 +63,7 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
         family: config.socket_family,
         socket_buf_bytes: config.socket_buf_bytes,
         nsocks: config.nsocks_perthread * config.socket_nthreads,
+        nthreads: config.socket_nthreads,
     }
 }
 
