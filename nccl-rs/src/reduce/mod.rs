@@ -43,12 +43,14 @@
 //! bugs: they trip a `debug_assert!`, and in release builds only the common
 //! whole-element prefix is processed. No path panics on misalignment.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in `wide` (calls of the AVX2 build after the CPU check).
+#![deny(unsafe_code)]
 
 mod narrow;
 mod ops;
 #[cfg(test)]
 mod tests;
+mod wide;
 
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};
@@ -154,8 +156,6 @@ pub(crate) fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
 /// floats, wrapping for integers. `scalar` is one element in its own
 /// little-endian bytes (`dtype.size()` long). Used for
 /// `ncclRedOpCreatePreMulSum`.
-// Not called until ncclRedOpCreatePreMulSum is wired up.
-
 pub(crate) fn scale(dtype: DataType, buf: &mut [u8], scalar: &[u8]) {
     debug_assert_eq!(buf.len() % dtype.size(), 0, "scale: partial element");
     debug_assert_eq!(scalar.len(), dtype.size(), "scale: scalar size");
@@ -202,7 +202,7 @@ fn inplace_bytes<T: Kernel, O: Op>(dst: &mut [u8], src: &[u8]) {
         bytemuck::try_cast_slice_mut::<u8, T>(dst),
         bytemuck::try_cast_slice::<u8, T>(src),
     ) {
-        return T::inplace::<O>(d, s);
+        return wide::inplace::<T, O>(d, s);
     }
     let (mut sd, mut ss): (Stage, Stage) = ([0; STAGE_BYTES / 8], [0; STAGE_BYTES / 8]);
     for (dc, sc) in dst.chunks_mut(STAGE_BYTES).zip(src.chunks(STAGE_BYTES)) {
@@ -220,7 +220,7 @@ fn copy_bytes<T: Kernel, O: Op>(dst: &mut [u8], a: &[u8], b: &[u8]) {
         bytemuck::try_cast_slice::<u8, T>(a),
         bytemuck::try_cast_slice::<u8, T>(b),
     ) {
-        return T::copy::<O>(d, a, b);
+        return wide::copy::<T, O>(d, a, b);
     }
     // Stage a and b, combine in place into the staged a (same operand
     // order, hence the same result as the copy kernel), then store.

@@ -9,7 +9,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 /// Elements widened to `f32` at a time.
-const BLOCK: usize = 64;
+const BLOCK: usize = 256;
 
 /// A storage type whose arithmetic is done in `f32`.
 pub(super) trait Narrow: bytemuck::Pod {
@@ -25,11 +25,13 @@ pub(super) trait Narrow: bytemuck::Pod {
 impl Narrow for f16 {
     #[inline]
     fn widen(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst)
+        let done = super::wide::f16_widen(src, dst);
+        src[done..].convert_to_f32_slice(&mut dst[done..])
     }
     #[inline]
     fn narrow(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src)
+        let done = super::wide::f16_narrow(src, dst);
+        dst[done..].convert_from_f32_slice(&src[done..])
     }
     #[inline]
     fn to_f32(self) -> f32 {
@@ -43,6 +45,8 @@ impl Narrow for f16 {
 impl Narrow for bf16 {
     #[inline]
     fn widen(src: &[Self], dst: &mut [f32]) {
+        let done = super::wide::bf16_widen(src, dst);
+        let (src, dst) = (&src[done..], &mut dst[done..]);
         for (d, s) in dst.iter_mut().zip(src) {
             let b = s.to_bits();
             let w = u32::from(b) << 16;
@@ -57,6 +61,8 @@ impl Narrow for bf16 {
     }
     #[inline]
     fn narrow(src: &[f32], dst: &mut [Self]) {
+        let done = super::wide::bf16_narrow(src, dst);
+        let (src, dst) = (&src[done..], &mut dst[done..]);
         for (d, s) in dst.iter_mut().zip(src) {
             let x = s.to_bits();
             // Round to nearest, ties to even, on the dropped 16 bits.
@@ -101,6 +107,7 @@ macro_rules! fp8_narrow {
 }
 fp8_narrow!(F8E4M3, F8E5M2);
 
+#[inline(always)]
 fn narrow_inplace<T: Narrow, O: Op>(dst: &mut [T], src: &[T]) {
     let mut a = [0f32; BLOCK];
     let mut b = [0f32; BLOCK];
@@ -116,6 +123,7 @@ fn narrow_inplace<T: Narrow, O: Op>(dst: &mut [T], src: &[T]) {
     }
 }
 
+#[inline(always)]
 fn narrow_copy<T: Narrow, O: Op>(dst: &mut [T], a: &[T], b: &[T]) {
     let mut fa = [0f32; BLOCK];
     let mut fb = [0f32; BLOCK];
@@ -152,9 +160,11 @@ fn narrow_map<T: Narrow>(buf: &mut [T], f: impl Fn(f32) -> f32) {
 macro_rules! narrow_kernel {
     ($($t:ty),*) => {$(
         impl Kernel for $t {
+            #[inline(always)]
             fn inplace<O: Op>(dst: &mut [Self], src: &[Self]) {
                 narrow_inplace::<$t, O>(dst, src)
             }
+            #[inline(always)]
             fn copy<O: Op>(dst: &mut [Self], a: &[Self], b: &[Self]) {
                 narrow_copy::<$t, O>(dst, a, b)
             }

@@ -123,9 +123,11 @@ fn native_copy<T: Arith, O: Op>(dst: &mut [T], a: &[T], b: &[T]) {
 macro_rules! int_kernel {
     ($($t:ty => $wide:ty),*) => {$(
         impl Kernel for $t {
+            #[inline(always)]
             fn inplace<O: Op>(dst: &mut [Self], src: &[Self]) {
                 native_inplace::<$t, O>(dst, src)
             }
+            #[inline(always)]
             fn copy<O: Op>(dst: &mut [Self], a: &[Self], b: &[Self]) {
                 native_copy::<$t, O>(dst, a, b)
             }
@@ -160,9 +162,11 @@ int_kernel!(i8 => i128, u8 => u128, i32 => i128, u32 => u128, i64 => i128, u64 =
 macro_rules! float_kernel {
     ($($t:ty),*) => {$(
         impl Kernel for $t {
+            #[inline(always)]
             fn inplace<O: Op>(dst: &mut [Self], src: &[Self]) {
                 native_inplace::<$t, O>(dst, src)
             }
+            #[inline(always)]
             fn copy<O: Op>(dst: &mut [Self], a: &[Self], b: &[Self]) {
                 native_copy::<$t, O>(dst, a, b)
             }
