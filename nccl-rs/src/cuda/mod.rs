@@ -38,6 +38,7 @@
 
 mod driver;
 pub mod gdr;
+mod kernels;
 mod pointer;
 mod stage;
 mod typed;
