@@ -17,6 +17,8 @@
 //!   pipelined in chunks: the copies of chunk k+1 and k-1 run on the
 //!   stream while the network works on chunk k.
 //! * Typed calls on cudarc's `CudaSlice` ([`Stager::all_reduce`] …).
+//! * [`netreg`]: registering device buffers with the transport (DMA-BUF,
+//!   peer memory) or staging them, by the transport's `ptr_support`.
 //! * [`gdr`]: GPUDirect RDMA readiness: `NCCL_NET_GDR_LEVEL`, the DMA-BUF
 //!   probe and file descriptor (`cuMemGetHandleForAddressRange`), and the
 //!   INFO line that says whether staging or DMA-BUF would be used.
@@ -38,6 +40,7 @@
 
 mod driver;
 pub mod gdr;
+pub mod netreg;
 mod kernels;
 mod pointer;
 mod stage;
