@@ -17,6 +17,8 @@
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
+//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
+//! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 64 KiB: smallest single-copy message |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
@@ -57,6 +59,11 @@ pub struct Config {
     pub ib_disable: bool,
     /// `NCCL_SHM_DISABLE`.
     pub shm_disable: bool,
+    /// `NCCL_SHM_USE_CMA`: single-copy (cross-memory attach) for large
+    /// shared-memory messages.
+    pub shm_use_cma: bool,
+    /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
+    pub shm_cma_min_bytes: usize,
     /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
@@ -81,6 +88,8 @@ impl Default for Config {
             net: None,
             ib_disable: false,
             shm_disable: false,
+            shm_use_cma: true,
+            shm_cma_min_bytes: 64 << 10,
             socket_buf_bytes: 4 << 20,
             ib: transport_verbs::VerbsOptions::default(),
         }
@@ -122,6 +131,13 @@ impl Config {
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
+            shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_cma_min_bytes: num(
+                &text,
+                "NCCL_SHM_CMA_MIN_BYTES",
+                d.shm_cma_min_bytes,
+                0..=usize::MAX,
+            )?,
             socket_buf_bytes: num(
                 &text,
                 "NCCL_SOCKET_SNDBUF",
@@ -207,6 +223,16 @@ mod tests {
         assert_eq!(c.buffsize, 1 << 20);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.socket_family, Some(AddrFamily::V6));
+        assert!(c.shm_use_cma);
+        let c = cfg(&[
+            ("NCCL_SHM_USE_CMA", "0"),
+            ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
+        ])
+        .unwrap();
+        assert!(!c.shm_use_cma);
+        assert_eq!(c.shm_cma_min_bytes, 4096);
+        assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
+        assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
     }
 
     #[test]

@@ -104,6 +104,8 @@ impl Communicator {
             let opts = ShmOptions {
                 buffsize: config.buffsize,
                 slots: config.steps,
+                cma: config.shm_use_cma,
+                cma_min_bytes: config.shm_cma_min_bytes,
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

@@ -1,6 +1,7 @@
 //! Connection set-up: [`ShmListener`] (creates the segment) and
 //! [`ShmConnector`] (maps it and claims the sending side).
 
+use super::cma;
 use super::comm::{ShmRecvComm, ShmSendComm};
 use super::handle::ShmHandle;
 use super::peer::{own_pid, own_pidns};
@@ -16,11 +17,14 @@ pub(super) struct ShmListener {
     /// `None` once accepted.
     seg: Option<Segment>,
     handle: Vec<u8>,
+    /// Single-copy threshold (`None`: single copy off), for the probe.
+    cma_min: Option<usize>,
 }
 
 impl ShmListener {
-    /// Creates a segment of geometry `geom`.
-    pub(super) fn new(geom: Geometry) -> NetResult<ShmListener> {
+    /// Creates a segment of geometry `geom`. With `cma_min` set, `accept`
+    /// probes whether single copy works from the sender.
+    pub(super) fn new(geom: Geometry, cma_min: Option<usize>) -> NetResult<ShmListener> {
         let nonce = new_nonce()?;
         let seg = Segment::create(geom, nonce)?;
         let total = geom.total_bytes().expect("checked by create");
@@ -34,7 +38,16 @@ impl ShmListener {
         Ok(ShmListener {
             seg: Some(seg),
             handle,
+            cma_min,
         })
+    }
+}
+
+#[cfg(test)]
+impl ShmListener {
+    /// The segment header until accepted (tests tamper with it).
+    pub(super) fn header(&self) -> Option<&super::segment::Header> {
+        self.seg.as_ref().map(Segment::header)
     }
 }
 
@@ -55,11 +68,24 @@ impl Listener for ShmListener {
             return Ok(None);
         }
         let pidns = send.pidns.load(Ordering::Relaxed);
+        let cma_ok = self.cma_min.is_some_and(|min| {
+            let outcome = if pidns != 0 && own_pidns() != 0 && pidns != own_pidns() {
+                Err("the sender is in another pid namespace".to_string())
+            } else {
+                cma::probe(pid as i32, send.cma_probe.load(Ordering::Relaxed))
+            };
+            cma::log_outcome(&outcome, min);
+            outcome.is_ok()
+        });
+        let verdict = if cma_ok { cma::CMA_YES } else { cma::CMA_NO };
+        seg.header().recv.0.cma.store(verdict, Ordering::Release);
         // Both sides have mapped it: the name is no longer needed.
         seg.unlink();
         let seg = self.seg.take().expect("checked above");
-        tracing::debug!(peer_pid = pid, "SHM: accepted");
-        Ok(Some(Box::new(ShmRecvComm::new(seg, pid as i32, pidns))))
+        tracing::debug!(peer_pid = pid, cma_ok, "SHM: accepted");
+        Ok(Some(Box::new(ShmRecvComm::new(
+            seg, pid as i32, pidns, cma_ok,
+        ))))
     }
 }
 
@@ -83,8 +109,9 @@ pub(super) struct ShmConnector {
 
 impl ShmConnector {
     /// Maps the segment named by `handle`, checks it, claims the sending
-    /// side and unlinks the name.
-    pub(super) fn connect(handle: &[u8]) -> NetResult<ShmConnector> {
+    /// side and unlinks the name. Messages of at least `cma_min` bytes will
+    /// go single-copy if the receiver's probe succeeds.
+    pub(super) fn connect(handle: &[u8], cma_min: Option<usize>) -> NetResult<ShmConnector> {
         let h = ShmHandle::decode(handle)?;
         let mut seg = Segment::open(&h.name, h.size, h.nonce)?;
         let hdr = seg.header();
@@ -110,11 +137,17 @@ impl ShmConnector {
             )));
         }
         hdr.send.0.pidns.store(own_pidns(), Ordering::Relaxed);
+        let probe = if cma_min.is_some() {
+            cma::probe_addr()
+        } else {
+            0
+        };
+        hdr.send.0.cma_probe.store(probe, Ordering::Relaxed);
         hdr.send.0.pid.store(own_pid() as u32, Ordering::Release);
         seg.unlink();
         tracing::debug!(segment = h.name, peer_pid = recv_pid, "SHM: connected");
         Ok(ShmConnector {
-            comm: Some(ShmSendComm::new(seg, recv_pid, recv_pidns)),
+            comm: Some(ShmSendComm::new(seg, recv_pid, recv_pidns, cma_min)),
         })
     }
 }

@@ -75,14 +75,19 @@
 //! [`NetError::Truncated`]: nccl_net::NetError::Truncated
 //! [`NetError::Closed`]: nccl_net::NetError::Closed
 
+mod cma;
 mod comm;
 mod connect;
 mod handle;
 mod peer;
+mod recv;
 mod ring;
 mod segment;
+mod send;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cma;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
@@ -95,6 +100,10 @@ pub const DEFAULT_SLOTS: usize = 8;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
 pub const MAX_REQUESTS: usize = 32;
+/// Default single-copy threshold: messages of at least this many bytes are
+/// read by the receiver straight from the sender's buffer
+/// (`process_vm_readv`) instead of being copied through the ring.
+pub const DEFAULT_CMA_MIN_BYTES: usize = 64 << 10;
 /// Largest single message (1 TiB, or the address space on 32-bit targets).
 pub const MAX_MESSAGE_BYTES: usize = if usize::BITS > 40 {
     1 << 40
@@ -116,6 +125,13 @@ pub struct ShmOptions {
     /// slots`, rounded down to 64 bytes) is the pipelining step of large
     /// messages.
     pub slots: usize,
+    /// Whether large messages may go single-copy by cross-memory attach
+    /// (`NCCL_SHM_USE_CMA`; default true). Used only where a probe at
+    /// connection time shows that the receiver may read the sender.
+    pub cma: bool,
+    /// Messages of at least this many bytes go single-copy
+    /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
+    pub cma_min_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -123,6 +139,8 @@ impl Default for ShmOptions {
         ShmOptions {
             buffsize: DEFAULT_BUFFSIZE,
             slots: DEFAULT_SLOTS,
+            cma: true,
+            cma_min_bytes: DEFAULT_CMA_MIN_BYTES,
         }
     }
 }
@@ -151,6 +169,11 @@ impl ShmNet {
     pub fn options(&self) -> &ShmOptions {
         &self.opts
     }
+
+    /// The single-copy threshold, `None` when single copy is off.
+    fn cma_min(&self) -> Option<usize> {
+        self.opts.cma.then_some(self.opts.cma_min_bytes)
+    }
 }
 
 impl Net for ShmNet {
@@ -170,11 +193,11 @@ impl Net for ShmNet {
     }
 
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
-        Ok(Box::new(ShmListener::new(self.geom)?))
+        Ok(Box::new(ShmListener::new(self.geom, self.cma_min())?))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
-        Ok(Box::new(ShmConnector::connect(handle)?))
+        Ok(Box::new(ShmConnector::connect(handle, self.cma_min())?))
     }
 }
 

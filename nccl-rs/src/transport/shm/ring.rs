@@ -20,8 +20,22 @@ pub(super) const FRAME_ALIGN: usize = 64;
 pub(super) const HDR_BYTES: usize = 16;
 /// Messages up to this size travel inside the header's cache line.
 pub(super) const INLINE_MAX: usize = FRAME_ALIGN - HDR_BYTES;
-/// Second word of every frame header, to catch a corrupted stream.
+/// Second word of a frame whose payload follows in the ring.
 const FRAME_MARK: u32 = u32::from_le_bytes(*b"FRM1");
+/// Second word of a single-copy frame: one line, whose bytes
+/// `HDR_BYTES..HDR_BYTES + 8` hold the address of the sender's buffer
+/// (little-endian `u64`); the receiver reads the payload from there (see
+/// [`super::cma`]).
+pub(super) const FRAME_MARK_CMA: u32 = u32::from_le_bytes(*b"CMA1");
+
+/// How a frame's payload travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Payload {
+    /// In the ring, after the header (or inside its line).
+    Ring,
+    /// In the sender's memory, read with `process_vm_readv`.
+    Cma,
+}
 
 /// Bytes a message of `len` bytes occupies in the stream: the header line
 /// (holding the payload too when `len <= INLINE_MAX`), then the payload
@@ -36,22 +50,36 @@ pub(super) fn frame_span(len: usize) -> Option<usize> {
     }
 }
 
+/// Stream bytes of a frame of `len` payload bytes sent as `how`.
+pub(super) fn span_of(len: usize, how: Payload) -> Option<usize> {
+    match how {
+        Payload::Ring => frame_span(len),
+        Payload::Cma => Some(FRAME_ALIGN),
+    }
+}
+
 /// The header bytes of a frame.
-pub(super) fn encode_header(tag: u32, len: u64) -> [u8; HDR_BYTES] {
+pub(super) fn encode_header(tag: u32, len: u64, how: Payload) -> [u8; HDR_BYTES] {
+    let mark = match how {
+        Payload::Ring => FRAME_MARK,
+        Payload::Cma => FRAME_MARK_CMA,
+    };
     let mut h = [0u8; HDR_BYTES];
     h[0..4].copy_from_slice(&tag.to_le_bytes());
-    h[4..8].copy_from_slice(&FRAME_MARK.to_le_bytes());
+    h[4..8].copy_from_slice(&mark.to_le_bytes());
     h[8..16].copy_from_slice(&len.to_le_bytes());
     h
 }
 
-/// `(tag, len)` of a frame header, or `None` if it is not one.
-pub(super) fn decode_header(h: &[u8; HDR_BYTES]) -> Option<(u32, u64)> {
+/// `(tag, len, how)` of a frame header, or `None` if it is not one.
+pub(super) fn decode_header(h: &[u8; HDR_BYTES]) -> Option<(u32, u64, Payload)> {
     let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    if w(4) != FRAME_MARK {
-        return None;
-    }
-    Some((w(0), u64::from(w(8)) | (u64::from(w(12)) << 32)))
+    let how = match w(4) {
+        FRAME_MARK => Payload::Ring,
+        FRAME_MARK_CMA => Payload::Cma,
+        _ => return None,
+    };
+    Some((w(0), u64::from(w(8)) | (u64::from(w(12)) << 32), how))
 }
 
 /// A violated ring invariant: the peer wrote a counter it could not have.
@@ -187,6 +215,23 @@ impl Producer {
             self.published = self.head;
         }
     }
+
+    /// Stream position of the next byte to write.
+    pub(super) fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// Reloads the consumer's counter (Acquire: everything the consumer did
+    /// before releasing those bytes, such as a single-copy read of our
+    /// memory, is over) and returns it.
+    pub(super) fn consumed(&mut self) -> Result<u64, Corrupt> {
+        let t = self.r.tail().load(Ordering::Acquire);
+        if t < self.tail || t > self.published {
+            return Err("consumer counter out of range");
+        }
+        self.tail = t;
+        Ok(t)
+    }
 }
 
 /// The reading end.
@@ -269,8 +314,15 @@ mod tests {
         assert_eq!(frame_span(64), Some(128));
         assert_eq!(frame_span(65), Some(192));
         assert_eq!(frame_span(usize::MAX), None);
-        let h = encode_header(0xdead_beef, 1 << 40);
-        assert_eq!(decode_header(&h), Some((0xdead_beef, 1 << 40)));
+        let h = encode_header(0xdead_beef, 1 << 40, Payload::Ring);
+        assert_eq!(
+            decode_header(&h),
+            Some((0xdead_beef, 1 << 40, Payload::Ring))
+        );
+        let c = encode_header(7, 1 << 20, Payload::Cma);
+        assert_eq!(decode_header(&c), Some((7, 1 << 20, Payload::Cma)));
+        assert_eq!(span_of(1 << 20, Payload::Cma), Some(64));
+        assert_eq!(span_of(65, Payload::Ring), Some(192));
         let mut bad = h;
         bad[5] ^= 1;
         assert_eq!(decode_header(&bad), None);

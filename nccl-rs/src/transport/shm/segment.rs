@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// `"NCCLRSHM"`; stored last when the listener has initialised the header.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"NCCLRSHM");
 /// Version of the segment layout and ring protocol.
-pub(super) const VERSION: u64 = 1;
+pub(super) const VERSION: u64 = 2;
 /// Every segment name starts with this.
 pub(super) const NAME_PREFIX: &str = "nccl-rs-";
 /// Where the ring starts (one page, so the ring is page-aligned).
@@ -55,6 +55,12 @@ pub(super) struct Side {
     pub(super) closed: AtomicU32,
     /// Inode of its pid namespace (0: unknown).
     pub(super) pidns: AtomicU64,
+    /// Sender: address of its single-copy probe word (0: none). Stored
+    /// before its pid (Release).
+    pub(super) cma_probe: AtomicU64,
+    /// Receiver: outcome of the single-copy probe (`cma::CMA_*`), stored
+    /// with Release once known.
+    pub(super) cma: AtomicU32,
 }
 
 /// The segment header. Every field is atomic: the peer may write any of

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-const DEADLINE: Duration = Duration::from_secs(20);
+pub(super) const DEADLINE: Duration = Duration::from_secs(20);
 const CHILD_ENV: &str = "NCCL_RS_SHM_TEST_CHILD";
 const DIR_ENV: &str = "NCCL_RS_SHM_TEST_DIR";
 
@@ -15,8 +15,17 @@ fn net() -> ShmNet {
     ShmNet::new(ShmOptions::default()).unwrap()
 }
 
+/// Default geometry, single copy off: every message goes through the ring.
+pub(super) fn ring_net() -> ShmNet {
+    ShmNet::new(ShmOptions {
+        cma: false,
+        ..ShmOptions::default()
+    })
+    .unwrap()
+}
+
 /// Polls `f` until it yields, failing after [`DEADLINE`].
-fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<T> {
+pub(super) fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<T> {
     let end = Instant::now() + DEADLINE;
     loop {
         if let Some(v) = f()? {
@@ -36,7 +45,7 @@ fn name_of(handle: &[u8]) -> String {
 }
 
 /// A connected pair over `net`; also returns the segment name.
-fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>, String) {
+pub(super) fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>, String) {
     let mut l = net.listen().unwrap();
     let name = name_of(l.handle());
     let mut c = net.connect(l.handle()).unwrap();
@@ -45,7 +54,7 @@ fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>, String) {
     (s, r, name)
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
+pub(super) fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|_| {
@@ -57,7 +66,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
+pub(super) fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
     // SAFETY: every caller keeps `buf` alive and unmodified until the
     // request is tested complete (or the comm is dropped).
     poll("isend slot", || unsafe {
@@ -66,7 +75,7 @@ fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
     .unwrap()
 }
 
-fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
+pub(super) fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
     // SAFETY: every caller keeps `buf` alive and untouched until the
     // request is tested complete (or the comm is dropped).
     poll("irecv slot", || unsafe {
@@ -77,7 +86,7 @@ fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
 
 /// Posts every message in `sizes` on both sides at once (as far as the
 /// request limit allows) and drives both from this thread.
-fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u64) {
+pub(super) fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u64) {
     let sends: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()
@@ -126,7 +135,7 @@ fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u
 }
 
 /// Sends `bufs` in order, waiting for each (any thread).
-fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
+pub(super) fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
     for b in bufs {
         let q = isend(s, b, tag);
         poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
@@ -134,7 +143,7 @@ fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
 }
 
 /// Receives into buffers of `sizes` and checks against `pattern(size, seed + i)`.
-fn recv_check(r: &mut dyn RecvComm, sizes: &[usize], seed: u64, tag: u32) {
+pub(super) fn recv_check(r: &mut dyn RecvComm, sizes: &[usize], seed: u64, tag: u32) {
     for (i, &n) in sizes.iter().enumerate() {
         let mut buf = vec![0u8; n];
         let q = irecv(r, &mut buf, tag);
@@ -228,6 +237,8 @@ fn many_in_flight_larger_than_ring() {
     let net = ShmNet::new(ShmOptions {
         buffsize: 64 << 10,
         slots: 8,
+        cma: false,
+        ..ShmOptions::default()
     })
     .unwrap();
     let (mut s, mut r, _) = pair(&net);
@@ -278,6 +289,8 @@ fn small_ring_two_threads_random_sizes() {
     let net = ShmNet::new(ShmOptions {
         buffsize: 4096,
         slots: 4,
+        cma: false,
+        ..ShmOptions::default()
     })
     .unwrap();
     let (mut s, mut r, _) = pair(&net);
@@ -366,7 +379,7 @@ fn truncation() {
 
 #[test]
 fn dropped_sender_gives_closed_after_draining() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r, _) = pair(&ring_net());
     let data = pattern(3 << 20, 3);
     let q = isend(s.as_mut(), &data, 0);
     assert!(s.test(q).unwrap(), "3 MiB fits in the 4 MiB ring");
@@ -757,6 +770,8 @@ fn bench_throughput() {
             ShmOptions {
                 buffsize: 4 << 20,
                 slots: 64,
+                cma: false,
+                ..ShmOptions::default()
             },
             &[64 << 20, 1 << 20, 64 << 10][..],
         ),
@@ -764,6 +779,8 @@ fn bench_throughput() {
             ShmOptions {
                 buffsize: 1 << 20,
                 slots: 16,
+                cma: false,
+                ..ShmOptions::default()
             },
             &[64 << 20, 1 << 20][..],
         ),

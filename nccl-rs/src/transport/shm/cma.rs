@@ -1,0 +1,116 @@
+//! Single-copy transfers by cross-memory attach (`process_vm_readv`).
+//!
+//! For a message of at least [`ShmOptions::cma_min_bytes`] the sender
+//! writes no payload into the ring: its frame is one line carrying the
+//! address of its send buffer ([`FRAME_MARK_CMA`] frames, see
+//! [`super::ring`]). The receiver copies the bytes straight from the
+//! sender's address space into its destination with one
+//! `process_vm_readv`, and only then releases the frame's line. The sender's
+//! request completes once the consumer counter has passed the frame: the
+//! receiver's `tail.store(Release)` after its read pairs with the sender's
+//! `tail.load(Acquire)`, so the read is over before the sender reuses its
+//! buffer.
+//!
+//! Whether the kernel lets the receiver read the sender (same user, ptrace
+//! rules, seccomp, pid namespaces) is probed once per connection, when the
+//! listener accepts: the connector stores the address of [`PROBE`] in the
+//! header, the receiver reads it with `process_vm_readv` and publishes the
+//! outcome ([`CMA_YES`] / [`CMA_NO`]). The sender copies through the ring
+//! until it sees [`CMA_YES`], and for good when it sees [`CMA_NO`].
+//!
+//! [`ShmOptions::cma_min_bytes`]: super::ShmOptions::cma_min_bytes
+//! [`FRAME_MARK_CMA`]: super::ring::FRAME_MARK_CMA
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Outcome of the receiver's probe, in [`super::segment::Side::cma`] of the
+/// receiving side: not probed yet.
+pub(super) const CMA_UNKNOWN: u32 = 0;
+/// The receiver can read the sender's memory.
+pub(super) const CMA_YES: u32 = 1;
+/// It cannot (or single copy is turned off): copy through the ring.
+pub(super) const CMA_NO: u32 = 2;
+
+/// What the probe reads from the sender: a value the receiver knows.
+pub(super) const PROBE_VALUE: u64 = u64::from_le_bytes(*b"NCCLCMA1");
+/// The sender's probe word; its address goes into the segment header.
+pub(super) static PROBE: u64 = PROBE_VALUE;
+
+/// Address of this process's [`PROBE`] word, as stored in the header.
+pub(super) fn probe_addr() -> u64 {
+    std::ptr::addr_of!(PROBE) as u64
+}
+
+/// Copies `len` bytes at address `src` of process `pid` into `dst`, looping
+/// over partial transfers. Returns the OS error of a failed call (`ESRCH`:
+/// the process is gone; `EFAULT`: the range is not mapped there; `EPERM`:
+/// not allowed).
+///
+/// # Safety
+/// `dst..dst+len` must be valid for writes and not accessed by anyone else
+/// during the call.
+pub(super) unsafe fn read(pid: i32, dst: *mut u8, src: u64, len: usize) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec {
+            iov_base: dst.wrapping_add(done).cast(),
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (src as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `local` describes writable memory we own per the caller's
+        // contract; the kernel checks `remote` against the other process's
+        // mappings and fails with EFAULT rather than touching anything else.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        match usize::try_from(n) {
+            Ok(0) => return Err(std::io::Error::from_raw_os_error(libc::EFAULT)),
+            Ok(n) => done += n,
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether we can read process `pid`'s memory: reads its probe word at
+/// `addr` and compares it with [`PROBE_VALUE`].
+pub(super) fn probe(pid: i32, addr: u64) -> Result<(), String> {
+    if pid <= 0 || addr == 0 {
+        return Err("the sender published no probe address".into());
+    }
+    let mut word = 0u64;
+    // SAFETY: `word` is a local, writable for 8 bytes and not aliased.
+    match unsafe { read(pid, std::ptr::addr_of_mut!(word).cast(), addr, 8) } {
+        Ok(()) if word == PROBE_VALUE => Ok(()),
+        Ok(()) => Err("the probe read back a wrong value".into()),
+        Err(e) => Err(format!("process_vm_readv: {e}")),
+    }
+}
+
+/// Logs at INFO, once per process and outcome, which path the shared-memory
+/// transport uses for large messages.
+pub(super) fn log_outcome(outcome: &Result<(), String>, min_bytes: usize) {
+    static LOGGED_YES: AtomicBool = AtomicBool::new(false);
+    static LOGGED_NO: AtomicBool = AtomicBool::new(false);
+    match outcome {
+        Ok(()) => {
+            if !LOGGED_YES.swap(true, Ordering::Relaxed) {
+                tracing::info!(
+                    min_bytes,
+                    "SHM: single copy by process_vm_readv for messages of at least {min_bytes} bytes"
+                );
+            }
+        }
+        Err(why) => {
+            if !LOGGED_NO.swap(true, Ordering::Relaxed) {
+                tracing::info!("SHM: single copy unavailable ({why}); copying through the ring");
+            }
+        }
+    }
+}

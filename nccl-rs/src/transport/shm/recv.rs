@@ -1,0 +1,314 @@
+//! The receiving half: the consumer of the ring.
+//!
+//! Ring frames are copied out of the ring into the posted buffer as they
+//! are published. A single-copy frame (see [`super::cma`]) is resolved with
+//! one `process_vm_readv` from the sender's buffer straight into the posted
+//! buffer; its line is released only after the read, which is what
+//! completes the sender's request.
+
+use super::cma;
+use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::peer::{pid_alive, PeerWatch};
+use super::ring::{decode_header, span_of, Consumer, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
+use super::segment::Segment;
+use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
+use nccl_net::{MemHandle, NetResult, RecvComm, Request};
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::atomic::Ordering;
+
+struct RecvOp {
+    id: u64,
+    data: *mut u8,
+    cap: usize,
+    tag: u32,
+    /// Message length, once the header has been read.
+    len: usize,
+    /// Stream bytes of its frame, once the header has been read.
+    span: usize,
+    /// Bytes of the frame consumed so far (0 until the header is read).
+    pos: usize,
+    reported: bool,
+}
+
+/// The receiving half: the consumer of the ring.
+pub(in crate::transport::shm) struct ShmRecvComm {
+    cons: Consumer,
+    watch: PeerWatch,
+    q: VecDeque<RecvOp>,
+    /// Number of completed requests at the front of `q`.
+    ndone: usize,
+    next_id: u64,
+    fault: Option<Fault>,
+    /// Whether we told the sender it may send single-copy frames.
+    cma_ok: bool,
+    /// Declared last: the mapping outlives the ring pointers above.
+    seg: Segment,
+}
+
+// SAFETY: as for ShmSendComm: the `irecv` contract keeps the buffers
+// writable and unaliased until completion or drop, from any thread.
+unsafe impl Send for ShmRecvComm {}
+
+/// What the header line at the tail says, checked against the receive
+/// posted for it: `(len, how, sender address)`.
+type Frame = (usize, Payload, u64);
+
+impl ShmRecvComm {
+    /// A comm over an accepted segment; the sender is `peer_pid` in pid
+    /// namespace `peer_pidns`; `cma_ok`: whether the probe succeeded and we
+    /// published that.
+    pub(in crate::transport::shm) fn new(
+        seg: Segment,
+        peer_pid: i32,
+        peer_pidns: u64,
+        cma_ok: bool,
+    ) -> ShmRecvComm {
+        ShmRecvComm {
+            cons: Consumer::new(ring_of(&seg)),
+            watch: PeerWatch::new(peer_pid, peer_pidns),
+            q: VecDeque::with_capacity(MAX_REQUESTS),
+            ndone: 0,
+            next_id: 1,
+            fault: None,
+            cma_ok,
+            seg,
+        }
+    }
+
+    /// Reads and checks the header line at the tail for `op`, copying an
+    /// inline payload. The caller has checked that a whole line is
+    /// published.
+    fn read_header(&self, op: &RecvOp) -> Result<Frame, Fault> {
+        let src = self.cons.tail_ptr();
+        let mut line = [0u8; HDR_BYTES + 8];
+        // SAFETY: a whole published line is at the tail (frames start
+        // FRAME_ALIGN-aligned, so it is contiguous); the producer does not
+        // touch it until we release it.
+        unsafe { ptr::copy_nonoverlapping(src, line.as_mut_ptr(), line.len()) };
+        let hdr: &[u8; HDR_BYTES] = line[..HDR_BYTES].try_into().expect("16 bytes");
+        let Some((tag, len, how)) = decode_header(hdr) else {
+            return Err(Fault::Corrupt("bad frame header"));
+        };
+        if tag != op.tag {
+            return Err(Fault::Tag {
+                expected: op.tag,
+                got: tag,
+            });
+        }
+        let len = match usize::try_from(len) {
+            Ok(l) if l <= op.cap => l,
+            _ => {
+                return Err(Fault::Truncated {
+                    posted: op.cap,
+                    got: usize::try_from(len).unwrap_or(usize::MAX),
+                })
+            }
+        };
+        if len > MAX_MESSAGE_BYTES {
+            return Err(Fault::Corrupt("message larger than the transport allows"));
+        }
+        if how == Payload::Cma && !self.cma_ok {
+            return Err(Fault::Corrupt(
+                "single-copy frame on a ring-only connection",
+            ));
+        }
+        if how == Payload::Ring && len <= INLINE_MAX && len > 0 {
+            // SAFETY: the payload lies in the same published line; the
+            // destination holds `cap >= len` bytes, writable and unaliased
+            // per the `irecv` contract.
+            unsafe { ptr::copy_nonoverlapping(src.add(HDR_BYTES), op.data, len) };
+        }
+        let addr = u64::from_le_bytes(line[HDR_BYTES..].try_into().expect("8 bytes"));
+        Ok((len, how, addr))
+    }
+
+    /// Copies `len` bytes at `addr` in the sender into `op`'s buffer.
+    fn read_peer(&self, op: &RecvOp, len: usize, addr: u64) -> Result<(), Fault> {
+        let pid = self.watch.pid();
+        // SAFETY: `len <= cap`: the destination is writable and unaliased
+        // per the `irecv` contract.
+        if let Err(e) = unsafe { cma::read(pid, op.data, addr, len) } {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            if errno == libc::ESRCH || !pid_alive(pid) {
+                return Err(Fault::Closed);
+            }
+            return Err(Fault::Cma(errno));
+        }
+        // Acquire: the sender sets `closed` (Release) when its comm is
+        // dropped, and its buffers may be freed after that. Not set now
+        // means it was not set during the read either, so the bytes we
+        // read were the message.
+        if self.seg.header().send.0.closed.load(Ordering::Acquire) != 0 {
+            return Err(Fault::Closed);
+        }
+        Ok(())
+    }
+
+    /// Receives as much of the published stream as there are posted
+    /// receives for. Returns whether any byte moved.
+    fn pump(&mut self) -> Result<bool, Fault> {
+        let mut moved = false;
+        let result = loop {
+            let i = self.ndone;
+            let Some(op) = self.q.get(i) else {
+                break Ok(());
+            };
+            if op.pos == 0 {
+                match self.cons.avail(FRAME_ALIGN) {
+                    Ok(a) if a >= FRAME_ALIGN => {}
+                    Ok(_) => break Ok(()),
+                    Err(e) => break Err(Fault::Corrupt(e)),
+                }
+                let (len, how, addr) = match self.read_header(op) {
+                    Ok(f) => f,
+                    Err(f) => break Err(f),
+                };
+                if how == Payload::Cma {
+                    if let Err(f) = self.read_peer(op, len, addr) {
+                        break Err(f);
+                    }
+                }
+                self.cons.advance(FRAME_ALIGN);
+                let op = &mut self.q[i];
+                op.len = len;
+                op.span = span_of(len, how).expect("len <= MAX_MESSAGE_BYTES");
+                op.pos = FRAME_ALIGN;
+                moved = true;
+            }
+            let ShmRecvComm { cons, q, .. } = self;
+            let op = &mut q[i];
+            while op.pos < op.span {
+                let avail = match cons.avail(1) {
+                    Ok(a) => a,
+                    Err(e) => return Err(Fault::Corrupt(e)),
+                };
+                if avail == 0 {
+                    break;
+                }
+                let n = avail.min(cons.contiguous()).min(op.span - op.pos);
+                let p = op.pos - FRAME_ALIGN;
+                if p < op.len {
+                    let c = n.min(op.len - p);
+                    // SAFETY: `n <= avail` and `n <= contiguous()`, so the
+                    // `c <= n` bytes at the tail are published and not
+                    // overwritten until we release them; `p + c <= len <=
+                    // cap`, inside the caller's writable buffer.
+                    unsafe { ptr::copy_nonoverlapping(cons.tail_ptr(), op.data.add(p), c) };
+                }
+                cons.advance(n);
+                op.pos += n;
+                moved = true;
+            }
+            if op.pos < op.span {
+                break Ok(());
+            }
+            self.ndone += 1;
+        };
+        // Release: the single-copy reads above are over before the sender
+        // sees their lines released.
+        self.cons.publish();
+        result.map(|()| moved)
+    }
+
+    /// Makes progress; records a fault if the sender is gone and nothing
+    /// more is coming.
+    fn progress(&mut self) {
+        if self.fault.is_some() || self.ndone == self.q.len() {
+            return;
+        }
+        match self.pump() {
+            Ok(true) => self.watch.progressed(),
+            Ok(false) => {
+                if self.watch.stalled(&self.seg.header().send.0) {
+                    // The sender published its last bytes before it set its
+                    // flag (or died): drain them before reporting.
+                    match self.pump() {
+                        Ok(true) => self.watch.progressed(),
+                        Ok(false) => self.fail(Fault::Closed),
+                        Err(f) => self.fail(f),
+                    }
+                }
+            }
+            Err(f) => self.fail(f),
+        }
+    }
+
+    fn fail(&mut self, f: Fault) {
+        if let Fault::Closed | Fault::Corrupt(_) | Fault::Cma(_) = f {
+            tracing::warn!(peer_pid = self.watch.pid(), fault = ?f, "SHM: receive failed");
+        }
+        self.fault = Some(f);
+    }
+
+    fn pop_reported(&mut self) {
+        while self.q.front().is_some_and(|op| op.reported) {
+            self.q.pop_front();
+            self.ndone -= 1;
+        }
+    }
+}
+
+impl Drop for ShmRecvComm {
+    fn drop(&mut self) {
+        self.cons.publish();
+        mark_closed(&self.seg.header().recv.0);
+    }
+}
+
+impl RecvComm for ShmRecvComm {
+    fn reg_mr(&mut self, _ptr: *mut u8, _len: usize) -> NetResult<MemHandle> {
+        Ok(MemHandle(0))
+    }
+
+    fn dereg_mr(&mut self, _mr: MemHandle) -> NetResult<()> {
+        Ok(())
+    }
+
+    unsafe fn irecv(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        if let Some(f) = self.fault {
+            return Err(f.to_error(self.watch.pid()));
+        }
+        if self.q.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.q.push_back(RecvOp {
+            id,
+            data,
+            cap: len,
+            tag,
+            len: 0,
+            span: 0,
+            pos: 0,
+            reported: false,
+        });
+        Ok(Some(Request(id)))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
+        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
+            Ok(i) if !self.q[i].reported => i,
+            _ => return Err(unknown_request(req)),
+        };
+        self.progress();
+        if idx < self.ndone {
+            let op = &mut self.q[idx];
+            op.reported = true;
+            let size = op.len;
+            self.pop_reported();
+            Ok(Some(size))
+        } else if let Some(f) = self.fault {
+            Err(f.to_error(self.watch.pid()))
+        } else {
+            Ok(None)
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The sending half: the producer of the ring.
+//!
+//! A message travels either through the ring (header, then the payload
+//! copied slot by slot) or, when it is at least the single-copy threshold
+//! long and the receiver's probe succeeded, as one descriptor line that the
+//! receiver resolves with `process_vm_readv` (see [`super::cma`]). A ring
+//! message is complete once its last byte is in the ring; a single-copy one
+//! once the receiver has released its line.
+
+use super::cma::{CMA_NO, CMA_UNKNOWN, CMA_YES};
+use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::peer::PeerWatch;
+use super::ring::{encode_header, span_of, Payload, Producer, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
+use super::segment::Segment;
+use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
+use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::atomic::Ordering;
+
+struct SendOp {
+    id: u64,
+    data: *const u8,
+    len: usize,
+    tag: u32,
+    /// Chosen when the header is written.
+    how: Payload,
+    /// Bytes of the frame written so far (0..=span).
+    pos: usize,
+    /// Stream position just past the frame, once its header is written.
+    end: u64,
+    reported: bool,
+}
+
+/// The sending half: the producer of the ring.
+pub(in crate::transport::shm) struct ShmSendComm {
+    prod: Producer,
+    watch: PeerWatch,
+    q: VecDeque<SendOp>,
+    /// Number of requests at the front of `q` whose frames are written.
+    nwritten: usize,
+    /// Number of completed requests at the front of `q` (`<= nwritten`).
+    ndone: usize,
+    next_id: u64,
+    fault: Option<Fault>,
+    /// Messages of at least this many bytes go single-copy once the
+    /// receiver says it can (`None`: never).
+    cma_min: Option<usize>,
+    /// The receiver's probe outcome as last seen (`CMA_*`).
+    cma: u32,
+    /// Declared last: the mapping outlives the ring pointers above.
+    seg: Segment,
+}
+
+// SAFETY: the raw pointers (the caller's send buffers, the mapping) are
+// valid from any thread: the `isend` contract keeps the buffers readable
+// until completion or drop, and the mapping lives as long as the comm.
+unsafe impl Send for ShmSendComm {}
+
+impl ShmSendComm {
+    /// A comm over a segment whose sending side we have claimed; the
+    /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
+    /// least `cma_min` bytes go single-copy when the receiver can read us.
+    pub(in crate::transport::shm) fn new(
+        seg: Segment,
+        peer_pid: i32,
+        peer_pidns: u64,
+        cma_min: Option<usize>,
+    ) -> ShmSendComm {
+        ShmSendComm {
+            prod: Producer::new(ring_of(&seg)),
+            watch: PeerWatch::new(peer_pid, peer_pidns),
+            q: VecDeque::with_capacity(MAX_REQUESTS),
+            nwritten: 0,
+            ndone: 0,
+            next_id: 1,
+            fault: None,
+            cma_min,
+            cma: if cma_min.is_some() {
+                CMA_UNKNOWN
+            } else {
+                CMA_NO
+            },
+            seg,
+        }
+    }
+
+    /// How a message of `len` bytes travels now.
+    fn payload_for(&mut self, len: usize) -> Payload {
+        let Some(min) = self.cma_min else {
+            return Payload::Ring;
+        };
+        if len < min || len <= INLINE_MAX {
+            return Payload::Ring;
+        }
+        if self.cma == CMA_UNKNOWN {
+            // Acquire: pairs with the receiver's Release store after its
+            // probe (nothing else is published with it; cheap either way).
+            self.cma = self.seg.header().recv.0.cma.load(Ordering::Acquire);
+        }
+        if self.cma == CMA_YES {
+            Payload::Cma
+        } else {
+            Payload::Ring
+        }
+    }
+
+    /// Writes as much of the queued messages as the ring takes. Returns
+    /// whether any byte moved.
+    fn pump(&mut self) -> Result<bool, Fault> {
+        let mut moved = false;
+        while let Some(&SendOp { len, pos, how, .. }) = self.q.get(self.nwritten) {
+            let how = if pos == 0 { self.payload_for(len) } else { how };
+            let i = self.nwritten;
+            let ShmSendComm { prod, q, .. } = self;
+            let op = &mut q[i];
+            let span = span_of(op.len, how).expect("isend checked the size");
+            if op.pos == 0 {
+                if prod.free(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
+                    break;
+                }
+                let dst = prod.head_ptr();
+                let hdr = encode_header(op.tag, op.len as u64, how);
+                let addr = (op.data as u64).to_le_bytes();
+                // SAFETY: `free` says the FRAME_ALIGN bytes at the head are
+                // ours (the consumer reads nothing past the published head)
+                // and they are contiguous (the head is FRAME_ALIGN-aligned
+                // at a frame start, and slots are multiples of it). The
+                // inline payload (len <= INLINE_MAX) or the 8-byte address
+                // fits in that line after the header; the payload is
+                // readable per the `isend` contract.
+                unsafe {
+                    ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);
+                    match how {
+                        Payload::Cma => {
+                            ptr::copy_nonoverlapping(addr.as_ptr(), dst.add(HDR_BYTES), 8)
+                        }
+                        Payload::Ring if op.len <= INLINE_MAX && op.len > 0 => {
+                            ptr::copy_nonoverlapping(op.data, dst.add(HDR_BYTES), op.len)
+                        }
+                        Payload::Ring => {}
+                    }
+                }
+                op.how = how;
+                op.end = prod.position() + span as u64;
+                prod.advance(FRAME_ALIGN);
+                op.pos = FRAME_ALIGN;
+                moved = true;
+            }
+            while op.pos < span {
+                let free = prod.free(1).map_err(Fault::Corrupt)?;
+                if free == 0 {
+                    break;
+                }
+                let n = free.min(prod.contiguous()).min(span - op.pos);
+                // Payload bytes sit at frame offsets FRAME_ALIGN.. (a frame
+                // longer than one line never carries its payload inline).
+                let p = op.pos - FRAME_ALIGN;
+                if p < op.len {
+                    let c = n.min(op.len - p);
+                    // SAFETY: `n <= free` and `n <= contiguous()`, so the
+                    // `c <= n` bytes at the head are ours to write; the
+                    // source range `p..p+c` is inside the caller's buffer
+                    // (`p + c <= len`), readable per the `isend` contract.
+                    unsafe { ptr::copy_nonoverlapping(op.data.add(p), prod.head_ptr(), c) };
+                }
+                prod.advance(n);
+                op.pos += n;
+                moved = true;
+            }
+            if op.pos < span {
+                break;
+            }
+            self.nwritten += 1;
+        }
+        self.prod.publish();
+        Ok(moved)
+    }
+
+    /// Advances `ndone` over written requests that are complete: ring
+    /// messages at once, single-copy ones once the receiver released their
+    /// line. Returns whether any completed.
+    fn settle(&mut self) -> Result<bool, Fault> {
+        let before = self.ndone;
+        let mut consumed = None;
+        while self.ndone < self.nwritten {
+            let op = &self.q[self.ndone];
+            let (how, end) = (op.how, op.end);
+            if how == Payload::Cma {
+                let t = match consumed {
+                    Some(t) => t,
+                    None => *consumed.insert(self.prod.consumed().map_err(Fault::Corrupt)?),
+                };
+                if t < end {
+                    break;
+                }
+            }
+            self.ndone += 1;
+        }
+        Ok(self.ndone != before)
+    }
+
+    /// Makes progress; records a fault if the receiver is gone while we
+    /// wait for room or for it to read.
+    fn progress(&mut self) {
+        if self.fault.is_some() || self.ndone == self.q.len() {
+            return;
+        }
+        let step = |c: &mut Self| -> Result<bool, Fault> { Ok(c.pump()? | c.settle()?) };
+        match step(self) {
+            Ok(true) => self.watch.progressed(),
+            Ok(false) => {
+                if self.watch.stalled(&self.seg.header().recv.0) {
+                    // One last look: it may have made room or read before
+                    // it left.
+                    match step(self) {
+                        Ok(true) => self.watch.progressed(),
+                        Ok(false) => self.fail(Fault::Closed),
+                        Err(f) => self.fail(f),
+                    }
+                }
+            }
+            Err(f) => self.fail(f),
+        }
+    }
+
+    fn fail(&mut self, f: Fault) {
+        tracing::warn!(peer_pid = self.watch.pid(), fault = ?f, "SHM: send failed");
+        self.fault = Some(f);
+    }
+
+    fn pop_reported(&mut self) {
+        while self.q.front().is_some_and(|op| op.reported) {
+            self.q.pop_front();
+            self.ndone -= 1;
+            self.nwritten -= 1;
+        }
+    }
+}
+
+impl Drop for ShmSendComm {
+    fn drop(&mut self) {
+        self.prod.publish();
+        // Release: a receiver that sees the flag after a single-copy read
+        // knows our buffers may have gone (see `ShmRecvComm`).
+        mark_closed(&self.seg.header().send.0);
+    }
+}
+
+impl SendComm for ShmSendComm {
+    fn reg_mr(&mut self, _ptr: *const u8, _len: usize) -> NetResult<MemHandle> {
+        Ok(MemHandle(0))
+    }
+
+    fn dereg_mr(&mut self, _mr: MemHandle) -> NetResult<()> {
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &mut self,
+        data: *const u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        if let Some(f) = self.fault {
+            return Err(f.to_error(self.watch.pid()));
+        }
+        if len > MAX_MESSAGE_BYTES {
+            return Err(NetError::Other(format!(
+                "SHM: send of {len} bytes exceeds the {MAX_MESSAGE_BYTES} byte limit"
+            )));
+        }
+        if self.q.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.q.push_back(SendOp {
+            id,
+            data,
+            len,
+            tag,
+            how: Payload::Ring,
+            pos: 0,
+            end: 0,
+            reported: false,
+        });
+        self.progress();
+        Ok(Some(Request(id)))
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<bool> {
+        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
+            Ok(i) if !self.q[i].reported => i,
+            _ => return Err(unknown_request(req)),
+        };
+        self.progress();
+        if idx < self.ndone {
+            self.q[idx].reported = true;
+            self.pop_reported();
+            Ok(true)
+        } else if let Some(f) = self.fault {
+            Err(f.to_error(self.watch.pid()))
+        } else {
+            Ok(false)
+        }
+    }
+}

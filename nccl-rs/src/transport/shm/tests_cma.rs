@@ -1,0 +1,219 @@
+//! Tests of the single-copy path (`process_vm_readv`): path selection,
+//! odd sizes around the threshold, many messages in flight, the fallback
+//! when the probe fails, and peers that go away mid-transfer. The
+//! cross-process tests in [`super::tests`] run over the default options, so
+//! their large messages (and the SIGKILL test) take this path too.
+
+use super::connect::{ShmConnector, ShmListener};
+use super::segment::Geometry;
+use super::tests::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net};
+use super::*;
+use nccl_net::{NetError, SendComm};
+use std::sync::atomic::Ordering;
+
+fn cma_net(buffsize: usize, slots: usize, min: usize) -> ShmNet {
+    ShmNet::new(ShmOptions {
+        buffsize,
+        slots,
+        cma: true,
+        cma_min_bytes: min,
+    })
+    .unwrap()
+}
+
+/// Polls a send that can only complete through the ring `polls` times and
+/// says whether it completed.
+fn completes_alone(s: &mut dyn SendComm, q: nccl_net::Request, polls: usize) -> bool {
+    (0..polls).any(|_| s.test(q).unwrap())
+}
+
+#[test]
+fn single_copy_send_completes_only_when_read() {
+    let data = pattern(1 << 20, 11);
+    // Single copy: the sender's buffer is the only copy, so the send
+    // cannot complete before the receiver has read it.
+    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let q = isend(s.as_mut(), &data, 5);
+    assert!(!completes_alone(s.as_mut(), q, 1000));
+    let mut buf = vec![0u8; 1 << 20];
+    let rq = irecv(r.as_mut(), &mut buf, 5);
+    assert_eq!(poll("recv", || r.test(rq)).unwrap(), 1 << 20);
+    poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    assert!(buf == data);
+    // Through the ring (single copy off): 1 MiB fits in the 4 MiB ring, so
+    // the send completes with nobody receiving.
+    let (mut s, mut r, _) = pair(&ring_net());
+    let q = isend(s.as_mut(), &data, 5);
+    assert!(completes_alone(s.as_mut(), q, 1000));
+    recv_check(r.as_mut(), &[1 << 20], 11, 5);
+}
+
+const ODD_SIZES: &[usize] = &[
+    0,
+    1,
+    47,
+    48,
+    49,
+    64,
+    65,
+    4095,
+    65_535,
+    65_536,
+    65_537,
+    (1 << 20) + 3,
+    (5 << 20) + 7,
+    100_001,
+    3,
+    (9 << 20) + 1,
+    64 << 10,
+];
+
+#[test]
+fn odd_sizes_in_flight_together() {
+    // Default threshold (64 KiB), threshold 0 (everything past the inline
+    // line goes single-copy), and a tiny ring mixing both kinds of frames.
+    for net in [
+        ShmNet::new(ShmOptions::default()).unwrap(),
+        cma_net(4 << 20, 8, 0),
+        cma_net(4096, 4, 1000),
+    ] {
+        let (mut s, mut r, _) = pair(&net);
+        exchange(s.as_mut(), r.as_mut(), ODD_SIZES, 21);
+        for (i, &n) in ODD_SIZES.iter().enumerate() {
+            exchange(s.as_mut(), r.as_mut(), &[n], 40 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn many_in_flight_two_threads() {
+    let net = cma_net(4096, 4, 1000);
+    let (mut s, mut r, _) = pair(&net);
+    let sizes: Vec<usize> = pattern(1200, 31)
+        .chunks(3)
+        .map(|c| (usize::from(c[0]) << 16 | usize::from(c[1]) << 8 | usize::from(c[2])) % 300_000)
+        .collect();
+    let bufs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 2000 + i as u64))
+        .collect();
+    let sender = std::thread::spawn(move || {
+        let mut pending = std::collections::VecDeque::new();
+        for b in &bufs {
+            pending.push_back(isend(s.as_mut(), b, 4));
+            while pending.len() >= MAX_REQUESTS {
+                let q = *pending.front().unwrap();
+                if s.test(q).unwrap() {
+                    pending.pop_front();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        for q in pending {
+            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+        }
+    });
+    // Keep many receives posted as well, completing in order.
+    let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let mut posted = std::collections::VecDeque::new();
+    let mut next = 0;
+    let mut bufs = got.iter_mut();
+    while next < sizes.len() || !posted.is_empty() {
+        while next < sizes.len() && posted.len() < MAX_REQUESTS {
+            posted.push_back((next, irecv(r.as_mut(), bufs.next().unwrap(), 4)));
+            next += 1;
+        }
+        let (i, q) = *posted.front().unwrap();
+        let n = poll("recv", || r.test(q)).unwrap();
+        assert_eq!(n, sizes[i], "size of message {i}");
+        posted.pop_front();
+    }
+    sender.join().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert!(*g == pattern(sizes[i], 2000 + i as u64), "message {i}");
+    }
+}
+
+#[test]
+fn failed_probe_falls_back_to_the_ring() {
+    let geom = Geometry::new(4 << 20, 8).unwrap();
+    let wrong = 0u64;
+    // An unmapped address (EFAULT) and one holding the wrong value.
+    for bogus in [8u64, std::ptr::addr_of!(wrong) as u64] {
+        let mut l = ShmListener::new(geom, Some(1000)).unwrap();
+        let mut c = ShmConnector::connect(l.handle(), Some(1000)).unwrap();
+        let hdr = l.header().unwrap();
+        hdr.send.0.cma_probe.store(bogus, Ordering::Relaxed);
+        let mut r = poll("accept", || l.accept()).unwrap();
+        let mut s = poll("connect", || c.poll_connect()).unwrap();
+        let data = pattern(1 << 20, 12);
+        let q = isend(s.as_mut(), &data, 1);
+        assert!(
+            completes_alone(s.as_mut(), q, 1000),
+            "copied through the ring"
+        );
+        recv_check(r.as_mut(), &[1 << 20], 12, 1);
+        exchange(s.as_mut(), r.as_mut(), ODD_SIZES, 77);
+    }
+}
+
+#[test]
+fn truncated_single_copy_message() {
+    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let data = pattern(200_000, 1);
+    let _q = isend(s.as_mut(), &data, 0);
+    let mut small = vec![0u8; 100_000];
+    let q = irecv(r.as_mut(), &mut small, 0);
+    assert!(matches!(
+        poll("truncation", || r.test(q)),
+        Err(NetError::Truncated {
+            posted: 100_000,
+            got: 200_000
+        })
+    ));
+    assert!(small.iter().all(|&b| b == 0), "nothing written");
+}
+
+#[test]
+fn sender_dropped_before_the_read_gives_closed() {
+    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let data = pattern(1 << 20, 2);
+    let _q = isend(s.as_mut(), &data, 0);
+    drop(s);
+    let mut buf = vec![0u8; 1 << 20];
+    let q = irecv(r.as_mut(), &mut buf, 0);
+    match poll("closed", || r.test(q)) {
+        Err(NetError::Closed(m)) => assert!(m.contains("shm peer pid"), "{m}"),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+}
+
+#[test]
+fn receiver_dropped_before_the_read_gives_closed() {
+    let (mut s, r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let data = pattern(1 << 20, 3);
+    let q = isend(s.as_mut(), &data, 0);
+    assert!(!s.test(q).unwrap());
+    drop(r);
+    assert!(matches!(
+        poll("closed", || Ok(s.test(q)?.then_some(()))),
+        Err(NetError::Closed(_))
+    ));
+}
+
+#[test]
+fn receiver_without_single_copy_gets_the_ring() {
+    // The receiver has single copy off, the sender on: the receiver's
+    // verdict wins.
+    let geom = Geometry::new(4 << 20, 8).unwrap();
+    let mut l = ShmListener::new(geom, None).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(1000)).unwrap();
+    let mut r = poll("accept", || l.accept()).unwrap();
+    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    let data = pattern(4000, 4);
+    let q = isend(s.as_mut(), &data, 0);
+    assert!(completes_alone(s.as_mut(), q, 10), "ring path when told no");
+    recv_check(r.as_mut(), &[4000], 4, 0);
+}
