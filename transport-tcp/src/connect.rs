@@ -1,15 +1,16 @@
 //! Connection setup: [`TcpListener`] (accepting side) and [`TcpConnector`]
 //! (connecting side).
 //!
-//! A connection is `nsocks` TCP sockets (the listener's count, carried in
-//! its handle). The connector opens them all at once, each with its own
+//! A connection is `nsocks` data sockets (the listener's count, carried in
+//! its handle), plus a control socket when `nsocks` ≥ 2 (see
+//! [`crate::stripe`]). The connector opens them all at once, each with its own
 //! connect / retry / greeting state machine, and yields the send comm once
 //! every one has sent its greeting.
 //!
 //! The listener accepts every incoming TCP socket but only keeps the ones
 //! that present the greeting of its handle (magic, version, nonce, socket
 //! count, an index it does not hold yet; see [`crate::handle`]); once it
-//! holds all `nsocks` it turns them into a receive comm. Anything else — a
+//! holds them all it turns them into a receive comm. Anything else — a
 //! wrong nonce, garbage, a duplicate index, a socket closed early or one
 //! that stays silent too long — is dropped with a warning. At most
 //! [`HELLO_BYTES`] bytes are ever read from a socket before it is judged,
@@ -69,7 +70,7 @@ pub(crate) struct TcpListener {
 
 impl TcpListener {
     /// Binds to `ip` (port 0) and listens for a connection of `nsocks`
-    /// sockets, to be serviced by `nthreads` helper threads (see
+    /// data sockets, to be serviced by `nthreads` helper threads (see
     /// [`crate::lanes`]).
     pub(crate) fn bind(
         ip: std::net::IpAddr,
@@ -99,21 +100,23 @@ impl TcpListener {
             buf_bytes,
             nthreads,
             pending: Vec::new(),
-            held: (0..nsocks).map(|_| None).collect(),
+            held: (0..crate::stripe::total_sockets(usize::from(nsocks)))
+                .map(|_| None)
+                .collect(),
             accepted: false,
         })
     }
 
     /// Reads what is there of `p`'s greeting and judges it.
     fn judge(hello: &[u8; HELLO_BYTES], p: &mut Pending) -> Verdict {
-        let nsocks = hello[6];
+        let total = crate::stripe::total_sockets(usize::from(hello[6]));
         while p.got < HELLO_BYTES {
             match sys::recv(&p.fd, &mut p.buf[p.got..]) {
                 Ok(0) => return Verdict::Bad("closed before completing the greeting"),
                 Ok(n) => {
                     let end = p.got + n;
                     let wrong = |j: usize| match j {
-                        5 => p.buf[j] >= nsocks,
+                        5 => usize::from(p.buf[j]) >= total,
                         _ => p.buf[j] != hello[j],
                     };
                     if let Some(j) = (p.got..end).find(|&j| wrong(j)) {
@@ -253,7 +256,8 @@ pub(crate) struct TcpConnector {
 }
 
 impl TcpConnector {
-    /// Starts connecting the `handle.nsocks` sockets of a connection to
+    /// Starts connecting the sockets of a connection (`handle.nsocks` data
+    /// sockets, see [`crate::stripe::total_sockets`]) to
     /// the listener of `handle`; the comm will use `nthreads` helper
     /// threads.
     pub(crate) fn start(handle: &TcpHandle, buf_bytes: usize, nthreads: usize) -> NetResult<Self> {
@@ -262,9 +266,10 @@ impl TcpConnector {
             handle: *handle,
             buf_bytes,
             nthreads,
-            socks: (0..handle.nsocks)
+            socks: (0..crate::stripe::total_sockets(usize::from(handle.nsocks)))
                 .map(|index| Sock {
-                    index,
+                    // total_sockets(64) = 65 fits a u8.
+                    index: index as u8,
                     state: State::Gone,
                     retries: 0,
                 })

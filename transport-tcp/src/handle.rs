@@ -10,19 +10,21 @@
 //! | 8..16  | nonce: 8 random bytes drawn by the listener |
 //! | 16..32 | IP address: IPv4 in 16..20 (rest zero), or IPv6 |
 //! | 32..36 | IPv6 scope id (0 for IPv4) |
-//! | 36     | sockets per connection (`nsocks`, 1..=[`MAX_SOCKS`]) |
+//! | 36     | data sockets per connection (`nsocks`, 1..=[`MAX_SOCKS`]) |
 //! | 37..40 | reserved, zero |
 //!
 //! Decoding accepts longer input (a bootstrap may zero-pad to
 //! [`nccl_net::MAX_HANDLE_BYTES`]) and rejects unknown versions.
 //!
 //! # Greeting (16 bytes)
-//! A connection is `nsocks` TCP sockets (see the `stripe` module). Right
-//! after each socket is established, the connecting side writes `b"NTCP"`,
-//! the version byte, the socket's index (0..nsocks), the socket count, one
-//! zero byte and the nonce. The listener only takes a socket presenting its
-//! nonce, its socket count and an index it does not hold yet; once it holds
-//! all `nsocks` it turns them into a receive comm. The connecting side
+//! A connection is one TCP socket if `nsocks` is 1, else `nsocks` data
+//! sockets plus a control socket (see the `stripe` module). Right after
+//! each socket is established, the connecting side writes `b"NTCP"`, the
+//! version byte, the socket's index (0 for the control socket, 1..=nsocks
+//! for data sockets), `nsocks`, one zero byte and the nonce. The listener
+//! only takes a socket presenting its nonce, its `nsocks` and an index it
+//! does not hold yet; once it holds them all it turns them into a receive
+//! comm. The connecting side
 //! always uses the listener's socket count (from the handle), so the two
 //! sides agree however each was configured (as NCCL, which makes the send
 //! side follow the receive side).
@@ -35,7 +37,7 @@ pub const HANDLE_BYTES: usize = 40;
 /// Current handle and greeting format version (2: several sockets per
 /// connection, socket index and count in the greeting).
 pub const HANDLE_VERSION: u8 = 2;
-/// Most sockets one connection may use (as NCCL's `MAX_SOCKETS`).
+/// Most data sockets one connection may use (as NCCL's `MAX_SOCKETS`).
 pub const MAX_SOCKS: usize = 64;
 /// Size of the greeting a connector sends.
 pub const HELLO_BYTES: usize = 16;
@@ -48,7 +50,7 @@ pub struct TcpHandle {
     pub addr: SocketAddr,
     /// Random bytes the connector must present.
     pub nonce: [u8; 8],
-    /// Sockets per connection, 1..=[`MAX_SOCKS`].
+    /// Data sockets per connection, 1..=[`MAX_SOCKS`].
     pub nsocks: u8,
 }
 
@@ -127,7 +129,8 @@ impl TcpHandle {
         })
     }
 
-    /// The greeting on socket 0 of a connection to this handle.
+    /// The greeting on socket 0 (the control socket) of a connection to
+    /// this handle.
     pub fn hello(&self) -> [u8; HELLO_BYTES] {
         self.hello_for(0)
     }

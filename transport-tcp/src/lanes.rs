@@ -1,4 +1,4 @@
-//! The striping sockets 1..n of a connection ("lanes") and who services
+//! The data sockets 1..=n of a connection ("lanes") and who services
 //! them: the caller's thread inside `test` (inline lanes), or helper
 //! threads (see [`crate::helper`]). Socket 0 always belongs to the comm
 //! itself because it carries the headers.

@@ -9,10 +9,11 @@
 //! * [`Net::connect`] starts a non-blocking connect; once connected it sends
 //!   a greeting with the nonce. The listener only accepts a connection that
 //!   presents it and drops strays.
-//! * A connection is [`TcpOptions::nsocks`] sockets (the listener's count
-//!   wins; see [`handle`]). Messages are framed as a 12-byte header (tag,
+//! * A connection is [`TcpOptions::nsocks`] data sockets (the listener's
+//!   count wins; see [`handle`]), plus a control socket if there are
+//!   several, as in NCCL. Messages are framed as a 12-byte header (tag,
 //!   length) on socket 0 and matched in posting order; small ones follow
-//!   their header inline, large ones are striped over all sockets in
+//!   their header inline, large ones are striped over the data sockets in
 //!   chunks of at least 64 KiB (see the `stripe` and `comm` modules).
 //! * With [`TcpOptions::nthreads`] ≥ 2, sockets 1.. are serviced by that
 //!   many helper threads per comm (see the `helper` module); otherwise by
@@ -75,11 +76,12 @@ pub struct TcpOptions {
     /// caps it at `net.core.wmem_max` / `rmem_max`). 0 leaves the kernel's
     /// buffer autotuning on.
     pub socket_buf_bytes: usize,
-    /// Sockets per connection, 1..=[`MAX_SOCKS`] (NCCL's
-    /// `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`). The listening
-    /// side's count is used for a connection.
+    /// Data sockets per connection, 1..=[`MAX_SOCKS`] (NCCL's
+    /// `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`); with 2 or more a
+    /// control socket is added. The listening side's count is used for a
+    /// connection.
     pub nsocks: usize,
-    /// Helper threads per comm servicing sockets 1.. (NCCL's
+    /// Helper threads per comm servicing the data sockets (NCCL's
     /// `NCCL_SOCKET_NTHREADS`); 0 or 1: none, the thread calling `test`
     /// does all the I/O.
     pub nthreads: usize,

@@ -1,21 +1,26 @@
 //! How a message is spread over the sockets of a connection.
 //!
-//! A connection has `n` sockets (`nsocks`, 1..=64; NCCL's
-//! `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`). Socket 0 carries every
-//! message header (tag, length) in posting order. A message of at most
-//! [`MIN_CHUNK`] bytes, or any message when `n` is 1, follows its header
-//! inline on socket 0, exactly as on a one-socket connection, so small
-//! messages cost one `sendmsg` / `recvmsg` as before.
+//! A connection has `n` data sockets (`nsocks`, 1..=64; NCCL's
+//! `NCCL_NSOCKS_PERTHREAD` × `NCCL_SOCKET_NTHREADS`). With `n` = 1 it is
+//! one TCP socket that carries everything. With `n` ≥ 2 it is `n + 1`
+//! sockets, as in NCCL: socket 0 is the control socket and sockets 1..=n
+//! carry the pieces of large messages.
 //!
-//! A larger message is cut into chunks of
+//! Socket 0 carries every message header (tag, length) in posting order. A
+//! message of at most [`MIN_CHUNK`] bytes, or any message when `n` is 1,
+//! follows its header inline on socket 0, exactly as on a one-socket
+//! connection, so small messages cost one `sendmsg` / `recvmsg` as before.
+//!
+//! A larger message is cut into pieces of
 //! `max(MIN_CHUNK, ceil(len / n))` bytes rounded up to [`CHUNK_ALIGN`] (as
 //! NCCL's socket transport, whose minimum chunk per socket is also 64 KiB).
-//! Chunk `i` travels on socket `(rot + i) % n`, where `rot` is a rotation
-//! both sides advance by the chunk count of every striped message, so that
-//! successive messages start on different sockets. On socket 0 a message's
-//! chunk (if it has one there) directly follows its header. Both sides run
+//! Piece `i` travels on socket `1 + (rot + i) % n`, where `rot` is a
+//! rotation both sides advance by the piece count of every striped message,
+//! so that successive messages start on different sockets. Both sides run
 //! this same pure computation in the same message order, so nothing but
-//! the header crosses the wire to describe the layout.
+//! the header crosses the wire to describe the layout. Keeping the pieces
+//! off socket 0 lets helper threads move all the bulk data while the
+//! caller's thread only reads headers and small messages.
 
 /// Smallest chunk a message is cut into (NCCL's `MIN_CHUNKSIZE`).
 pub(crate) const MIN_CHUNK: usize = 64 << 10;
@@ -25,12 +30,26 @@ pub(crate) const CHUNK_ALIGN: usize = 4096;
 /// One piece of a striped message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
-    /// Socket index, 0..n.
+    /// Socket index, 1..=n.
     pub(crate) sock: usize,
     /// Offset in the message.
     pub(crate) off: usize,
     /// Length in bytes (never 0).
     pub(crate) len: usize,
+}
+
+/// TCP sockets of a connection with `n` data sockets.
+pub(crate) fn total_sockets(n: usize) -> usize {
+    if n <= 1 {
+        1
+    } else {
+        n + 1
+    }
+}
+
+/// Data sockets of a connection of `total` TCP sockets.
+pub(crate) fn data_sockets(total: usize) -> usize {
+    total.saturating_sub(1).max(1)
 }
 
 /// The stripe layout state of one direction of a connection.
@@ -41,7 +60,7 @@ pub(crate) struct Striper {
 }
 
 impl Striper {
-    /// A layout over `n` sockets (`n >= 1`).
+    /// A layout over `n` data sockets (`n >= 1`).
     pub(crate) fn new(n: usize) -> Striper {
         Striper {
             n: n.max(1),
@@ -71,7 +90,7 @@ impl Striper {
         while off < len {
             let l = chunk.min(len - off);
             piece(Piece {
-                sock: (self.rot + i) % self.n,
+                sock: 1 + (self.rot + i) % self.n,
                 off,
                 len: l,
             });
@@ -92,6 +111,14 @@ mod tests {
         let striped = s.layout(len, |p| v.push(p));
         assert_eq!(striped, !v.is_empty());
         v
+    }
+
+    #[test]
+    fn socket_counts() {
+        assert_eq!(total_sockets(1), 1);
+        assert_eq!(total_sockets(4), 5);
+        assert_eq!(data_sockets(1), 1);
+        assert_eq!(data_sockets(5), 4);
     }
 
     #[test]
@@ -124,7 +151,7 @@ mod tests {
                 for (i, p) in v.iter().enumerate() {
                     assert_eq!(p.off, off);
                     assert!(p.len > 0);
-                    assert_eq!(p.sock, (rot + i) % n);
+                    assert_eq!(p.sock, 1 + (rot + i) % n);
                     off += p.len;
                 }
                 assert_eq!(off, len);
@@ -146,21 +173,21 @@ mod tests {
             v,
             [
                 Piece {
-                    sock: 0,
+                    sock: 1,
                     off: 0,
                     len: MIN_CHUNK
                 },
                 Piece {
-                    sock: 1,
+                    sock: 2,
                     off: MIN_CHUNK,
                     len: 1
                 }
             ]
         );
-        // 1 MiB over 4 sockets: 256 KiB each, starting at socket 2.
+        // 1 MiB over 4 sockets: 256 KiB each, starting at socket 3.
         let v = pieces(&mut s, 1 << 20);
         let socks: Vec<usize> = v.iter().map(|p| p.sock).collect();
-        assert_eq!(socks, [2, 3, 0, 1]);
+        assert_eq!(socks, [3, 4, 1, 2]);
         assert!(v.iter().all(|p| p.len == 256 << 10));
     }
 }

@@ -232,12 +232,20 @@ fn mismatched_socket_counts_use_the_listeners() {
     }
 }
 
-/// Posts a 16 MiB + 5 send over 4 sockets with small kernel buffers, lets
-/// the receiver take part of it, then closes one side; the other must fail
-/// with an error, not hang or report success.
+/// Posts a 16 MiB + 5 send over 4 data sockets with small kernel buffers,
+/// lets the receiver take part of it, then closes one side; the other, which
+/// uses `nthreads` helper threads, must fail with an error, not hang or
+/// report success. The closing side has no helpers, so nothing moves on its
+/// end unless it is tested.
 fn close_mid_stripe(nthreads: usize, close_sender: bool) {
-    let net = net_with(4, nthreads, 64 * KIB);
-    let (mut s, mut r) = pair(&net, &net);
+    let (tx_threads, rx_threads) = if close_sender {
+        (1, nthreads)
+    } else {
+        (nthreads, 1)
+    };
+    let tx = net_with(4, tx_threads, 64 * KIB);
+    let rx = net_with(4, rx_threads, 64 * KIB);
+    let (mut s, mut r) = pair(&tx, &rx);
     let len = 16 * MIB + 5;
     let src = pattern(len, 5);
     let mut dst = vec![0u8; len];
@@ -249,13 +257,17 @@ fn close_mid_stripe(nthreads: usize, close_sender: bool) {
     let sr = unsafe { s.isend(src.as_ptr(), len, 3, None) }
         .unwrap()
         .unwrap();
-    // Socket 0 carries a quarter of the message and only moves when the
-    // comms are tested, so neither side can finish here: 4 MiB does not fit
-    // a pair of 64 KiB socket buffers (doubled by the kernel).
+    // The receiver has not read the header yet, so nothing is taken off the
+    // data sockets: 16 MiB does not fit 4 pairs of 64 KiB socket buffers
+    // (doubled by the kernel).
     for _ in 0..10 {
         assert!(!s.test(sr).unwrap(), "sent 16 MiB without a reader");
     }
-    assert!(r.test(rr).unwrap().is_none(), "received 16 MiB in one poll");
+    if close_sender {
+        // The receiver starts taking pieces; the untested sender cannot
+        // refill its sockets, so the receive cannot complete.
+        assert!(r.test(rr).unwrap().is_none(), "received 16 MiB in one poll");
+    }
     let start = Instant::now();
     let err = if close_sender {
         drop(s);
@@ -323,7 +335,8 @@ fn is_closed(s: &mut TcpStream) -> bool {
     }
 }
 
-/// A raw peer of a 2-socket listener: greetings with a wrong socket count
+/// A raw peer of a listener with 2 data sockets (3 TCP sockets): greetings
+/// with a wrong socket count
 /// or a duplicate index are dropped; then it writes a striped message by
 /// the documented layout and the receiver reassembles it exactly.
 #[test]
@@ -335,7 +348,7 @@ fn raw_peer_greetings_and_striped_wire_format() {
     let mut wrong_count = h.hello_for(0);
     wrong_count[6] = 3;
     let mut bad_count = connect_raw(&h, &wrong_count);
-    let mut bad_index = connect_raw(&h, &h.hello_for(2));
+    let mut bad_index = connect_raw(&h, &h.hello_for(3));
     let mut s0 = connect_raw(&h, &h.hello_for(0));
     // Let the listener take socket 0 before its duplicate arrives.
     let start = Instant::now();
@@ -347,14 +360,19 @@ fn raw_peer_greetings_and_striped_wire_format() {
         assert!(l.accept().unwrap().is_none(), "accepted with one socket");
     }
     let mut s1 = connect_raw(&h, &h.hello_for(1));
+    while start.elapsed() < Duration::from_millis(300) {
+        assert!(l.accept().unwrap().is_none(), "accepted with two sockets");
+    }
+    let mut s2 = connect_raw(&h, &h.hello_for(2));
     let mut r = accept_until(&mut l, "raw 2-socket peer");
     for s in [&mut bad_count, &mut bad_index, &mut dup] {
         assert!(is_closed(s), "bad greeting not dropped");
     }
-    // 200000 bytes over 2 sockets: pieces of ceil(200000 / 2) rounded up to
-    // 4 KiB = 102400 bytes; the first on socket 0 after the header, the
-    // second on socket 1. Then an 8-byte message inline on socket 0, then
-    // 150000 bytes starting at socket 0 again (the rotation is back at 0).
+    // Socket 0 carries the headers. 200000 bytes over 2 data sockets:
+    // pieces of ceil(200000 / 2) rounded up to 4 KiB = 102400 bytes, the
+    // first on socket 1, the second on socket 2. Then an 8-byte message
+    // inline on socket 0, then 150000 bytes (77824 + 72176) starting at
+    // socket 1 again (the rotation is back at 0).
     let (a, b, c) = (pattern(200_000, 1), pattern(8, 2), pattern(150_000, 3));
     let hdr = |tag: u32, len: usize| {
         let mut v = tag.to_le_bytes().to_vec();
@@ -371,14 +389,14 @@ fn raw_peer_greetings_and_striped_wire_format() {
                 .unwrap(),
         );
     }
-    s1.write_all(&a[102_400..]).unwrap();
-    s1.write_all(&c[77_824..]).unwrap();
+    s2.write_all(&a[102_400..]).unwrap();
+    s2.write_all(&c[77_824..]).unwrap();
+    s1.write_all(&a[..102_400]).unwrap();
+    s1.write_all(&c[..77_824]).unwrap();
     s0.write_all(&hdr(40, a.len())).unwrap();
-    s0.write_all(&a[..102_400]).unwrap();
     s0.write_all(&hdr(41, b.len())).unwrap();
     s0.write_all(&b).unwrap();
     s0.write_all(&hdr(42, c.len())).unwrap();
-    s0.write_all(&c[..77_824]).unwrap();
     let got = drive(&mut [] as &mut [Sends<'_>], &mut [(&mut *r, reqs)]);
     assert_eq!(got, [vec![200_000, 8, 150_000]]);
     assert!(dsts[0] == a && dsts[1] == b && dsts[2] == c);

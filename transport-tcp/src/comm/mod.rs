@@ -4,13 +4,13 @@
 //! After the greeting, socket 0 carries for each message a 12-byte header —
 //! tag (`u32`, little-endian) then payload length (`u64`, little-endian) —
 //! followed by the payload if the message is small (or the connection has
-//! one socket), else by the message's piece for socket 0, if any; the other
-//! pieces travel on the other sockets (see [`crate::stripe`]).
+//! one socket); a large message's payload travels in pieces on the other
+//! sockets (see [`crate::stripe`]).
 //!
 //! # Progress
 //! Both comms keep a FIFO of posted requests in a `VecDeque` that is reused
 //! (no allocation per message once it has grown). The socket-0 parts
-//! (header, inline payload or piece) complete in posting order; a striped
+//! (header, inline payload) complete in posting order; a striped
 //! message is complete once its pieces on the other sockets ("lanes", see
 //! [`crate::lanes`]) are too, so a message can complete before an older one.
 //! Requests stay in the queue (flagged when reported) until every older

@@ -62,7 +62,7 @@ impl TcpRecvComm {
         max_requests: usize,
         nthreads: usize,
     ) -> io::Result<Self> {
-        let nsocks = socks.len();
+        let ndata = crate::stripe::data_sockets(socks.len());
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpRecvComm {
@@ -75,7 +75,7 @@ impl TcpRecvComm {
             fault: None,
             stage: [0; HDR],
             staged: 0,
-            striper: Striper::new(nsocks),
+            striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Recv, others, nthreads)?,
         })
     }
@@ -132,29 +132,21 @@ impl TcpRecvComm {
         };
         let (id, data) = (op.id, op.data);
         let mut pieces_left = 0;
-        let mut part0 = None;
         let lanes = &mut self.lanes;
         let striped = self.striper.layout(len, |p| {
             // Stays inside the caller's buffer: p.off < len <= cap.
             let ptr = data.wrapping_add(p.off);
-            if p.sock == 0 {
-                part0 = Some((ptr, p.len));
-            } else {
-                pieces_left += 1;
-                let c = Chunk {
-                    op: id,
-                    ptr,
-                    len: p.len,
-                    off: 0,
-                };
-                lanes.push(p.sock, c);
-            }
+            pieces_left += 1;
+            let c = Chunk {
+                op: id,
+                ptr,
+                len: p.len,
+                off: 0,
+            };
+            lanes.push(p.sock, c);
         });
-        let (data0, len0) = match (striped, part0) {
-            (false, _) => (data, len),
-            (true, Some(p)) => p,
-            (true, None) => (data, 0),
-        };
+        // Inline: the whole payload after the header; striped: nothing.
+        let (data0, len0) = if striped { (data, 0) } else { (data, len) };
         op.len = Some(len);
         op.data0 = data0;
         op.len0 = len0;

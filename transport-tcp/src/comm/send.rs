@@ -65,7 +65,7 @@ impl TcpSendComm {
         max_requests: usize,
         nthreads: usize,
     ) -> io::Result<Self> {
-        let nsocks = socks.len();
+        let ndata = crate::stripe::data_sockets(socks.len());
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpSendComm {
@@ -76,7 +76,7 @@ impl TcpSendComm {
             next_id: 1,
             max_requests,
             fault: None,
-            striper: Striper::new(nsocks),
+            striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Send, others, nthreads)?,
         })
     }
@@ -199,30 +199,21 @@ impl SendComm for TcpSendComm {
         let id = self.next_id;
         self.next_id += 1;
         let mut pieces_left = 0;
-        let mut part0 = None;
         let lanes = &mut self.lanes;
         let striped = self.striper.layout(len, |p| {
             // Stays inside the caller's buffer: p.off < len.
             let ptr = data.wrapping_add(p.off);
-            if p.sock == 0 {
-                part0 = Some((ptr, p.len));
-            } else {
-                pieces_left += 1;
-                let c = Chunk {
-                    op: id,
-                    ptr: ptr.cast_mut(),
-                    len: p.len,
-                    off: 0,
-                };
-                lanes.push(p.sock, c);
-            }
+            pieces_left += 1;
+            let c = Chunk {
+                op: id,
+                ptr: ptr.cast_mut(),
+                len: p.len,
+                off: 0,
+            };
+            lanes.push(p.sock, c);
         });
-        // Inline: the whole payload; striped: socket 0's piece, if any.
-        let (data0, len0) = match (striped, part0) {
-            (false, _) => (data, len),
-            (true, Some(p)) => p,
-            (true, None) => (data, 0),
-        };
+        // Inline: the whole payload after the header; striped: nothing.
+        let (data0, len0) = if striped { (data, 0) } else { (data, len) };
         let op = SendOp {
             id,
             hdr,
