@@ -25,7 +25,7 @@ fn dtype_of(name: &str, dtype: c_int) -> FfiResult<DataType> {
 }
 
 /// Bytes of (sendbuff, recvbuff) this rank uses, by NCCL's definitions.
-fn sizes(
+pub(crate) fn sizes(
     coll: RawColl,
     rank: usize,
     n: usize,

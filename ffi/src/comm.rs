@@ -3,13 +3,16 @@
 //! Every operation on a communicator becomes a [`Work`] item. Items run in
 //! batches through [`CommShared::execute`]: on the calling thread for a
 //! blocking communicator, on a scoped thread per communicator at
-//! `ncclGroupEnd`, or on the communicator's [`Worker`] when it is
-//! non-blocking. `pending` counts the calls issued but not finished, which
-//! is what `ncclCommGetAsyncError` reports as `ncclInProgress`.
+//! `ncclGroupEnd`, or on the communicator's [`Worker`] (its proxy thread)
+//! when it is non-blocking or has switched to it for calls on device
+//! memory that return at once (`gate.rs`). `pending` counts the calls
+//! issued but not finished, which is what `ncclCommGetAsyncError` reports
+//! as `ncclInProgress`.
 
 use crate::config::CommSettings;
 use crate::device::{self, Stager};
 use crate::error::{usage, Failure, FfiResult};
+use crate::gate::{GateSet, ProxyState};
 use crate::ops::{premultiplied, OpChoice, RedOps, Scalar};
 use crate::worker::Worker;
 use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
@@ -65,6 +68,13 @@ pub(crate) enum Work {
 // and exactly one thread runs a given `Work`, so moving it to that thread
 // is sound.
 unsafe impl Send for Work {}
+
+/// A queued [`Work`] with its gates on the application's streams, if it
+/// runs on device memory and returns at once (`gate.rs`).
+pub(crate) struct Item {
+    pub(crate) work: Work,
+    pub(crate) gate: Option<GateSet>,
+}
 
 /// Progress and first error of a communicator.
 #[derive(Default)]
@@ -209,11 +219,28 @@ impl CommShared {
         })
     }
 
-    /// Waits until nothing is pending; returns the first error, if any.
+    /// Waits until nothing is pending (at most the communicator's
+    /// timeout); returns the first error, if any.
     pub(crate) fn wait_idle(&self) -> Result<(), Failure> {
+        let timeout = self.settings.core.timeout;
+        let deadline = std::time::Instant::now() + timeout;
         let mut s = lock(&self.status);
         while s.pending > 0 {
-            s = self.idle.wait(s).unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                let e = Error::Timeout {
+                    rank: self.ident_if_known().map_or(0, |i| i.0),
+                    op: format!("ncclCommFinalize of {}", self.what()),
+                    after: timeout,
+                    waiting_for: format!("{} call(s) to finish", s.pending),
+                };
+                return Err(Failure::from(&e));
+            }
+            s = self
+                .idle
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         s.error.clone().map_or(Ok(()), Err)
     }
@@ -239,7 +266,7 @@ impl CommShared {
         }
     }
 
-    fn aborted(&self) -> bool {
+    pub(crate) fn aborted(&self) -> bool {
         lock(&self.abort).0
     }
 
@@ -262,12 +289,26 @@ impl CommShared {
     /// Runs a batch in order; stops at the first error (and fails the
     /// splits it did not reach, so their new handles do not stay pending).
     pub(crate) fn execute(&self, batch: Vec<Work>) -> FfiResult<()> {
+        let items = batch
+            .into_iter()
+            .map(|work| Item { work, gate: None })
+            .collect();
+        self.execute_items(items, &mut ProxyState::default())
+    }
+
+    /// [`execute`](Self::execute) with gated items (on the proxy thread,
+    /// whose CUDA state is `px`). Items not run release their gates.
+    pub(crate) fn execute_items(&self, batch: Vec<Item>, px: &mut ProxyState) -> FfiResult<()> {
         let mut items = batch.into_iter();
-        while let Some(w) = items.next() {
-            if let Err(e) = self.run_one(w) {
+        while let Some(item) = items.next() {
+            let res = match item.gate {
+                None => self.run_one(item.work),
+                Some(g) => crate::gate::run_gated(self, item.work, g, px),
+            };
+            if let Err(e) = res {
                 let why = e.to_string();
                 for rest in items {
-                    if let Work::Split { child: Some(c), .. } = rest {
+                    if let Work::Split { child: Some(c), .. } = rest.work {
                         c.finish(
                             1,
                             &Err(usage(format!(
@@ -282,7 +323,7 @@ impl CommShared {
         Ok(())
     }
 
-    fn run_one(&self, w: Work) -> FfiResult<()> {
+    pub(crate) fn run_one(&self, w: Work) -> FfiResult<()> {
         let rank = self.ident_if_known().map_or(0, |i| i.0);
         if self.aborted() {
             let e = Error::Aborted {

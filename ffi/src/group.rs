@@ -9,8 +9,11 @@
 //! the order is the same on every rank whatever the interleaving). The
 //! batches of blocking communicators run concurrently, one scoped thread
 //! each, and `ncclGroupEnd` waits for them; those of non-blocking
-//! communicators go to their workers and `ncclGroupEnd` returns
-//! `ncclInProgress`.
+//! communicators go to their proxy threads (`worker.rs`) and
+//! `ncclGroupEnd` returns `ncclInProgress`. A blocking communicator that
+//! switched to its proxy thread (calls on device memory that return at
+//! once, `gate.rs`) queues its batch there too; `ncclGroupEnd` waits for
+//! it unless every call in it is gated on its stream.
 
 use crate::comm::{CommShared, Work};
 use crate::error::{report, to_code, usage, Failure, FfiResult};
@@ -97,17 +100,25 @@ fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
     let mut first: Option<Error> = None;
     let mut in_progress = false;
     let mut blocking = Vec::new();
+    let mut waits = Vec::new();
     for (comm, batch, calls) in list {
-        if comm.blocking() {
+        let proxied = !comm.blocking() || comm.worker.wants(&comm, &batch);
+        if !proxied {
             blocking.push((comm, batch, calls));
             continue;
         }
-        in_progress = true;
-        if let Err(e) = comm.worker.submit(&comm, batch, calls) {
-            first.get_or_insert(e);
+        match comm.worker.submit(&comm, batch, calls) {
+            Ok(_) if !comm.blocking() => in_progress = true,
+            Ok(sub) if !sub.all_gated => waits.push(sub.done),
+            Ok(_) => {}
+            Err(e) => {
+                first.get_or_insert(e);
+            }
         }
     }
-    let results: Vec<FfiResult<()>> = if blocking.len() == 1 {
+    let mut results: Vec<FfiResult<()>> = if blocking.is_empty() {
+        Vec::new()
+    } else if blocking.len() == 1 {
         let (comm, batch, calls) = blocking.pop().expect("one batch");
         vec![run_here(&comm, batch, calls)]
     } else {
@@ -136,6 +147,9 @@ fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
                 .collect()
         })
     };
+    // Proxied blocking communicators: wait for batches that hold anything
+    // but gated calls on device memory (those return at once).
+    results.extend(waits.iter().map(|d| d.wait()));
     for r in results {
         if let Err(e) = r {
             first.get_or_insert(e);

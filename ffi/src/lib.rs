@@ -11,7 +11,9 @@
 //! * `error`: the one mapping from core errors to `ncclResult_t`, and the
 //!   last-error text. `handle`: checked `ncclComm_t` handles.
 //! * `comm`: a communicator's state and the one place its work runs;
-//!   `worker`: the background thread of non-blocking communicators;
+//!   `worker`: a communicator's proxy thread (non-blocking communicators,
+//!   and calls on device memory that return at once); `gate`: those
+//!   calls' gates on their streams (the `cuda` feature);
 //!   `group`: `ncclGroupStart`/`End` and the path every call is issued by;
 //!   `device`: device pointers and streams (the `cuda` feature).
 //! * `init`, `manage`, `coll`, `ops`, `mem`: the API, grouped as `nccl.h`.
@@ -34,6 +36,7 @@ mod comm;
 mod config;
 mod device;
 pub mod error;
+mod gate;
 pub mod group;
 mod handle;
 pub mod init;

@@ -168,6 +168,69 @@ fn device_buffers_on_the_fake_driver_two_and_three_ranks() {
         );
         assert!(out.contains("device_check: OK"), "{out}");
         assert!(out.contains("Fake CUDA Device 0"), "{out}");
+        assert!(out.contains(ASYNC_OK), "{out}");
+        assert!(out.contains(INTERLEAVED_OK), "{out}");
+    }
+}
+
+/// `device_check` printed this after calls returned while their streams
+/// were blocked by the test, and their results were exact.
+const ASYNC_OK: &str = "async: calls returned while their streams were blocked";
+const INTERLEAVED_OK: &str = "host and device calls interleaved";
+const ASYNC_SKIPPED: &str = "async checks skipped";
+
+#[test]
+fn async_failures_surface_and_release_the_streams() {
+    let drv = fake_driver();
+    let out = run(
+        &device_check(),
+        &["2", "async-fail"],
+        &[
+            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            // The calls wait for streams the test holds: they time out.
+            ("NCCL_TIMEOUT", "2"),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.contains("a timed-out call surfaced as ncclTimeout and released its stream"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ncclCommAbort with calls waiting on blocked streams returned"),
+        "{out}"
+    );
+}
+
+#[test]
+fn nccl_cuda_async_0_and_missing_stream_memops_keep_the_blocking_path() {
+    let drv = fake_driver();
+    for (knob, why) in [
+        (("NCCL_CUDA_ASYNC", "0"), "NCCL_CUDA_ASYNC=0"),
+        (
+            ("FAKE_CUDA_MEMOPS", "0"),
+            "a trial cuStreamWaitValue32 failed",
+        ),
+    ] {
+        let out = run(
+            &device_check(),
+            &["2"],
+            &[
+                ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+                ("NCCL_DEBUG", "INFO"),
+                knob,
+            ],
+            Duration::from_secs(300),
+        );
+        assert!(out.contains("device_check: OK"), "{out}");
+        assert!(out.contains(ASYNC_SKIPPED), "{out}");
+        assert!(out.contains(INTERLEAVED_OK), "{out}");
+        assert!(
+            out.contains("calls block until the stream's earlier work is done")
+                && out.contains(why),
+            "{out}"
+        );
+        assert!(!out.contains("calls return at once"), "{out}");
     }
 }
 
@@ -186,6 +249,8 @@ fn device_buffers_whole_buffer_staging_and_two_fake_gpus() {
         Duration::from_secs(300),
     );
     assert!(out.contains("device_check: OK"), "{out}");
+    assert!(out.contains(ASYNC_OK), "{out}");
+    assert!(out.contains("calls return at once"), "{out}");
     assert!(out.contains("staged through pinned host memory"), "{out}");
     assert!(out.contains("GPUDirect RDMA: staging"), "{out}");
 }

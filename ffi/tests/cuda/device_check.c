@@ -10,6 +10,13 @@
  *                                   all-reduce, all-gather (also in place),
  *                                   reduce-scatter, broadcast, send/recv
  *                                   ring and self, ncclMemAlloc
+ *                                   and the async checks below
+ *   device_check N async-fail      a stream left blocked: the call's error
+ *                                   (NCCL_TIMEOUT, set it short) surfaces
+ *                                   through ncclCommGetAsyncError and the
+ *                                   stream is released; ncclCommAbort
+ *                                   while calls wait on blocked streams
+ *                                   returns and releases them
  *   device_check N perf MIN MAX ITERS
  *                                   an all-reduce (float, sum) sweep on
  *                                   device buffers, sizes MIN..MAX bytes (x4),
@@ -18,7 +25,17 @@
  * Every input is written by an asynchronous host-to-device copy enqueued
  * on the rank's stream just before the NCCL call, and every result read by
  * an asynchronous copy enqueued just after it; only then is the stream
- * synchronized. So the library must order its work on the stream. */
+ * synchronized. So the library must order its work on the stream.
+ *
+ * Async checks (NCCL's "the call enqueues, the stream completes the
+ * work"): each stream is first made to wait for a host flag of the test
+ * (cuStreamWaitValue32 on mapped pinned memory), then collectives and
+ * send/recv are called: they must return while their streams are still
+ * blocked (a library that waits for the stream hangs here, and alarm()
+ * fails the run), back to back, then the flag is set and the results are
+ * checked exactly. Also host-memory calls interleaved with device ones.
+ * Skipped when NCCL_CUDA_ASYNC=0 or the driver lacks stream memory
+ * operations. */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
 #endif
@@ -53,6 +70,10 @@ static CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream)
 static CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
 static CUresult (*cuPointerGetAttribute)(void*, int, CUdeviceptr);
 static CUresult (*cuGetErrorName)(CUresult, const char**);
+static CUresult (*cuStreamQuery)(CUstream);
+static CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
+static CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
+static CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
 
 #define CU(cmd)                                                                     \
   do {                                                                              \
@@ -107,6 +128,11 @@ static void load_driver(void) {
   SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
   SYM(cuGetErrorName, "cuGetErrorName");
+  SYM(cuStreamQuery, "cuStreamQuery");
+  SYM(cuMemHostAlloc, "cuMemHostAlloc");
+  SYM(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  *(void**)&cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32_v2");
+  if (!cuStreamWaitValue32) *(void**)&cuStreamWaitValue32 = dlsym(h, "cuStreamWaitValue32");
 }
 
 #define MAXR 16
@@ -328,6 +354,221 @@ static void test_mem_alloc(void) {
   printf("device_check: ncclMemAlloc gives device memory\n");
 }
 
+/* ---------------------------------------------------------------- async */
+
+/* The test's host flag (mapped pinned memory) that holds every stream. */
+static volatile uint32_t* hold_host;
+static CUdeviceptr hold_dev;
+
+/* Makes every rank's stream wait until the hold flag reaches `v`; 0 when
+ * the driver cannot (no stream memory operations). */
+static int hold_streams(uint32_t v) {
+  if (!cuStreamWaitValue32) return 0;
+  if (!hold_host) {
+    void* p = NULL;
+    CU(cuCtxSetCurrent(ctxs[0]));
+    CU(cuMemHostAlloc(&p, 4096, 0x1 | 0x2 /* PORTABLE | DEVICEMAP */));
+    CU(cuMemHostGetDevicePointer(&hold_dev, p, 0));
+    hold_host = p;
+    *hold_host = 0;
+  }
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    CUresult e = cuStreamWaitValue32(streams[r], hold_dev, v, 0 /* GEQ */);
+    if (e != 0) {
+      if (r == 0) return 0;
+      CU(e);
+    }
+  }
+  return 1;
+}
+
+static void release_streams(uint32_t v) { __atomic_store_n(hold_host, v, __ATOMIC_RELEASE); }
+
+/* Every stream is still blocked (the calls did not wait for them). */
+static void expect_blocked(const char* what) {
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    CUresult e = cuStreamQuery(streams[r]);
+    if (e != 600 /* CUDA_ERROR_NOT_READY */) {
+      fprintf(stderr, "device_check: %s: rank %d's stream is not blocked any more (%d)\n", what, r, e);
+      exit(1);
+    }
+  }
+}
+
+static int async_wanted(void) {
+  const char* a = getenv("NCCL_CUDA_ASYNC");
+  return !(a && strcmp(a, "0") == 0);
+}
+
+static uint32_t hold_seq;
+
+/* All-reduce, all-reduce in place, all-gather and a send/recv ring plus
+ * self, called while the streams wait for the test: they return at once;
+ * then the streams go and the results are exact. */
+static void test_async_return(size_t count) {
+  if (!async_wanted() || !hold_streams(++hold_seq)) {
+    printf("device_check: async checks skipped (NCCL_CUDA_ASYNC=0 or no stream memory operations)\n");
+    return;
+  }
+  for (int r = 0; r < n; r++) {
+    float* in = B[r].hin;
+    for (size_t i = 0; i < count; i++) in[i] = val(r, i);
+    memset(B[r].hout, 0xff, B[r].bytes);
+  }
+  /* The inputs are written behind the hold: the library must read them
+   * after the stream got there. */
+  for (int r = 0; r < n; r++) h2d(r, B[r].send, count * 4);
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  /* Back to back on the same streams, each rank's calls on its own. */
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllReduce((void*)B[r].recv, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllGather((void*)B[r].recv, (void*)B[r].send, count / n, ncclFloat, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) d2h(r, B[r].send, (count / n) * n * 4);
+  expect_blocked("after all-reduce, all-reduce in place and all-gather");
+  release_streams(hold_seq);
+  sync_all();
+  for (int r = 0; r < n; r++) {
+    float* out = B[r].hout;
+    for (size_t i = 0; i < (count / n) * n; i++) {
+      float want = 0;
+      for (int q = 0; q < n; q++) want += val(q, i % (count / n));
+      want *= n;
+      if (out[i] != want) fail("async all-reduce twice then all-gather", r, i, out[i], want);
+    }
+  }
+  /* Send/recv ring and self while blocked. */
+  if (!hold_streams(++hold_seq)) exit(1);
+  for (int r = 0; r < n; r++) h2d(r, B[r].send, count * 4);
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    NC(ncclSend((void*)B[r].send, count, ncclFloat, (r + 1) % n, comms[r], streams[r]));
+    NC(ncclRecv((void*)B[r].recv, count, ncclFloat, (r + n - 1) % n, comms[r], streams[r]));
+    NC(ncclSend((void*)B[r].send, count, ncclFloat, r, comms[r], streams[r]));
+    NC(ncclRecv((void*)(B[r].recv + count * 4), count, ncclFloat, r, comms[r], streams[r]));
+  }
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) d2h(r, B[r].recv, 2 * count * 4);
+  expect_blocked("after send/recv");
+  release_streams(hold_seq);
+  sync_all();
+  for (int r = 0; r < n; r++) {
+    float* out = B[r].hout;
+    int prev = (r + n - 1) % n;
+    for (size_t i = 0; i < count; i++) {
+      if (out[i] != val(prev, i)) fail("async recv from the previous rank", r, i, out[i], val(prev, i));
+      if (out[count + i] != val(r, i)) fail("async recv from self", r, i, out[count + i], val(r, i));
+    }
+  }
+  printf("device_check: async: calls returned while their streams were blocked; %zu floats at %d ranks: exact\n",
+         count, n);
+}
+
+/* Host-memory and device-memory calls interleaved, in and out of groups:
+ * one order on every rank, exact results. */
+static void test_host_device_interleaved(size_t count) {
+  float* hs[MAXR];
+  float* hr[MAXR];
+  for (int r = 0; r < n; r++) {
+    hs[r] = malloc(count * 4);
+    hr[r] = malloc(count * 4);
+    for (size_t i = 0; i < count; i++) hs[r][i] = val(r, i) * 2;
+    float* in = B[r].hin;
+    for (size_t i = 0; i < count; i++) in[i] = val(r, i);
+    h2d(r, B[r].send, count * 4);
+  }
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+    NC(ncclAllReduce(hs[r], hr[r], count, ncclFloat, ncclSum, comms[r], streams[r]));
+    NC(ncclAllReduce((void*)B[r].recv, (void*)B[r].recv, count, ncclFloat, ncclMax, comms[r], streams[r]));
+  }
+  NC(ncclGroupEnd());
+  /* The host-memory result is there when the group returns. */
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int q = 0; q < n; q++) want += val(q, i) * 2;
+      if (hr[r][i] != want) fail("host all-reduce between device ones", r, i, hr[r][i], want);
+    }
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllReduce((void*)B[r].recv, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++) NC(ncclBroadcast(hs[r], hr[r], count, ncclFloat, 0, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) d2h(r, B[r].recv, count * 4);
+  sync_all();
+  for (int r = 0; r < n; r++) {
+    float* out = B[r].hout;
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int q = 0; q < n; q++) want += val(q, i);
+      want *= n;
+      if (out[i] != want) fail("device all-reduces around host ones", r, i, out[i], want);
+      if (hr[r][i] != val(0, i) * 2) fail("host broadcast after device calls", r, i, hr[r][i], val(0, i) * 2);
+    }
+    free(hs[r]);
+    free(hr[r]);
+  }
+  printf("device_check: host and device calls interleaved, %zu floats at %d ranks: exact\n", count, n);
+}
+
+/* A call whose stream stays blocked past NCCL_TIMEOUT fails through
+ * ncclCommGetAsyncError and releases its stream; then ncclCommAbort
+ * while calls wait on blocked streams returns and releases them. */
+static void test_async_failures(void) {
+  size_t count = 1000;
+  if (!async_wanted() || !hold_streams(++hold_seq)) {
+    printf("device_check: async checks skipped (NCCL_CUDA_ASYNC=0 or no stream memory operations)\n");
+    return;
+  }
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    ncclResult_t st = ncclSuccess;
+    /* Blocking communicators report ncclSuccess until the proxy fails the
+     * call (after NCCL_TIMEOUT); the alarm bounds this loop. */
+    while (st == ncclSuccess) {
+      NC(ncclCommGetAsyncError(comms[r], &st));
+      if (st == ncclSuccess) usleep(10000);
+    }
+    if (st != ncclTimeout) {
+      fprintf(stderr, "device_check: rank %d: async error %d (%s), expected ncclTimeout\n", r, (int)st,
+              ncclGetErrorString(st));
+      exit(1);
+    }
+  }
+  expect_blocked("after the timeout (the test still holds the streams)");
+  release_streams(hold_seq);
+  sync_all(); /* the library released its gates: no hang */
+  printf("device_check: async: a timed-out call surfaced as ncclTimeout and released its stream\n");
+  if (!hold_streams(++hold_seq)) exit(1);
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    NC(ncclCommAbort(comms[r]));
+    comms[r] = NULL;
+  }
+  release_streams(hold_seq);
+  sync_all();
+  printf("device_check: async: ncclCommAbort with calls waiting on blocked streams returned and released them\n");
+}
+
 static size_t parse_size(const char* s) {
   char* end;
   double v = strtod(s, &end);
@@ -391,7 +632,7 @@ static void perf(size_t min, size_t max, int iters) {
 int main(int argc, char** argv) {
   alarm(400);
   if (argc < 2) {
-    fprintf(stderr, "usage: %s NRANKS [perf MIN MAX ITERS]\n", argv[0]);
+    fprintf(stderr, "usage: %s NRANKS [perf MIN MAX ITERS | async-fail]\n", argv[0]);
     return 2;
   }
   n = atoi(argv[1]);
@@ -428,6 +669,9 @@ int main(int argc, char** argv) {
     if (min < 4) min = 4;
     alloc_bufs(max);
     perf(min, max, atoi(argv[5]));
+  } else if (argc >= 3 && strcmp(argv[2], "async-fail") == 0) {
+    alloc_bufs(4096 * 4);
+    test_async_failures();
   } else {
     size_t count = (size_t)(1 << 20) + 3; /* several staging chunks, odd tail */
     alloc_bufs((size_t)(n < 2 ? 2 : n) * count * 4);
@@ -438,12 +682,14 @@ int main(int argc, char** argv) {
     test_send_recv(count);
     test_send_recv(1);
     test_mem_alloc();
+    test_async_return(count);
+    test_host_device_interleaved(200003);
   }
   free_bufs();
   for (int r = 0; r < n; r++) {
     CU(cuCtxSetCurrent(ctxs[r]));
     CU(cuStreamDestroy(streams[r]));
-    NC(ncclCommDestroy(comms[r]));
+    if (comms[r]) NC(ncclCommDestroy(comms[r]));
   }
   printf("device_check: OK\n");
   return 0;

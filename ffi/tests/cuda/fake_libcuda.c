@@ -22,7 +22,9 @@
  *
  * Environment: FAKE_CUDA_DEVICES (default 1; 0 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE), FAKE_CUDA_DELAY_US, FAKE_CUDA_DMABUF=1 (DMA-BUF
- * export supported: cuMemGetHandleForAddressRange returns a memfd). */
+ * export supported: cuMemGetHandleForAddressRange returns a memfd),
+ * FAKE_CUDA_MEMOPS=0 (no stream memory operations: cuStreamWaitValue32
+ * fails with CUDA_ERROR_NOT_SUPPORTED; see the streamop block). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -327,6 +329,8 @@ API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
   return OK;
 }
 
+static int memops_on(void); /* streamop block */
+
 API CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
   if (!g_init) return E_NOT_INITIALIZED;
   if (d < 0 || d >= g_ndev) return E_INVALID_DEVICE;
@@ -338,6 +342,7 @@ API CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
     case 76: *v = 0; break;
     case 116: *v = getenv("FAKE_CUDA_DMABUF") ? 1 : 0; break; /* GPUDirect RDMA */
     case 124: *v = getenv("FAKE_CUDA_DMABUF") ? 1 : 0; break; /* DMA-BUF */
+    case 92: case 94: case 123: *v = memops_on(); break; /* stream memory ops (streamop block) */
     default: *v = 0; break;
   }
   return OK;
@@ -624,9 +629,29 @@ API CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, uint32_t value
   CUresult e = OK;
   struct fstream* s = stream_of(h, &e);
   if (!s) return e;
+  if (!memops_on()) return E_NOT_SUPPORTED;
+  if (!known(addr)) return E_INVALID_VALUE; /* pageable memory: not mapped for the device */
   submit(s, (struct op){.kind = OP_WAITVAL, .addr = addr, .val = value, .flags = flags});
   return OK;
 }
+
+/* ------------------------------------------------ stream memory operations
+ * (streamop block) The v1 entry point, and FAKE_CUDA_MEMOPS=0: stream
+ * memory operations unavailable (the attributes CAN_USE_STREAM_MEM_OPS_V1
+ * (92), CAN_USE_STREAM_WAIT_VALUE_NOR (94, 123) read 0, and the wait
+ * functions fail with CUDA_ERROR_NOT_SUPPORTED), as on a driver where
+ * they are disabled. The wait runs on the stream's thread, which polls
+ * the 32-bit word (GEQ is the wrap-around comparison the driver uses). */
+static int memops_on(void) {
+  const char* m = getenv("FAKE_CUDA_MEMOPS");
+  return !(m && strcmp(m, "0") == 0);
+}
+
+API CUresult cuStreamWaitValue32(CUstream h, CUdeviceptr addr, uint32_t value, unsigned flags) {
+  return cuStreamWaitValue32_v2(h, addr, value, flags);
+}
+
+/* ------------------------------------------------ end of streamop block */
 
 /* ---------------------------------------------------------------- events */
 

@@ -134,6 +134,8 @@ api! {
 /// What the driver said at load time.
 pub(crate) struct Driver {
     pub(crate) api: Api,
+    /// The `dlopen` handle (never closed), for [`lookup`].
+    handle: usize,
     pub(crate) version: i32,
     pub(crate) devices: i32,
 }
@@ -165,6 +167,16 @@ pub(crate) fn driver() -> Result<&'static Driver, CudaError> {
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The address of the driver's function `name` (NUL-terminated), if the
+/// loaded driver exports it (entry points resolved by other modules,
+/// e.g. `streamop.rs`).
+pub(crate) fn lookup(name: &CStr) -> Option<*const c_void> {
+    let d = driver().ok()?;
+    // SAFETY: a symbol lookup in the driver library, which stays loaded.
+    let p = unsafe { libc::dlsym(d.handle as *mut c_void, name.as_ptr()) };
+    (!p.is_null()).then_some(p.cast_const())
 }
 
 /// The driver's entry points (the driver must be loaded).
@@ -210,6 +222,7 @@ fn load() -> Result<Driver, CudaError> {
         }
         Ok(Driver {
             api,
+            handle: handle as usize,
             version,
             devices,
         })

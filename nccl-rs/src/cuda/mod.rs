@@ -55,12 +55,14 @@ use std::ffi::{c_char, c_int, c_void};
 
 /// Why CUDA cannot be used, or a driver call that failed.
 #[derive(Clone, Debug, thiserror::Error)]
+mod streamop;
 #[non_exhaustive]
 pub enum CudaError {
     /// `NCCL_CUDA_DISABLE` is set.
     #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
     Disabled,
     /// No driver library on this machine.
+pub use streamop::{async_support, Gate, GateWait, HostFlag, ProxyStreams};
     #[error(
         "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine"
     )]

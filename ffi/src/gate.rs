@@ -1,0 +1,285 @@
+//! Calls on device buffers that return at once (`cuda` feature).
+//!
+//! When a batch of a communicator holds a call on device memory and
+//! stream memory operations work (`nccl_rs::cuda::async_support`, off with
+//! `NCCL_CUDA_ASYNC=0`), the communicator switches to its proxy thread
+//! (`worker.rs`) for good: every later call of it, host memory included,
+//! runs there in call order, so the order is the same on every rank.
+//!
+//! Each call on device memory is *gated* when it is handed to the proxy:
+//! on each of its streams, an event after the stream's earlier work, then
+//! a wait until the communicator's flag reaches the call's sequence number
+//! ([`GateSet`]). The call returns. The proxy waits for the events, runs
+//! the call through the stager on its own stream of the same context,
+//! waits for that stream, and raises the flag, also when the call failed
+//! (the error goes to `ncclCommGetAsyncError`) or never ran (abort, a
+//! failed batch, a panic: dropping a `GateSet` raises its flag). So a
+//! stream never waits forever.
+//!
+//! Without the feature nothing here is ever gated.
+
+use crate::comm::{CommShared, Work};
+
+#[cfg(feature = "cuda")]
+pub(crate) use imp::*;
+
+#[cfg(not(feature = "cuda"))]
+pub(crate) use none::*;
+
+#[cfg(not(feature = "cuda"))]
+mod none {
+    use super::*;
+    use crate::error::FfiResult;
+
+    /// Never made without the `cuda` feature.
+    pub(crate) enum GateSet {}
+
+    /// Nothing to keep without the `cuda` feature.
+    #[derive(Default)]
+    pub(crate) struct ProxyState {
+        _none: (),
+    }
+
+    /// Never.
+    pub(crate) fn is_device(_comm: &CommShared, _w: &Work) -> bool {
+        false
+    }
+
+    /// Never.
+    pub(crate) fn enabled() -> bool {
+        false
+    }
+
+    /// The per-communicator flag (none).
+    #[derive(Default)]
+    pub(crate) struct Flag;
+
+    impl Flag {
+        pub(crate) fn gate(&mut self, _comm: &CommShared, _w: &Work) -> Option<GateSet> {
+            None
+        }
+
+        pub(crate) fn release_all(&self) {}
+    }
+
+    pub(crate) fn run_gated(
+        _comm: &CommShared,
+        _work: Work,
+        g: GateSet,
+        _px: &mut ProxyState,
+    ) -> FfiResult<()> {
+        match g {}
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::*;
+    use crate::error::FfiResult;
+    use nccl_rs::cuda::{Gate, GateWait, HostFlag, MemKind, ProxyStreams, Stream};
+    use nccl_rs::Error;
+    use std::time::Instant;
+
+    /// The gates of one call (one per stream it uses) and the flag value
+    /// that releases them. Dropping it releases them.
+    pub(crate) struct GateSet {
+        seq: u32,
+        flag: HostFlag,
+        gates: Vec<Gate>,
+    }
+
+    impl Drop for GateSet {
+        fn drop(&mut self) {
+            self.flag.release(self.seq);
+        }
+    }
+
+    /// The proxy thread's CUDA state: its streams.
+    #[derive(Default)]
+    pub(crate) struct ProxyState {
+        streams: ProxyStreams,
+    }
+
+    /// Whether calls on device buffers return at once here (probed once).
+    pub(crate) fn enabled() -> bool {
+        nccl_rs::cuda::async_support().is_ok()
+    }
+
+    fn on_device(p: *const u8) -> bool {
+        nccl_rs::cuda::classify(p.cast()) != MemKind::Host
+    }
+
+    /// The streams of `w` with the buffers on them (device memory only).
+    fn device_streams(comm: &CommShared, w: &Work) -> Vec<(usize, Vec<*const u8>)> {
+        match w {
+            Work::Coll(c) => {
+                let (sb, rb) = match comm.ident_if_known() {
+                    Some((rank, n)) => {
+                        crate::coll::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
+                            .unwrap_or((0, 0))
+                    }
+                    // Unknown yet (a split in flight): any non-NULL buffer.
+                    None => (
+                        usize::from(!c.send.is_null()),
+                        usize::from(!c.recv.is_null()),
+                    ),
+                };
+                let mut bufs = Vec::with_capacity(2);
+                if sb > 0 && c.count > 0 {
+                    bufs.push(c.send);
+                }
+                if rb > 0 && c.count > 0 {
+                    bufs.push(c.recv.cast_const());
+                }
+                if bufs.iter().any(|p| on_device(*p)) {
+                    vec![(c.stream, bufs)]
+                } else {
+                    Vec::new()
+                }
+            }
+            Work::P2p(ops) => {
+                let mut out: Vec<(usize, Vec<*const u8>)> = Vec::new();
+                for o in ops {
+                    if o.op.bytes == 0 || !on_device(o.op.ptr) {
+                        continue;
+                    }
+                    match out.iter_mut().find(|(s, _)| *s == o.stream) {
+                        Some((_, bufs)) => bufs.push(o.op.ptr),
+                        None => out.push((o.stream, vec![o.op.ptr])),
+                    }
+                }
+                out
+            }
+            Work::Init(_) | Work::Split { .. } => Vec::new(),
+        }
+    }
+
+    /// Whether `w` uses device memory.
+    pub(crate) fn is_device(comm: &CommShared, w: &Work) -> bool {
+        !device_streams(comm, w).is_empty()
+    }
+
+    /// A communicator's flag and the sequence number of its last gate.
+    #[derive(Default)]
+    pub(crate) struct Flag {
+        flag: Option<HostFlag>,
+        seq: u32,
+    }
+
+    impl Flag {
+        /// Gates `w` if it uses device memory and gating works; `None`
+        /// otherwise (the caller then waits for it to run).
+        pub(crate) fn gate(&mut self, comm: &CommShared, w: &Work) -> Option<GateSet> {
+            let streams = device_streams(comm, w);
+            if streams.is_empty() || !enabled() {
+                return None;
+            }
+            match self.try_gate(&streams) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::warn!(
+                        "gating a call on its stream failed ({e}); it runs blocking instead"
+                    );
+                    None
+                }
+            }
+        }
+
+        fn try_gate(
+            &mut self,
+            streams: &[(usize, Vec<*const u8>)],
+        ) -> Result<GateSet, nccl_rs::cuda::CudaError> {
+            let flag = match self.flag {
+                Some(f) => f,
+                None => *self.flag.insert(HostFlag::new()?),
+            };
+            self.seq = self.seq.wrapping_add(1);
+            // Dropped on error: releases the gates made so far.
+            let mut set = GateSet {
+                seq: self.seq,
+                flag,
+                gates: Vec::with_capacity(streams.len()),
+            };
+            for (s, bufs) in streams {
+                // SAFETY: the application's stream, live for the call (NCCL's
+                // contract); the proxy (or dropping `set`) releases the flag.
+                set.gates
+                    .push(unsafe { Gate::enqueue(Stream(*s), bufs, &flag, self.seq) }?);
+            }
+            Ok(set)
+        }
+
+        /// Releases every gate made so far (the proxy has stopped).
+        pub(crate) fn release_all(&self) {
+            if let Some(f) = self.flag {
+                f.release(self.seq);
+            }
+        }
+    }
+
+    /// Runs a gated call on the proxy thread: waits for the stream's
+    /// earlier work (abortable, within the communicator's timeout), runs
+    /// it on our stream, waits for that, releases the gates.
+    pub(crate) fn run_gated(
+        comm: &CommShared,
+        mut work: Work,
+        g: GateSet,
+        px: &mut ProxyState,
+    ) -> FfiResult<()> {
+        let rank = comm.ident_if_known().map_or(0, |i| i.0);
+        let timeout = comm.settings.core.timeout;
+        let deadline = Instant::now() + timeout;
+        for gate in &g.gates {
+            match gate.wait_ready(deadline, || comm.aborted()) {
+                Ok(GateWait::Ready) => {}
+                Ok(GateWait::Cancelled) => {
+                    return Err(Error::Aborted {
+                        rank,
+                        op: "waiting for the stream (ncclCommAbort was called)".into(),
+                    })
+                }
+                Ok(GateWait::TimedOut) => {
+                    return Err(Error::Timeout {
+                        rank,
+                        op: "a call on device buffers".into(),
+                        after: timeout,
+                        waiting_for: format!(
+                            "the work enqueued on stream {:#x} before the call",
+                            gate.stream().0
+                        ),
+                    })
+                }
+                Err(e) => return Err(e.into_error(rank)),
+            }
+        }
+        let mut ours = Vec::with_capacity(g.gates.len());
+        for gate in &g.gates {
+            ours.push((
+                gate.stream().0,
+                px.streams
+                    .stream_for(gate)
+                    .map_err(|e| e.into_error(rank))?
+                    .0,
+            ));
+        }
+        let mapped = |s: usize| ours.iter().find(|(u, _)| *u == s).map_or(s, |(_, o)| *o);
+        match &mut work {
+            Work::Coll(c) => c.stream = mapped(c.stream),
+            Work::P2p(ops) => {
+                for o in ops.iter_mut() {
+                    o.stream = mapped(o.stream);
+                }
+            }
+            Work::Init(_) | Work::Split { .. } => {}
+        }
+        let res = comm.run_one(work);
+        let mut synced = Ok(());
+        for gate in &g.gates {
+            if let Err(e) = px.streams.sync(gate) {
+                synced = Err(e.into_error(rank));
+            }
+        }
+        drop(g);
+        res.and(synced)
+    }
+}
