@@ -1,7 +1,7 @@
 //! Every collective × datatype × op × in/out-of-place × count × root, as
 //! real processes at 1, 2, 3, 4, 5 and 8 ranks: over shared memory (the
 //! default between processes of one host) and over TCP on loopback
-//! (`NCCL_SHM_DISABLE=1`), with the ring, tree and direct all-reduce.
+//! (`NCCL_SHM_DISABLE=1`), with the ring, tree, direct and halving-doubling all-reduce.
 //! Results are checked bit for bit by each rank (see `matrix_worker`).
 
 use nccl_tests_suite::launch::run_ranks;
@@ -76,6 +76,30 @@ fn matrix_3_ranks_direct() {
 }
 
 #[test]
+fn matrix_4_ranks_halving_doubling() {
+    matrix_with(4, &[("NCCL_ALGO", "allreduce:halvingdoubling")]);
+}
+
+#[test]
+fn matrix_6_ranks_halving_doubling() {
+    // Two extra ranks fold into partners of the 4-rank core.
+    matrix_with(6, &[("NCCL_ALGO", "allreduce:hd")]);
+}
+
+#[test]
+fn matrix_5_ranks_halving_doubling_small_chunks() {
+    // Many chunks per exchange through the fewest staging slots allowed.
+    matrix_with(
+        5,
+        &[
+            ("NCCL_ALGO", "allreduce:hd"),
+            ("NCCL_BUFFSIZE", "65536"),
+            ("NCCL_STEPS", "2"),
+        ],
+    );
+}
+
+#[test]
 fn matrix_8_ranks_small_chunks() {
     // Tiny staging slots: many pipelined chunks per call, every algorithm.
     matrix_with(8, &[("NCCL_BUFFSIZE", "65536"), ("NCCL_STEPS", "4")]);
@@ -96,6 +120,16 @@ fn matrix_3_ranks_tcp() {
 #[test]
 fn matrix_4_ranks_tcp_tree() {
     matrix_with(4, &[TCP, ("NCCL_ALGO", "allreduce:tree")]);
+}
+
+#[test]
+fn matrix_3_ranks_tcp_halving_doubling() {
+    matrix_with(3, &[TCP, ("NCCL_ALGO", "allreduce:halvingdoubling")]);
+}
+
+#[test]
+fn matrix_4_ranks_tcp_halving_doubling() {
+    matrix_with(4, &[TCP, ("NCCL_ALGO", "allreduce:hd")]);
 }
 
 #[test]

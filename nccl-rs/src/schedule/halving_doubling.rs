@@ -28,7 +28,9 @@
 //! # Chunks and order
 //! Every exchange is cut into chunks of at most `chunk` elements (one
 //! staging slot each); a rank's sends to its partner run `LEAD` chunks ahead
-//! of its receives, so the next chunk is on the wire while one is reduced.
+//! of its receives, so the next chunks are on the wire while one is reduced.
+//! The middle exchange (mask 1) is fused: each chunk of the own block goes
+//! back to the partner as soon as it is reduced, as in the ring.
 //! The fold is pipelined into the first halving step (the partner folds and
 //! forwards in one `RecvReduceCopySend`), and the result flows back to the
 //! extra rank during the doubling (each finished window is forwarded with
@@ -44,7 +46,7 @@
 use super::{part_start, Loc, Schedule, Step};
 
 /// Chunks a rank's sends run ahead of its receives in one exchange.
-const LEAD: usize = 1;
+const LEAD: usize = 2;
 
 /// The largest power of two not above `n` (0 for 0).
 pub fn core_size(n: usize) -> usize {
@@ -69,7 +71,7 @@ fn role(n: usize, r: usize) -> Role {
             v: r - e,
             extra: None,
         }
-    } else if r % 2 == 0 {
+    } else if r & 1 == 0 {
         Role::Extra { partner: r + 1 }
     } else {
         Role::Core {
@@ -135,21 +137,23 @@ fn chunks((start, len): Range, chunk: usize) -> impl Iterator<Item = (usize, usi
     })
 }
 
-/// Orders one exchange: send group `i` before receive group `i - LEAD`.
-fn interleave(sends: Vec<Vec<Step>>, recvs: Vec<Vec<Step>>) -> impl Iterator<Item = Step> {
-    let mut keyed: Vec<((usize, usize), Vec<Step>)> = sends
-        .into_iter()
-        .enumerate()
-        .map(|(i, g)| ((i, 0), g))
-        .chain(
-            recvs
-                .into_iter()
-                .enumerate()
-                .map(|(i, g)| ((i + LEAD, 1), g)),
-        )
-        .collect();
-    keyed.sort_by_key(|(k, _)| *k);
-    keyed.into_iter().flat_map(|(_, g)| g)
+/// One exchange with a partner, ordered as a wavefront: group `i` of
+/// phase `j` (0: send, 1: receive and reduce, 2: receive the result) gets
+/// the key `(i + j·LEAD, i)`. A message sent under key `(K, i)` is received
+/// under `(K + LEAD, i)` on the other side, so both sides order each link
+/// alike while sends run `LEAD` chunks ahead of receives.
+#[derive(Default)]
+struct Wave(Vec<((usize, usize), Vec<Step>)>);
+
+impl Wave {
+    fn push(&mut self, i: usize, phase: usize, group: Vec<Step>) {
+        self.0.push(((i + phase * LEAD, i), group));
+    }
+
+    fn finish(mut self) -> impl Iterator<Item = Step> {
+        self.0.sort_by_key(|(k, _)| *k);
+        self.0.into_iter().flat_map(|(_, g)| g)
+    }
 }
 
 /// Halving-doubling all-reduce of `count` elements for rank `r` of `n`, in
@@ -172,103 +176,113 @@ pub fn all_reduce_halving_doubling(n: usize, r: usize, count: usize, chunk: usiz
     Schedule { steps, scratch: 0 }
 }
 
-/// The steps of core rank `v` (`n >= 2`).
+/// The steps of core rank `v` (`n >= 2`). The last halving exchange
+/// (mask 1) and the first doubling exchange run fused: each chunk of the
+/// own block goes back to the partner as soon as it is reduced.
 fn core(n: usize, v: usize, extra: Option<usize>, count: usize, chunk: usize) -> Vec<Step> {
     let halves = halving(count, core_size(n), v);
     let mut out = Vec::new();
     for (s, h) in halves.iter().enumerate() {
-        let to = rank_of(n, v ^ h.mask);
+        let peer = rank_of(n, v ^ h.mask);
         let (first, last) = (s == 0, s + 1 == halves.len());
-        let sends = chunks(h.give, chunk)
-            .map(|(o, count)| match (first, extra) {
+        let mut w = Wave::default();
+        for (i, (o, count)) in chunks(h.give, chunk).enumerate() {
+            let send = match (first, extra) {
                 (true, Some(e)) => Step::RecvReduceCopySend {
                     from: e,
-                    to: Some(to),
+                    to: Some(peer),
                     src: Loc::In(o),
                     dst: Loc::Out(o),
                     count,
                     finalize: false,
                 },
                 (true, None) => Step::Send {
-                    to,
+                    to: peer,
                     src: Loc::In(o),
                     count,
                 },
                 (false, _) => Step::Send {
-                    to,
+                    to: peer,
                     src: Loc::Out(o),
                     count,
                 },
-            })
-            .map(|s| vec![s])
-            .collect();
-        let recvs = chunks(h.keep, chunk)
-            .map(|(o, count)| {
-                let mut group = Vec::new();
-                let mut src = if first { Loc::In(o) } else { Loc::Out(o) };
-                if let (true, Some(e)) = (first, extra) {
-                    group.push(Step::RecvReduceCopySend {
-                        from: e,
-                        to: None,
-                        src,
-                        dst: Loc::Out(o),
-                        count,
-                        finalize: false,
-                    });
-                    src = Loc::Out(o);
-                }
+            };
+            w.push(i, 0, vec![send]);
+        }
+        for (i, (o, count)) in chunks(h.keep, chunk).enumerate() {
+            let mut group = Vec::new();
+            let mut src = if first { Loc::In(o) } else { Loc::Out(o) };
+            if let (true, Some(e)) = (first, extra) {
                 group.push(Step::RecvReduceCopySend {
-                    from: to,
+                    from: e,
                     to: None,
                     src,
                     dst: Loc::Out(o),
                     count,
-                    finalize: last,
+                    finalize: false,
                 });
-                group
-            })
-            .collect();
-        out.extend(interleave(sends, recvs));
-    }
-    if let (Some(e), Some(own)) = (extra, halves.last()) {
-        out.extend(chunks(own.keep, chunk).map(|(o, count)| Step::Send {
-            to: e,
-            src: Loc::Out(o),
-            count,
-        }));
-    }
-    for h in halves.iter().rev() {
-        let peer = rank_of(n, v ^ h.mask);
-        let sends = chunks(h.keep, chunk)
-            .map(|(o, count)| {
-                vec![Step::Send {
-                    to: peer,
+                src = Loc::Out(o);
+            }
+            group.push(Step::RecvReduceCopySend {
+                from: peer,
+                to: last.then_some(peer),
+                src,
+                dst: Loc::Out(o),
+                count,
+                finalize: last,
+            });
+            if let (true, Some(e)) = (last, extra) {
+                group.push(Step::Send {
+                    to: e,
                     src: Loc::Out(o),
                     count,
-                }]
-            })
-            .collect();
-        let recvs = chunks(h.give, chunk)
-            .map(|(o, count)| {
-                let dst = Loc::Out(o);
-                vec![match extra {
-                    Some(e) => Step::RecvCopySend {
-                        from: peer,
-                        to: e,
-                        dst,
-                        count,
-                    },
-                    None => Step::Recv {
-                        from: peer,
-                        dst,
-                        count,
-                    },
-                }]
-            })
-            .collect();
-        out.extend(interleave(sends, recvs));
+                });
+            }
+            w.push(i, 1, group);
+        }
+        if last {
+            for (i, (o, count)) in chunks(h.give, chunk).enumerate() {
+                w.push(i, 2, vec![gather_recv(peer, extra, o, count)]);
+            }
+        }
+        out.extend(w.finish());
+    }
+    for h in halves.iter().rev().skip(1) {
+        let peer = rank_of(n, v ^ h.mask);
+        let mut w = Wave::default();
+        for (i, (o, count)) in chunks(h.keep, chunk).enumerate() {
+            let send = Step::Send {
+                to: peer,
+                src: Loc::Out(o),
+                count,
+            };
+            w.push(i, 0, vec![send]);
+        }
+        for (i, (o, count)) in chunks(h.give, chunk).enumerate() {
+            w.push(i, 1, vec![gather_recv(peer, extra, o, count)]);
+        }
+        out.extend(w.finish());
     }
     out
+}
+
+/// Receives finished elements from `peer` into `Out(o)`, forwarding them to
+/// the extra rank if there is one.
+fn gather_recv(peer: usize, extra: Option<usize>, o: usize, count: usize) -> Step {
+    let dst = Loc::Out(o);
+    match extra {
+        Some(e) => Step::RecvCopySend {
+            from: peer,
+            to: e,
+            dst,
+            count,
+        },
+        None => Step::Recv {
+            from: peer,
+            dst,
+            count,
+        },
+    }
 }
 
 /// The steps of extra rank `r`: the mirror of every step of its partner

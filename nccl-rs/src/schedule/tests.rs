@@ -394,9 +394,9 @@ fn halving_doubling_all_reduce_every_element_reduced_once() {
                     |r| (0..c).map(|i| v(r, i)).collect(),
                     c,
                 );
-                for r in 0..n {
+                for (r, bufs) in b.iter().enumerate() {
                     expect(
-                        &b[r].output,
+                        &bufs.output,
                         |i| Val {
                             ranks: all(n),
                             index: i as u64,
