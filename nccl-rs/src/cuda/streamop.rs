@@ -398,15 +398,15 @@ impl Gate {
     }
 
     /// Waits until the stream's work before the gate is done: polls its
-    /// event (sleeping up to 1 ms between polls) until then, until
-    /// `cancelled()` is true, or until `deadline`.
+    /// event (yielding at first, then sleeping up to 1 ms between polls)
+    /// until then, until `cancelled()` is true, or until `deadline`.
     pub fn wait_ready(
         &self,
         deadline: Instant,
         cancelled: impl Fn() -> bool,
     ) -> Result<GateWait, CudaError> {
-        let mut pause = Duration::from_micros(5);
-        loop {
+        let mut pause = Duration::from_micros(10);
+        for polls in 0u32.. {
             if query(self.ev.raw)? {
                 return Ok(GateWait::Ready);
             }
@@ -416,9 +416,16 @@ impl Gate {
             if Instant::now() >= deadline {
                 return Ok(GateWait::TimedOut);
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            // Short waits are common (the stream is usually caught up):
+            // yield first, sleep (backing off) only after that.
+            if polls < 200 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
         }
+        unreachable!("the loop returns")
     }
 }
 
