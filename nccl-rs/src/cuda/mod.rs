@@ -30,6 +30,7 @@
 //! | `NCCL_CUDA_DRIVER=path` | load this driver library first (e.g. a test double) |
 //! | `NCCL_CUDA_STAGING_CHUNK` | bytes staged per pipeline step (default 2 MiB; must be equal on every rank) |
 //! | `NCCL_CUDA_PIPELINE=0` | stage whole buffers in one step |
+//! | `NCCL_CUDA_ASYNC=0` | calls on device buffers block until the stream's earlier work is done (default: they return at once where stream memory operations work, see `streamop.rs`) |
 //! | `NCCL_NET_GDR_LEVEL`, `NCCL_DMABUF_ENABLE` | see [`gdr`] |
 //!
 //! # Rules
