@@ -203,6 +203,24 @@ fn async_failures_surface_and_release_the_streams() {
 }
 
 #[test]
+fn nonblocking_communicators_gate_device_calls() {
+    let drv = fake_driver();
+    let out = run(
+        &device_check(),
+        &["3", "nonblocking"],
+        &[
+            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("NCCL_COMM_BLOCKING", "0"),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.contains("non-blocking communicators returned ncclInProgress with held streams"),
+        "{out}"
+    );
+}
+
+#[test]
 fn nccl_cuda_async_0_and_missing_stream_memops_keep_the_blocking_path() {
     let drv = fake_driver();
     for (knob, why) in [
