@@ -47,6 +47,8 @@ pub struct Args {
     pub nthreads: Option<usize>,
     /// `-a`: how times are combined over ranks.
     pub average: Average,
+    /// `-D` / `--device 1`: buffers in GPU memory (the `cuda` feature).
+    pub device: bool,
 }
 
 impl Default for Args {
@@ -65,6 +67,7 @@ impl Default for Args {
             root: 0,
             nthreads: None,
             average: Average::Max,
+            device: false,
         }
     }
 }
@@ -97,6 +100,7 @@ pub fn usage(prog: &str) -> String {
          \t[-r,--root <root>]  (default 0)\n\
          \t[-a,--average <0/1/2/3> report the time of rank 0/the mean/min/max over ranks]  (default 3)\n\
          \t[-g,--ngpus 1] accepted for compatibility; only 1\n\
+         \t[-D,--device <0/1>]  buffers in GPU memory, staged by nccl-rs (default 0; needs the cuda feature)\n\
          \t[-p -z -y -T -G -C -F -u -R -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
     )
@@ -213,6 +217,7 @@ fn long_to_short(name: &str) -> Option<char> {
         ('d', "datatype"),
         ('r', "root"),
         ('a', "average"),
+        ('D', "device"),
         ('h', "help"),
     ];
     known
@@ -253,7 +258,7 @@ where
         if flag == 'h' {
             return Ok(Parsed::Help);
         }
-        let known = "tgbeifnmwcodra".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
+        let known = "tgbeifnmwcodraD".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
         if !known {
             return Err(format!("invalid option '{arg}'"));
         }
@@ -289,6 +294,13 @@ where
             'w' => args.warmup_iters = int("warmup_iters", 0)? as usize,
             'c' => args.check = int("check", 0)? as u32,
             'r' => args.root = int("root", 0)? as usize,
+            'D' => {
+                args.device = match int("device", 0)? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(bad("device")),
+                }
+            }
             'a' => {
                 args.average = match int("average", 0)? {
                     0 => Average::Rank0,
@@ -400,6 +412,11 @@ mod tests {
         assert_eq!(a.dtypes.len(), 12);
         assert_eq!((a.nthreads, a.root, a.average), (Some(3), 2, Average::Mean));
         assert_eq!(run(&[]), Args::default());
+        assert!(!Args::default().device);
+        assert!(run(&["--device", "1"]).device);
+        assert!(!run(&["--device=1", "-D0"]).device);
+        assert!(run(&["-D", "1"]).device);
+        assert!(parse_args(["--device", "2"]).is_err());
         assert_eq!(parse_args(["-h"]).unwrap(), Parsed::Help);
         assert!(parse_args(["-q", "1"]).is_err());
         assert!(parse_args(["--bogus"]).is_err());

@@ -5,12 +5,14 @@
 //! [`perf_main`] with its [`Collective`]; the flags, sizes, bandwidth
 //! formulas and table follow nccl-tests. Ranks are threads of one process
 //! (`-t N`), the processes of a launcher (`ncclrun -n N`, torchrun, mpirun,
-//! srun), or a single rank.
+//! srun), or a single rank. With `--device 1` (the `cuda` feature) the
+//! buffers are in GPU memory; see [`device`].
 
 pub mod args;
 pub mod check;
 pub mod coll;
 pub mod data;
+pub mod device;
 pub mod exec;
 pub mod run;
 pub mod table;

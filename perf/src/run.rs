@@ -9,6 +9,7 @@ use crate::args::{parse_args, sweep, usage, Args, Parsed};
 use crate::check::{generator, prepare, Place};
 use crate::coll::Collective;
 use crate::data::{count_wrong, poison, tolerance, TestElem};
+use crate::device::DeviceBuffers;
 use crate::exec::run_op;
 use crate::table;
 use crate::timing::{combine, sum_count, time_ops};
@@ -72,6 +73,10 @@ pub fn perf_main(coll: Collective) -> ExitCode {
 
 /// Creates this process's ranks and runs them; `Ok(false)` on wrong results.
 fn launch(coll: Collective, prog: &str, args: &Args) -> AnyResult<bool> {
+    if args.device {
+        // Every rank would fail alike: say so before any rank waits.
+        crate::device::available()?;
+    }
     let cfg = Config::from_env()?;
     let env = LaunchEnv::detect();
     let Some(nthreads) = args.nthreads else {
@@ -240,13 +245,20 @@ fn print_header(
     rec[8..8 + len].copy_from_slice(&hb[..len]);
     let mut all = vec![0u8; RECORD * comm.size()];
     comm.all_gather(&rec, &mut all)?;
+    let memory = if a.device {
+        // Every rank allocates on the device its thread uses (device 0
+        // unless the application chose another).
+        format!("[{}] device memory", crate::device::describe())
+    } else {
+        "[cpu] host memory".to_string()
+    };
     if ctx.main {
         for (r, rec) in all.chunks(RECORD).enumerate() {
             let pid = u32::from_le_bytes(rec[..4].try_into().unwrap_or_default());
             let dev = u32::from_le_bytes(rec[4..8].try_into().unwrap_or_default());
             let end = rec[8..].iter().position(|&b| b == 0).unwrap_or(RECORD - 8);
             let host = String::from_utf8_lossy(&rec[8..8 + end]);
-            println!("#  Rank {r:>2} Group  0 Pid {pid:>6} on {host:>10} device {dev:>2} [cpu] host memory");
+            println!("#  Rank {r:>2} Group  0 Pid {pid:>6} on {host:>10} device {dev:>2} {memory}");
         }
         println!("#");
         for line in table::header() {
@@ -266,11 +278,37 @@ fn hostname() -> String {
     name.split('.').next().unwrap_or(name).to_string()
 }
 
-/// The three buffers of one rank, allocated once at the largest size.
+/// The three buffers of one rank, allocated once at the largest size,
+/// and with `--device 1` the device buffers the operations use (`send`
+/// and `recv` are then the host copies the check fills and reads).
 struct Buffers<T> {
     send: Vec<T>,
     recv: Vec<T>,
     expected: Vec<T>,
+    device: Option<DeviceBuffers>,
+}
+
+impl<T: TestElem> Buffers<T> {
+    /// Runs one operation, `shift` elements into the buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        comm: &mut Communicator,
+        coll: Collective,
+        op: RedOp,
+        root: usize,
+        c: &crate::coll::Counts,
+        in_place: bool,
+        shift: usize,
+    ) -> AnyResult<()> {
+        match &mut self.device {
+            Some(d) => d.run_op::<T>(comm, coll, op, root, c, in_place, shift),
+            None => {
+                let (s, r) = (&mut self.send[shift..], &mut self.recv[shift..]);
+                Ok(run_op(comm, coll, op, root, c, in_place, s, r)?)
+            }
+        }
+    }
 }
 
 /// Runs every operation of `-o` (or just one without reduction) in type `T`.
@@ -284,6 +322,10 @@ fn run_type<T: TestElem>(
         send: vec![T::zeroed(); max_count],
         recv: vec![T::zeroed(); max_count],
         expected: vec![T::zeroed(); if ctx.args.check > 0 { max_count } else { 0 }],
+        device: match ctx.args.device {
+            true => Some(DeviceBuffers::new(max_count * std::mem::size_of::<T>())?),
+            false => None,
+        },
     };
     // Touch every page before timing anything.
     poison(&mut b.send);
@@ -321,7 +363,7 @@ fn time_test<T: TestElem>(
     for bytes in [a.max_bytes, a.min_bytes] {
         let c = coll.counts(elems(bytes), n);
         for _ in 0..a.warmup_iters {
-            run_op(comm, coll, op, root, &c, false, &mut b.send, &mut b.recv)?;
+            b.run(comm, coll, op, root, &c, false, 0)?;
         }
     }
 
@@ -356,18 +398,23 @@ fn time_test<T: TestElem>(
                     &mut b.recv,
                     &mut b.expected,
                 );
-                run_op(comm, coll, op, root, &c, in_place, &mut b.send, &mut b.recv)?;
+                if let Some(d) = &mut b.device {
+                    d.upload(&b.send[..total], &b.recv[..total])?;
+                }
+                b.run(comm, coll, op, root, &c, in_place, 0)?;
+                if let Some(d) = &mut b.device {
+                    d.download(&mut b.recv[..total])?;
+                }
                 if let Some(range) = range {
                     wrong = count_wrong(&b.recv[range], &b.expected[..c.recv], tol);
                 }
             } else {
-                run_op(comm, coll, op, root, &c, in_place, &mut b.send, &mut b.recv)?;
+                b.run(comm, coll, op, root, &c, in_place, 0)?;
             }
             comm.barrier()?;
             let secs = time_ops(a.iters * a.agg_iters, |i| {
                 let shift = total * (i % steps.max(1));
-                let (s, r) = (&mut b.send[shift..], &mut b.recv[shift..]);
-                run_op(comm, coll, op, root, &c, in_place, s, r)
+                b.run(comm, coll, op, root, &c, in_place, shift)
             })?;
             let secs = combine(comm, secs, a.average)?;
             let wrong = if checked {

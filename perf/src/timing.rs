@@ -8,7 +8,10 @@ use crate::args::Average;
 
 /// Runs `op(i)` for `i` in `0..n` back to back and returns the seconds per
 /// operation.
-pub fn time_ops(n: usize, mut op: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+pub fn time_ops<E>(
+    n: usize,
+    mut op: impl FnMut(usize) -> std::result::Result<(), E>,
+) -> std::result::Result<f64, E> {
     let start = Instant::now();
     for i in 0..n {
         op(i)?;

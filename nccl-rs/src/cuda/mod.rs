@@ -40,6 +40,7 @@
 //! piece. NCCL itself requires device memory on every rank.
 
 mod driver;
+pub mod copy;
 pub mod gdr;
 pub mod netreg;
 mod kernels;

@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn host_memory_is_registered_as_it_is() {
-        let buf = vec![0u8; 100];
+        let buf = [0u8; 100];
         let mut c = Recorder::default();
         // SAFETY: a live host buffer.
         let r = unsafe {
