@@ -13,6 +13,7 @@
 #   bin/device_check                   C program: collectives on device buffers
 #                                      through NCCL's C API, exact checks, perf sweep
 #   bin/cuda_fake, bin/cuda_gpu        the Rust cuda tests (run on the real GPU)
+#   bin/ncclrun, bin/*_perf            the perf tools (--features cuda: --device 1)
 #   src/                               the C sources, to rebuild there if wanted
 #   gpu-check.sh, MANIFEST
 # Honours CARGO_TARGET_DIR. Needs python3 (to read cargo's JSON).
@@ -26,6 +27,8 @@ case $out in /*) ;; *) out=$root/$out ;; esac
 
 echo "== building libnccl (release, --features cuda)"
 cargo build --release -p nccl-ffi --features cuda
+echo "== building the perf tools (release, --features cuda)"
+cargo build --release -p nccl-perf --features cuda
 echo "== building the Rust cuda tests (release)"
 tests_json=$(cargo test --release -p nccl-rs --features cuda --test cuda_fake --test cuda_gpu \
   --no-run --message-format=json 2>/dev/null)
@@ -63,6 +66,9 @@ cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O
   -L "$b/lib" -lnccl -ldl -lpthread
 cp "$fake_exe" "$b/bin/cuda_fake"
 cp "$gpu_exe" "$b/bin/cuda_gpu"
+for t in ncclrun all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf sendrecv_perf; do
+  cp "$target/release/$t" "$b/bin/$t"
+done
 cp scripts/gpu-check.sh "$b/gpu-check.sh"
 chmod +x "$b/gpu-check.sh"
 
@@ -82,6 +88,9 @@ echo "== self-test on the fake CUDA driver"
 cc -shared -fPIC -O1 -pthread -Wl,-soname,libcuda.so.1 ffi/tests/cuda/fake_libcuda.c -o "$stage/libcuda.so.1"
 LD_LIBRARY_PATH=$b/lib NCCL_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo NCCL_CUDA_STAGING_CHUNK=256K \
   timeout 300 "$b/bin/device_check" 2 | tail -1
+NCCL_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo \
+  timeout 300 "$b/bin/ncclrun" -n 2 "$b/bin/all_reduce_perf" --device 1 -b 8 -e 1M -f 32 -c 1 -n 2 |
+  grep -F '# Out of bounds values : 0 OK'
 
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -czf "$out" gpu-bundle

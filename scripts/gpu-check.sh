@@ -14,7 +14,8 @@
 #   3. the Rust tests on the real GPU: bin/cuda_fake (every collective,
 #      in-place layouts, stream ordering, PreMulSum, host/device p2p,
 #      DMA-BUF probe) with NCCL_RS_CUDA_TESTS=real, and bin/cuda_gpu
-#   4. an all-reduce sweep on device buffers at 2 and 4 ranks (ours)
+#   4. an all-reduce sweep on device buffers at 2 and 4 ranks (ours);
+#      4b. bin/all_reduce_perf --device 1 under bin/ncclrun at 2 ranks
 #   5. if the Python package nvidia-nccl-cu13 (or -cu12) is installed: the
 #      same program on NVIDIA's libnccl.so.2 (1 rank: NVIDIA's NCCL allows
 #      one rank per GPU), next to ours at 1 rank
@@ -99,6 +100,11 @@ step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
 max=${GPU_CHECK_PERF_MAX:-256M}
 step "all-reduce perf, 2 ranks on device buffers (ours)" 150 "${ours[@]}" "$here/bin/device_check" 2 perf 1K "$max" 5
 step "all-reduce perf, 4 ranks on device buffers (ours)" 150 "${ours[@]}" "$here/bin/device_check" 4 perf 1K 64M 5
+
+# 4b: the perf tool on device buffers (nccl-tests style, -c 1 checks).
+[ ! -x "$here/bin/ncclrun" ] ||
+  step "all_reduce_perf --device 1, 2 ranks under ncclrun" 120 "$here/bin/ncclrun" -n 2 \
+    "$here/bin/all_reduce_perf" --device 1 -b 8 -e 64M -f 8 -c 1 -n 5 -w 2
 
 # 5: NVIDIA's NCCL, same program, if the Python package is there.
 nvdir=""
