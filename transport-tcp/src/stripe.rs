@@ -157,7 +157,7 @@ mod tests {
                 assert_eq!(off, len);
                 // All but the last piece have the same aligned size >= 64 KiB.
                 let c = v[0].len;
-                assert!(c >= MIN_CHUNK && c % CHUNK_ALIGN == 0);
+                assert!(c >= MIN_CHUNK && c.is_multiple_of(CHUNK_ALIGN));
                 assert!(v[..v.len() - 1].iter().all(|p| p.len == c));
                 assert_eq!(s.rot, (rot + v.len()) % n);
             }
