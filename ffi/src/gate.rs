@@ -41,12 +41,7 @@ mod none {
     }
 
     /// Never.
-    pub(crate) fn is_device(_comm: &CommShared, _w: &Work) -> bool {
-        false
-    }
-
-    /// Never.
-    pub(crate) fn enabled() -> bool {
+    pub(crate) fn async_for(_comm: &CommShared, _batch: &[Work]) -> bool {
         false
     }
 
@@ -100,9 +95,19 @@ mod imp {
         streams: ProxyStreams,
     }
 
-    /// Whether calls on device buffers return at once here (probed once).
-    pub(crate) fn enabled() -> bool {
-        nccl_rs::cuda::async_support().is_ok()
+    /// Whether calls on device buffers return at once here (probed once,
+    /// in the context of the first such call).
+    fn enabled(stream: usize, bufs: &[*const u8]) -> bool {
+        nccl_rs::cuda::async_support_for(Stream(stream), bufs).is_ok()
+    }
+
+    /// Whether `batch` holds a call on device memory and such calls return
+    /// at once here.
+    pub(crate) fn async_for(comm: &CommShared, batch: &[Work]) -> bool {
+        batch
+            .iter()
+            .find_map(|w| device_streams(comm, w).into_iter().next())
+            .is_some_and(|(s, bufs)| enabled(s, &bufs))
     }
 
     fn on_device(p: *const u8) -> bool {
@@ -154,11 +159,6 @@ mod imp {
         }
     }
 
-    /// Whether `w` uses device memory.
-    pub(crate) fn is_device(comm: &CommShared, w: &Work) -> bool {
-        !device_streams(comm, w).is_empty()
-    }
-
     /// A communicator's flag and the sequence number of its last gate.
     #[derive(Default)]
     pub(crate) struct Flag {
@@ -171,7 +171,7 @@ mod imp {
         /// otherwise (the caller then waits for it to run).
         pub(crate) fn gate(&mut self, comm: &CommShared, w: &Work) -> Option<GateSet> {
             let streams = device_streams(comm, w);
-            if streams.is_empty() || !enabled() {
+            if !streams.first().is_some_and(|(s, bufs)| enabled(*s, bufs)) {
                 return None;
             }
             match self.try_gate(&streams) {
@@ -191,7 +191,10 @@ mod imp {
         ) -> Result<GateSet, nccl_rs::cuda::CudaError> {
             let flag = match self.flag {
                 Some(f) => f,
-                None => *self.flag.insert(HostFlag::new()?),
+                None => {
+                    let (s, bufs) = &streams[0];
+                    *self.flag.insert(HostFlag::new_for(Stream(*s), bufs)?)
+                }
             };
             self.seq = self.seq.wrapping_add(1);
             // Dropped on error: releases the gates made so far.

@@ -86,8 +86,7 @@ impl Worker {
         if self.lock().proxied {
             return true;
         }
-        let device = batch.iter().any(|w| gate::is_device(comm, w));
-        if device && gate::enabled() {
+        if gate::async_for(comm, batch) {
             self.lock().proxied = true;
             return true;
         }

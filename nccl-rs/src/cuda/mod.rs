@@ -63,6 +63,7 @@ pub enum CudaError {
     /// `NCCL_CUDA_DISABLE` is set.
     #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
     Disabled,
+pub use streamop::{async_support, async_support_for, Gate, GateWait, HostFlag, ProxyStreams};
     /// No driver library on this machine.
 pub use streamop::{async_support, Gate, GateWait, HostFlag, ProxyStreams};
     #[error(

@@ -106,12 +106,14 @@ fn memops() -> Result<&'static MemOps, CudaError> {
     .map_err(Clone::clone)
 }
 
+static SUPPORT: OnceLock<Result<(), String>> = OnceLock::new();
+
 /// Whether calls on device buffers may return before the stream's earlier
 /// work is done: `Ok` when stream memory operations work here and
-/// `NCCL_CUDA_ASYNC` is not 0, else why not. Probed once per process; the
-/// outcome is logged once at INFO.
+/// `NCCL_CUDA_ASYNC` is not 0, else why not. Probed once per process (in
+/// the calling thread's context, or device 0's); the outcome is logged
+/// once at INFO.
 pub fn async_support() -> Result<(), String> {
-    static SUPPORT: OnceLock<Result<(), String>> = OnceLock::new();
     SUPPORT
         .get_or_init(|| {
             let r = probe_async();
@@ -127,6 +129,22 @@ pub fn async_support() -> Result<(), String> {
             r
         })
         .clone()
+}
+
+/// [`async_support`], probed (the first time) in the context of a call on
+/// `stream` with buffers `bufs`, so that no other device gets a context.
+pub fn async_support_for(stream: Stream, bufs: &[*const u8]) -> Result<(), String> {
+    if let Some(r) = SUPPORT.get() {
+        return r.clone();
+    }
+    let _g = call_ctx(stream, bufs).ok().map(CtxGuard::bind);
+    async_support()
+}
+
+/// The context of a call on `stream` with buffers `bufs`.
+fn call_ctx(stream: Stream, bufs: &[*const u8]) -> Result<Ctx, CudaError> {
+    let infos: Vec<PtrInfo> = bufs.iter().map(|p| pointer::info(*p)).collect();
+    op_ctx(stream, &infos)
 }
 
 fn probe_async() -> Result<(), String> {
@@ -187,6 +205,13 @@ pub struct HostFlag {
 static FLAG_PAGES: Mutex<Vec<(usize, CUdeviceptr, usize)>> = Mutex::new(Vec::new());
 
 impl HostFlag {
+    /// [`new`](Self::new) in the context of a call on `stream` with
+    /// buffers `bufs`.
+    pub fn new_for(stream: Stream, bufs: &[*const u8]) -> Result<HostFlag, CudaError> {
+        let _g = CtxGuard::bind(call_ctx(stream, bufs)?)?;
+        HostFlag::new()
+    }
+
     /// A new flag holding 0. Allocates a pinned page (in the current
     /// context, or device 0's) when the last one is used up.
     pub fn new() -> Result<HostFlag, CudaError> {
@@ -376,8 +401,7 @@ impl Gate {
     ) -> Result<Gate, CudaError> {
         let ops = memops()?;
         let api = driver::api()?;
-        let infos: Vec<PtrInfo> = bufs.iter().map(|p| pointer::info(*p)).collect();
-        let ctx = op_ctx(stream, &infos)?;
+        let ctx = call_ctx(stream, bufs)?;
         let _g = CtxGuard::bind(ctx)?;
         let ev = GateEvent::take(ctx)?;
         let s = stream.effective();
