@@ -46,26 +46,25 @@ pub mod netreg;
 mod kernels;
 mod pointer;
 mod stage;
+mod streamop;
 mod typed;
 
 pub use cudarc;
 pub use pointer::{classify, MemKind};
 pub use stage::{Stager, StagingOptions, Stream};
+pub use streamop::{async_support, async_support_for, Gate, GateWait, HostFlag, ProxyStreams};
 
 use driver::{api, check, CtxGuard};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Why CUDA cannot be used, or a driver call that failed.
 #[derive(Clone, Debug, thiserror::Error)]
-mod streamop;
 #[non_exhaustive]
 pub enum CudaError {
     /// `NCCL_CUDA_DISABLE` is set.
     #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
     Disabled,
-pub use streamop::{async_support, async_support_for, Gate, GateWait, HostFlag, ProxyStreams};
     /// No driver library on this machine.
-pub use streamop::{async_support, Gate, GateWait, HostFlag, ProxyStreams};
     #[error(
         "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine"
     )]
