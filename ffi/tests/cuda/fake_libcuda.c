@@ -725,3 +725,114 @@ API CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
 
 /* How many copies went through streams (tests check staging happened). */
 API unsigned long long fakeCudaAsyncCopies(void) { return atomic_load(&g_async_copies); }
+
+/* ------------------------------------------------------------- modules
+ * (gpured block) Real PTX cannot run here: cuModuleLoadData fails with
+ * CUDA_ERROR_NOT_SUPPORTED, so staged reductions take the host path
+ * (NCCL_CUDA_REDUCE=auto) or fail cleanly (=gpu). For tests of the GPU
+ * reduction path, an image "FAKECPU:<path>" loads <path>, the reduction
+ * kernels built for the CPU (nccl-rs/src/cuda/kernels_cpu_shim.h; a test
+ * NVRTC hands out such images), and cuLaunchKernel runs them on the
+ * stream's thread: kernels ncclrs_reduce_* (dst, src, u64, u32, u64, u64)
+ * and ncclrs_scale_* (dst, src, u64, u64), the two pointers translated to
+ * the hidden copies. */
+
+#include <dlfcn.h>
+
+typedef struct fmodule {
+  void* lib;
+}* CUmodule;
+typedef struct ffunction {
+  void* fn;
+  void (*set_index)(unsigned, unsigned, unsigned, unsigned);
+  int scale; /* 1: ncclrs_scale_*, 0: ncclrs_reduce_* */
+}* CUfunction;
+
+/* NVRTC opens libcuda.so.1 itself (this library, when it is loaded under
+ * that name) and asks for the driver's private tables: there are none. */
+API CUresult cuGetExportTable(const void** table, const void* id) {
+  (void)id;
+  if (table) *table = NULL;
+  return E_NOT_SUPPORTED;
+}
+
+API CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  if (!need_ctx()) return E_INVALID_CONTEXT;
+  if (!m || !image) return E_INVALID_VALUE;
+  *m = NULL;
+  if (strncmp(image, "FAKECPU:", 8) != 0) return E_NOT_SUPPORTED;
+  void* lib = dlopen((const char*)image + 8, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return E_INVALID_VALUE;
+  *m = calloc(1, sizeof **m);
+  (*m)->lib = lib;
+  return OK;
+}
+
+API CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  if (!f || !m || !name) return E_INVALID_VALUE;
+  void* fn = dlsym(m->lib, name);
+  void* set = dlsym(m->lib, "ncclrs_cpu_set_index");
+  int scale = strncmp(name, "ncclrs_scale_", 13) == 0;
+  if (!fn || !set || (!scale && strncmp(name, "ncclrs_reduce_", 14) != 0)) return 500; /* NOT_FOUND */
+  *f = calloc(1, sizeof **f);
+  (*f)->fn = fn;
+  *(void**)&(*f)->set_index = set;
+  (*f)->scale = scale;
+  return OK;
+}
+
+API CUresult cuModuleUnload(CUmodule m) {
+  if (!m) return E_INVALID_HANDLE;
+  return OK; /* the library stays loaded: functions may still be queued */
+}
+
+struct launch {
+  CUfunction f;
+  unsigned grid, block;
+  uint64_t dst, src, a, c, d;
+  uint32_t b;
+};
+
+static void run_launch(void* arg) {
+  struct launch* l = arg;
+  void* dst = xlate((uintptr_t)l->dst, 1);
+  void* src = xlate((uintptr_t)l->src, 1);
+  for (unsigned b = 0; b < l->grid; b++) {
+    for (unsigned t = 0; t < l->block; t++) {
+      l->f->set_index(l->grid, l->block, b, t);
+      if (l->f->scale) {
+        ((void (*)(void*, const void*, uint64_t, uint64_t))l->f->fn)(dst, src, l->a, l->c);
+      } else {
+        ((void (*)(void*, const void*, uint64_t, uint32_t, uint64_t, uint64_t))l->f->fn)(dst, src, l->a, l->b,
+                                                                                      l->c, l->d);
+      }
+    }
+  }
+  free(l);
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shmem, CUstream h, void** params, void** extra) {
+  (void)shmem;
+  (void)extra;
+  CUresult e = OK;
+  struct fstream* s = stream_of(h, &e);
+  if (!s) return e;
+  if (!f || !params || gx == 0 || bx == 0 || gy != 1 || gz != 1 || by != 1 || bz != 1) return E_INVALID_VALUE;
+  struct launch* l = calloc(1, sizeof *l);
+  l->f = f;
+  l->grid = gx;
+  l->block = bx;
+  l->dst = *(uint64_t*)params[0];
+  l->src = *(uint64_t*)params[1];
+  l->a = *(uint64_t*)params[2];
+  if (f->scale) {
+    l->c = *(uint64_t*)params[3];
+  } else {
+    l->b = *(uint32_t*)params[3];
+    l->c = *(uint64_t*)params[4];
+    l->d = *(uint64_t*)params[5];
+  }
+  submit(s, (struct op){.kind = OP_HOSTFN, .fn = run_launch, .data = l});
+  return OK;
+}

@@ -14,7 +14,8 @@
 struct ncclrs_dim3 {
   unsigned x, y, z;
 };
-static ncclrs_dim3 threadIdx, blockIdx, blockDim, gridDim;
+/* Per thread: fake streams run launches on their own threads. */
+static thread_local ncclrs_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 extern "C" __attribute__((visibility("default"))) void ncclrs_cpu_set_index(unsigned grid, unsigned block,
                                                                             unsigned b, unsigned t) {

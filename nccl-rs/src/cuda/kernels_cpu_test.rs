@@ -31,7 +31,9 @@ fn library() -> Result<usize, String> {
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
         let status = Command::new(&cxx)
             .args(["-std=c++11", "-O2", "-ffp-contract=off", "-fno-fast-math"])
-            .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-include"])
+            .args([
+                "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-include",
+            ])
             .arg(&shim)
             .args(["-x", "c++"])
             .arg(&src)
@@ -65,7 +67,8 @@ fn sym(name: &str) -> *mut c_void {
 /// Runs a "launch" of `grid` × `block` threads: `f` once per thread.
 fn launch(grid: u32, block: u32, mut f: impl FnMut()) {
     // SAFETY: the shim's setter has this signature.
-    let set = unsafe { std::mem::transmute::<*mut c_void, SetIndexFn>(sym("ncclrs_cpu_set_index")) };
+    let set =
+        unsafe { std::mem::transmute::<*mut c_void, SetIndexFn>(sym("ncclrs_cpu_set_index")) };
     for b in 0..grid {
         for t in 0..block {
             // SAFETY: plain setter of four globals.
@@ -92,10 +95,29 @@ fn specials(dtype: DataType) -> Vec<u64> {
     match dtype {
         DataType::Float32 => {
             let v = [
-                0.0f32, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, 3.0, 1e30, -1e30,
-                f32::MAX, f32::MIN, f32::MIN_POSITIVE, f32::INFINITY, f32::NEG_INFINITY,
-                f32::from_bits(1), f32::from_bits(0x8000_0001), f32::from_bits(0x007F_FFFF),
-                1.0 + f32::EPSILON, f32::EPSILON / 2.0, 3.0 * f32::EPSILON / 2.0, 16777216.0, 1.0 / 3.0,
+                0.0f32,
+                -0.0,
+                1.0,
+                -1.0,
+                0.5,
+                1.5,
+                2.5,
+                3.0,
+                1e30,
+                -1e30,
+                f32::MAX,
+                f32::MIN,
+                f32::MIN_POSITIVE,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::from_bits(1),
+                f32::from_bits(0x8000_0001),
+                f32::from_bits(0x007F_FFFF),
+                1.0 + f32::EPSILON,
+                f32::EPSILON / 2.0,
+                3.0 * f32::EPSILON / 2.0,
+                16777216.0,
+                1.0 / 3.0,
             ];
             let mut b: Vec<u64> = v.iter().map(|x| u64::from(x.to_bits())).collect();
             b.extend([0x7FC0_0000, 0xFFC0_0001, 0x7F80_0001]);
@@ -103,9 +125,24 @@ fn specials(dtype: DataType) -> Vec<u64> {
         }
         DataType::Float64 => {
             let v = [
-                0.0f64, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, f64::MAX, f64::MIN, f64::MIN_POSITIVE,
-                f64::INFINITY, f64::NEG_INFINITY, f64::from_bits(1), 1.0 + f64::EPSILON,
-                f64::EPSILON / 2.0, 3.0 * f64::EPSILON / 2.0, 1.0 / 3.0, 9007199254740992.0,
+                0.0f64,
+                -0.0,
+                1.0,
+                -1.0,
+                0.5,
+                1.5,
+                2.5,
+                f64::MAX,
+                f64::MIN,
+                f64::MIN_POSITIVE,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::from_bits(1),
+                1.0 + f64::EPSILON,
+                f64::EPSILON / 2.0,
+                3.0 * f64::EPSILON / 2.0,
+                1.0 / 3.0,
+                9007199254740992.0,
             ];
             let mut b: Vec<u64> = v.iter().map(|x| x.to_bits()).collect();
             b.extend([0x7FF8_0000_0000_0000, 0xFFF0_0000_0000_0001]);
@@ -113,14 +150,32 @@ fn specials(dtype: DataType) -> Vec<u64> {
         }
         DataType::Float16 | DataType::Bfloat16 => vec![
             0, 0x8000, 0x3C00, 0xBC00, 0x3F80, 0xBF80, 0x7BFF, 0xFBFF, 0x7F7F, 0xFF7F, 0x7C00,
-            0xFC00, 0x7F80, 0xFF80, 0x7E00, 0x7C01, 0x7FC0, 0x7F81, 0x0001, 0x8001, 0x03FF,
-            0x0400, 0x3C01, 0x3800, 0x4000, 0x0080, 0x007F,
+            0xFC00, 0x7F80, 0xFF80, 0x7E00, 0x7C01, 0x7FC0, 0x7F81, 0x0001, 0x8001, 0x03FF, 0x0400,
+            0x3C01, 0x3800, 0x4000, 0x0080, 0x007F,
         ],
         DataType::Int64 | DataType::Uint64 => vec![
-            0, 1, u64::MAX, i64::MAX as u64, i64::MIN as u64, 2, 3, 0x1_0000_0000, 0xFFFF_FFFF,
+            0,
+            1,
+            u64::MAX,
+            i64::MAX as u64,
+            i64::MIN as u64,
+            2,
+            3,
+            0x1_0000_0000,
+            0xFFFF_FFFF,
         ],
         DataType::Int32 | DataType::Uint32 => {
-            vec![0, 1, 0xFFFF_FFFF, 0x7FFF_FFFF, 0x8000_0000, 2, 3, 0x1_0000, 0xFFFF]
+            vec![
+                0,
+                1,
+                0xFFFF_FFFF,
+                0x7FFF_FFFF,
+                0x8000_0000,
+                2,
+                3,
+                0x1_0000,
+                0xFFFF,
+            ]
         }
         // 8-bit types are tested exhaustively.
         _ => (0..256).collect(),
@@ -141,7 +196,7 @@ fn inputs(dtype: DataType, rows: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
             let v = match (i < pairs, r) {
                 (true, 0) => sp[i / sp.len()],
                 (true, 1) => sp[i % sp.len()],
-                _ if x % 3 == 0 => sp[(x >> 8) as usize % sp.len()],
+                _ if x.is_multiple_of(3) => sp[(x >> 8) as usize % sp.len()],
                 // Random bits, and for wide floats values of nearby
                 // magnitudes (interesting sums and ties).
                 _ => match dtype {
@@ -198,7 +253,9 @@ fn cpu_built_kernels_match_the_host_bit_for_bit() {
         let es = dtype.size();
         for op in [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg] {
             // SAFETY: the kernel of this name has this signature.
-            let f = unsafe { std::mem::transmute::<*mut c_void, ReduceFn>(sym(&reduce_name(dtype, op))) };
+            let f = unsafe {
+                std::mem::transmute::<*mut c_void, ReduceFn>(sym(&reduce_name(dtype, op)))
+            };
             for (nrows, avg_n) in [(1usize, 0u64), (2, 0), (3, 0), (3, 3), (2, 200), (1, 7)] {
                 let avg_n = if op == RedOp::Avg { avg_n.max(1) } else { 0 };
                 let rows = inputs(dtype, nrows, &mut rng);
@@ -221,7 +278,14 @@ fn cpu_built_kernels_match_the_host_bit_for_bit() {
                     // SAFETY: `got` holds `len` elements, `src` `nrows`
                     // rows of `stride`.
                     unsafe {
-                        f(got.as_mut_ptr(), src.as_ptr(), stride as u64, nrows as u32, len as u64, avg_n)
+                        f(
+                            got.as_mut_ptr(),
+                            src.as_ptr(),
+                            stride as u64,
+                            nrows as u32,
+                            len as u64,
+                            avg_n,
+                        )
                     }
                 });
                 let what = format!("{dtype} {op} of {nrows} row(s), avg_n {avg_n}");
@@ -238,8 +302,16 @@ fn cpu_built_kernels_match_the_host_bit_for_bit() {
             let mut got = vec![0u8; want.len()];
             let len = (want.len() / es) as u64;
             // SAFETY: both buffers hold `len` elements.
-            launch(2, 7, || unsafe { f(got.as_mut_ptr(), rows[0].as_ptr(), len, s) });
-            assert_same(dtype, &got, &want, &rows, &format!("{dtype} scale by {s:#x}"));
+            launch(2, 7, || unsafe {
+                f(got.as_mut_ptr(), rows[0].as_ptr(), len, s)
+            });
+            assert_same(
+                dtype,
+                &got,
+                &want,
+                &rows,
+                &format!("{dtype} scale by {s:#x}"),
+            );
         }
     }
 }

@@ -17,6 +17,12 @@
 //!   pipelined in chunks: the copies of chunk k+1 and k-1 run on the
 //!   stream while the network works on chunk k.
 //! * Typed calls on cudarc's `CudaSlice` ([`Stager::all_reduce`] …).
+//! * Reductions on the GPU (`dev_reduce.rs`, `stage_gpu.rs`): staged
+//!   all-reduce, reduce-scatter and reduce move only bytes through the
+//!   host (all-to-all, all-gather, gather) and reduce with kernels
+//!   (`kernels.cu`) compiled at run time with NVRTC (`nvrtc.rs`),
+//!   bit-identical to the host kernels. Every rank must pass device
+//!   memory; the ranks agree on the path on the first such call.
 //! * [`netreg`]: registering device buffers with the transport (DMA-BUF,
 //!   peer memory) or staging them, by the transport's `ptr_support`.
 //! * [`gdr`]: GPUDirect RDMA readiness: `NCCL_NET_GDR_LEVEL`, the DMA-BUF
@@ -31,6 +37,8 @@
 //! | `NCCL_CUDA_STAGING_CHUNK` | bytes staged per pipeline step (default 2 MiB; must be equal on every rank) |
 //! | `NCCL_CUDA_PIPELINE=0` | stage whole buffers in one step |
 //! | `NCCL_CUDA_ASYNC=0` | calls on device buffers block until the stream's earlier work is done (default: they return at once where stream memory operations work, see `streamop.rs`) |
+//! | `NCCL_CUDA_REDUCE=gpu\|host\|auto` | where staged all-reduce, reduce-scatter and reduce compute (default `auto`: the GPU when NVRTC and module loading work, else the host; one INFO line says which) |
+//! | `NCCL_NVRTC_LIBRARY=path` | the NVRTC library (default `libnvrtc.so.13`, `.so.12`, `libnvrtc.so`) |
 //! | `NCCL_NET_GDR_LEVEL`, `NCCL_DMABUF_ENABLE` | see [`gdr`] |
 //!
 //! # Rules
@@ -43,7 +51,9 @@ mod driver;
 pub mod copy;
 pub mod gdr;
 pub mod netreg;
+mod dev_reduce;
 mod kernels;
+mod nvrtc;
 mod pointer;
 mod stage;
 mod streamop;
@@ -51,6 +61,7 @@ mod typed;
 
 pub use cudarc;
 pub use pointer::{classify, MemKind};
+pub use dev_reduce::DeviceReduce;
 pub use stage::{Stager, StagingOptions, Stream};
 pub use streamop::{async_support, async_support_for, Gate, GateWait, HostFlag, ProxyStreams};
 
@@ -252,6 +263,20 @@ pub fn probe() -> Result<CudaInfo, CudaError> {
         driver_version: d.version,
         devices,
     })
+}
+
+/// Builds (once per context) the GPU reduction kernels for the current
+/// context, or device 0's primary context when the thread has none, and
+/// says how (NVRTC version, architecture), or why they cannot be used
+/// (no NVRTC, no module support in the driver, ...). Staged reductions
+/// take the host path in the second case unless `NCCL_CUDA_REDUCE=gpu`.
+pub fn device_reduce_probe() -> Result<String, CudaError> {
+    let ctx = match driver::current_ctx() {
+        Some(c) => c,
+        None => driver::primary_ctx(0)?,
+    };
+    let _g = CtxGuard::bind(ctx)?;
+    dev_reduce::kernels(ctx).map(|k| k.built.clone())
 }
 
 /// Whether a CUDA driver with at least one device is usable.

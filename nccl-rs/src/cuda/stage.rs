@@ -45,6 +45,9 @@ use crate::error::{Error, Result};
 use crate::Communicator;
 use cudarc::driver::sys::{CUcontext, CUstream};
 
+#[path = "stage_gpu.rs"]
+mod gpu;
+
 /// A CUDA stream as the C API passes it (`cudaStream_t` / `CUstream`): 0
 /// is the legacy default stream, 1 `cudaStreamLegacy`, 2
 /// `cudaStreamPerThread`.
@@ -208,6 +211,8 @@ pub struct Stager {
     p2p: Vec<Buf>,
     /// The INFO line about the data path was logged.
     announced: bool,
+    /// Reductions on the GPU (`stage_gpu.rs`).
+    gpu: gpu::GpuState,
 }
 
 impl std::fmt::Debug for Stager {
@@ -299,6 +304,7 @@ impl Stager {
             slots: Default::default(),
             p2p: Vec::new(),
             announced: false,
+            gpu: Default::default(),
         }
     }
 
@@ -355,6 +361,7 @@ impl Stager {
             }
             b.ev = None;
         }
+        self.gpu.release();
     }
 
     /// Runs one collective of `comm` with NCCL's meanings of `a`, on any
@@ -454,6 +461,12 @@ impl Stager {
         let err = cuda(rank);
         let ctx = op_ctx(stream, &[si, ri]).map_err(&err)?;
         let _g = self.enter(ctx).map_err(&err)?;
+        if gpu::eligible(a, &si, &ri, rb) {
+            if let Some(k) = self.gpu_kernels(comm, ctx)? {
+                // SAFETY: forwarded contract.
+                return unsafe { self.collective_gpu(comm, a, &k, stream, prescale) };
+            }
+        }
         let s = stream.effective();
         let c = a.count;
         let (in_blocks, out_blocks) = blocks(a.coll, n);
