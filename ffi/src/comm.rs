@@ -150,6 +150,19 @@ impl CommShared {
         c
     }
 
+    /// The network transport's properties: `None` before the core is
+    /// installed, or while an operation holds it (never waits).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn net_properties(&self) -> Option<nccl_net::Properties> {
+        match self.core.try_lock() {
+            Ok(g) => g.as_ref().map(Communicator::net_properties),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().as_ref().map(Communicator::net_properties)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// (rank, nranks), or an error while a split has not finished.
     pub(crate) fn ident(&self) -> FfiResult<(usize, usize)> {
         self.ident

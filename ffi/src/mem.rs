@@ -1,7 +1,9 @@
 //! `ncclMemAlloc`/`ncclMemFree` (64-byte aligned host memory; device
 //! memory with the `cuda` feature when a GPU is usable) and
 //! `ncclCommRegister`/`ncclCommDeregister` (accepted; nothing to do for
-//! host memory; device memory gets an INFO line on its network path).
+//! host memory; device memory gets an INFO line on its path through the
+//! communicator's network transport: DMA-BUF, peer memory or staging, see
+//! `nccl_rs::cuda::netreg`).
 //! Both keep a registry, so freeing a foreign pointer or a handle twice is
 //! an error, not heap corruption.
 
@@ -113,12 +115,36 @@ fn register(
     if buff.is_null() && size > 0 {
         return Err(invalid("ncclCommRegister: buff is NULL"));
     }
-    crate::device::note_registration(buff, size);
+    note_net_path(&comm, buff, size);
     let token = Box::into_raw(Box::new(0u8));
     registrations().insert(token as usize, Registration { comm });
     // SAFETY: `handle` is non-NULL and points to a `void*` (contract).
     unsafe { handle.write(token.cast()) };
     Ok(ncclResult_t::Success)
+}
+
+/// Logs (INFO) how device memory at `buff` would travel through the
+/// communicator's network transport, probed against its `ptr_support`.
+#[cfg(feature = "cuda")]
+fn note_net_path(comm: &CommShared, buff: *const c_void, size: usize) {
+    if nccl_rs::cuda::classify(buff) == nccl_rs::cuda::MemKind::Host {
+        return;
+    }
+    let cfg = match nccl_rs::cuda::gdr::GdrConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => return tracing::warn!("ncclCommRegister: {e}"),
+    };
+    match comm.net_properties() {
+        Some(net) => drop(nccl_rs::cuda::netreg::decide(buff, size, &net, &cfg, None)),
+        // Busy or not yet created: the transport-blind line.
+        None => crate::device::note_registration(buff, size),
+    }
+}
+
+/// Without the `cuda` feature every buffer is host memory.
+#[cfg(not(feature = "cuda"))]
+fn note_net_path(_comm: &CommShared, buff: *const c_void, size: usize) {
+    crate::device::note_registration(buff, size);
 }
 
 fn deregister(comm: ncclComm_t, handle: *mut c_void) -> FfiResult<ncclResult_t> {

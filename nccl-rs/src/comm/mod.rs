@@ -201,6 +201,13 @@ impl Communicator {
         &self.transport
     }
 
+    /// The network transport's capabilities (the transport used between
+    /// hosts; shared memory between local ranks is not it): e.g. whether it
+    /// can register device memory (`ptr_support`).
+    pub fn net_properties(&self) -> nccl_net::Properties {
+        self.net.properties()
+    }
+
     /// A handle that aborts this communicator's operations from any thread
     /// (`ncclCommAbort`). After an abort the communicator only drops.
     pub fn abort_handle(&self) -> AbortHandle {

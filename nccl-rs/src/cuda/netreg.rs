@@ -104,13 +104,13 @@ pub fn plan(
 fn log(path: &NetPath, net: &Properties, len: usize, ptr: *const c_void, ordinal: i32) {
     match path {
         NetPath::Staging { reason } => tracing::info!(
-            "NET/GDR: staging {len} bytes of device {ordinal} at {ptr:?} through pinned host memory for {} ({reason})",
+            "NET/GDR: {len} bytes of device {ordinal} at {ptr:?} through {}: staging through pinned host memory ({reason})",
             net.name
         ),
         p => tracing::info!(
-            "NET/GDR: {} registration of {len} bytes of device {ordinal} at {ptr:?} with {}",
-            p.name(),
-            net.name
+            "NET/GDR: {len} bytes of device {ordinal} at {ptr:?} through {}: {} registration",
+            net.name,
+            p.name()
         ),
     }
 }
@@ -244,7 +244,7 @@ pub unsafe fn register(
         NetPath::DmaBuf | NetPath::PeerMem => {
             let reason = failures.join("; ");
             tracing::info!(
-                "NET/GDR: staging {len} bytes of device {ordinal} at {ptr:?} through pinned host memory for {} ({reason})",
+                "NET/GDR: {len} bytes of device {ordinal} at {ptr:?} through {}: staging through pinned host memory ({reason})",
                 net.name
             );
             Ok(Registered::Staging { reason })
