@@ -17,8 +17,8 @@
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
-//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
-//! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 64 KiB: smallest single-copy message |
+//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | false; 1: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
+//! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message (single copy is off anyway with more local ranks than CPUs) |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
@@ -88,8 +88,8 @@ impl Default for Config {
             net: None,
             ib_disable: false,
             shm_disable: false,
-            shm_use_cma: true,
-            shm_cma_min_bytes: 64 << 10,
+            shm_use_cma: false,
+            shm_cma_min_bytes: 16 << 10,
             socket_buf_bytes: 4 << 20,
             ib: transport_verbs::VerbsOptions::default(),
         }
@@ -131,7 +131,7 @@ impl Config {
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
-            shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_use_cma: flag(&text, "NCCL_SHM_USE_CMA")?,
             shm_cma_min_bytes: num(
                 &text,
                 "NCCL_SHM_CMA_MIN_BYTES",
@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(c.buffsize, 1 << 20);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.socket_family, Some(AddrFamily::V6));
-        assert!(c.shm_use_cma);
+        assert!(!c.shm_use_cma);
         let c = cfg(&[
             ("NCCL_SHM_USE_CMA", "0"),
             ("NCCL_SHM_CMA_MIN_BYTES", "4096"),

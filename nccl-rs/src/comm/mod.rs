@@ -106,6 +106,7 @@ impl Communicator {
                 slots: config.steps,
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
+                local_ranks: local.iter().filter(|&&l| l).count(),
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

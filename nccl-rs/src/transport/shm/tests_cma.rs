@@ -1,8 +1,7 @@
 //! Tests of the single-copy path (`process_vm_readv`): path selection,
 //! odd sizes around the threshold, many messages in flight, the fallback
 //! when the probe fails, and peers that go away mid-transfer. The
-//! cross-process tests in [`super::tests`] run over the default options, so
-//! their large messages (and the SIGKILL test) take this path too.
+//! cross-process tests in [`super::tests`] run the default (ring) path.
 
 use super::connect::{ShmConnector, ShmListener};
 use super::segment::Geometry;
@@ -17,6 +16,16 @@ fn cma_net(buffsize: usize, slots: usize, min: usize) -> ShmNet {
         slots,
         cma: true,
         cma_min_bytes: min,
+        ..ShmOptions::default()
+    })
+    .unwrap()
+}
+
+/// Default options with single copy on.
+fn cma_default() -> ShmNet {
+    ShmNet::new(ShmOptions {
+        cma: true,
+        ..ShmOptions::default()
     })
     .unwrap()
 }
@@ -32,7 +41,7 @@ fn single_copy_send_completes_only_when_read() {
     let data = pattern(1 << 20, 11);
     // Single copy: the sender's buffer is the only copy, so the send
     // cannot complete before the receiver has read it.
-    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let (mut s, mut r, _) = pair(&cma_default());
     let q = isend(s.as_mut(), &data, 5);
     assert!(!completes_alone(s.as_mut(), q, 1000));
     let mut buf = vec![0u8; 1 << 20];
@@ -40,7 +49,7 @@ fn single_copy_send_completes_only_when_read() {
     assert_eq!(poll("recv", || r.test(rq)).unwrap(), 1 << 20);
     poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
     assert!(buf == data);
-    // Through the ring (single copy off): 1 MiB fits in the 4 MiB ring, so
+    // Through the ring (single copy off, the default): 1 MiB fits in the 4 MiB ring, so
     // the send completes with nobody receiving.
     let (mut s, mut r, _) = pair(&ring_net());
     let q = isend(s.as_mut(), &data, 5);
@@ -70,10 +79,10 @@ const ODD_SIZES: &[usize] = &[
 
 #[test]
 fn odd_sizes_in_flight_together() {
-    // Default threshold (64 KiB), threshold 0 (everything past the inline
+    // Default threshold (16 KiB), threshold 0 (everything past the inline
     // line goes single-copy), and a tiny ring mixing both kinds of frames.
     for net in [
-        ShmNet::new(ShmOptions::default()).unwrap(),
+        cma_default(),
         cma_net(4 << 20, 8, 0),
         cma_net(4096, 4, 1000),
     ] {
@@ -161,7 +170,7 @@ fn failed_probe_falls_back_to_the_ring() {
 
 #[test]
 fn truncated_single_copy_message() {
-    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let (mut s, mut r, _) = pair(&cma_default());
     let data = pattern(200_000, 1);
     let _q = isend(s.as_mut(), &data, 0);
     let mut small = vec![0u8; 100_000];
@@ -178,7 +187,7 @@ fn truncated_single_copy_message() {
 
 #[test]
 fn sender_dropped_before_the_read_gives_closed() {
-    let (mut s, mut r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let (mut s, mut r, _) = pair(&cma_default());
     let data = pattern(1 << 20, 2);
     let _q = isend(s.as_mut(), &data, 0);
     drop(s);
@@ -192,7 +201,7 @@ fn sender_dropped_before_the_read_gives_closed() {
 
 #[test]
 fn receiver_dropped_before_the_read_gives_closed() {
-    let (mut s, r, _) = pair(&ShmNet::new(ShmOptions::default()).unwrap());
+    let (mut s, r, _) = pair(&cma_default());
     let data = pattern(1 << 20, 3);
     let q = isend(s.as_mut(), &data, 0);
     assert!(!s.test(q).unwrap());
@@ -201,6 +210,26 @@ fn receiver_dropped_before_the_read_gives_closed() {
         poll("closed", || Ok(s.test(q)?.then_some(()))),
         Err(NetError::Closed(_))
     ));
+}
+
+#[test]
+fn more_local_ranks_than_cpus_uses_the_ring() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let net = ShmNet::new(ShmOptions {
+        local_ranks: cpus + 1,
+        cma: true,
+        ..ShmOptions::default()
+    })
+    .unwrap();
+    assert!(!net.options().cma);
+    let (mut s, mut r, _) = pair(&net);
+    let data = pattern(1 << 20, 13);
+    let q = isend(s.as_mut(), &data, 2);
+    assert!(
+        completes_alone(s.as_mut(), q, 1000),
+        "copied through the ring"
+    );
+    recv_check(r.as_mut(), &[1 << 20], 13, 2);
 }
 
 #[test]
