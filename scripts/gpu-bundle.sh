@@ -16,6 +16,11 @@
 #   bin/ncclrun, bin/*_perf            the perf tools (--features cuda: --device 1)
 #   src/                               the C sources, to rebuild there if wanted
 #   gpu-check.sh, MANIFEST
+#   lib/libnvrtc.so.1x (+ builtins)    only with GPU_BUNDLE_NVRTC=/path/libnvrtc.so.13
+#                                      (about 120 MB); otherwise gpu-check.sh finds the
+#                                      GPU machine's NVRTC (CUDA toolkit or the
+#                                      nvidia-cuda-nvrtc wheel) for the GPU reductions
+# The reduction kernels' source is inside libnccl (compiled there with NVRTC).
 # Honours CARGO_TARGET_DIR. Needs python3 (to read cargo's JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +75,12 @@ for t in ncclrun all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_p
   cp "$target/release/$t" "$b/bin/$t"
 done
 cp scripts/gpu-check.sh "$b/gpu-check.sh"
+if [ -n "${GPU_BUNDLE_NVRTC:-}" ]; then
+  echo "== bundling NVRTC from $GPU_BUNDLE_NVRTC"
+  cp -L "$GPU_BUNDLE_NVRTC" "$b/lib/"
+  # Its RUNPATH is $ORIGIN: the builtins library goes beside it.
+  cp -L "$(dirname "$GPU_BUNDLE_NVRTC")"/libnvrtc-builtins.so.* "$b/lib/" 2>/dev/null || true
+fi
 chmod +x "$b/gpu-check.sh"
 
 glibc_needed=$(for f in "$b/lib/libnccl.so.2" "$b/bin/"*; do objdump -T "$f" 2>/dev/null; done |

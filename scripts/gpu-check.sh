@@ -14,6 +14,10 @@
 #   3. the Rust tests on the real GPU: bin/cuda_fake (every collective,
 #      in-place layouts, stream ordering, PreMulSum, host/device p2p,
 #      DMA-BUF probe) with NCCL_RS_CUDA_TESTS=real, and bin/cuda_gpu
+#   3b. reductions on the GPU (NCCL_CUDA_REDUCE=gpu: kernels compiled at
+#      run time with NVRTC, found below): device_check 2 with the INFO line
+#      that names the path, and bin/cuda_fake again with the GPU path
+#      forced (bit-exact against the host kernels folded in rank order)
 #   4. an all-reduce sweep on device buffers at 2 and 4 ranks (ours);
 #      4b. bin/all_reduce_perf --device 1 under bin/ncclrun at 2 ranks
 #   5. if the Python package nvidia-nccl-cu13 (or -cu12) is installed: the
@@ -22,6 +26,11 @@
 # in about 2-4 minutes (each step has a deadline; the whole < 8 minutes).
 # Everything is logged to gpu-check.log beside this script. Exit status 0
 # when every required step passed (step 5 is informational).
+#
+# NVRTC: NCCL_NVRTC_LIBRARY if set, else lib/ of the bundle, the Python
+# packages nvidia-cuda-nvrtc (-cu12/-cu13), the dynamic linker's cache,
+# /usr/local/cuda*/lib64 and targets/*/lib. Without NVRTC step 3b fails
+# (the host path is checked by the other steps).
 #
 # Environment: GPU_CHECK_PERF_MAX (default 256M), GPU_CHECK_SKIP_NVIDIA=1,
 # GPU_CHECK_FAKE_DRIVER=path (a dry run on the fake driver, no GPU).
@@ -95,6 +104,65 @@ step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
 # (cudarc's typed layer loads every symbol of its bindings: not the fake's.)
 [ -n "$fake" ] ||
   step "Rust cuda tests (cuda_gpu --ignored)" 120 "$here/bin/cuda_gpu" --ignored --test-threads=1 --nocapture
+
+# 3b: reductions on the GPU (NCCL_CUDA_REDUCE=gpu), with NVRTC found here.
+find_nvrtc() {
+  if [ -n "${NCCL_NVRTC_LIBRARY:-}" ]; then
+    echo "$NCCL_NVRTC_LIBRARY"
+    return
+  fi
+  local c
+  for c in "$here"/lib/libnvrtc.so.13 "$here"/lib/libnvrtc.so.12; do
+    [ -e "$c" ] && { echo "$c"; return; }
+  done
+  if command -v python3 >/dev/null; then
+    c=$(python3 - <<'EOF' 2>/dev/null
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+for root in list(getattr(nvidia, "__path__", [])):
+    for pat in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.13",
+                "cuda_nvrtc/lib/libnvrtc.so.12", "*/lib/libnvrtc.so.1[23]"):
+        hits = sorted(glob.glob(os.path.join(root, pat)))
+        if hits:
+            print(hits[0])
+            raise SystemExit
+EOF
+    )
+    [ -n "$c" ] && { echo "$c"; return; }
+  fi
+  c=$(ldconfig -p 2>/dev/null | grep -o '/[^ ]*libnvrtc\.so\.1[23]$' | sort -r | head -1)
+  [ -n "$c" ] && { echo "$c"; return; }
+  for c in /usr/local/cuda/lib64/libnvrtc.so.1[23] /usr/local/cuda-1[23]*/lib64/libnvrtc.so.1[23] \
+    /usr/local/cuda*/targets/*/lib/libnvrtc.so.1[23]; do
+    [ -e "$c" ] && { echo "$c"; return; }
+  done
+}
+# device_check with the GPU path forced; prints which path the INFO line names.
+reduce_path_check() {
+  local out rc
+  out=$("${ours[@]}" NCCL_CUDA_REDUCE=gpu NCCL_DEBUG=INFO "$here/bin/device_check" 2 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | tail -20
+  echo "reduction path: $(printf '%s\n' "$out" | grep -o 'device reductions: on the .*' | head -1)"
+  [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q 'device reductions: on the GPU'
+}
+nvrtc=$(find_nvrtc)
+echo
+if [ -n "$fake" ]; then
+  echo "=== reductions on the GPU: not on the fake driver (no kernels run there)"
+elif [ -n "$nvrtc" ]; then
+  echo "=== NVRTC: $nvrtc"
+  export NCCL_NVRTC_LIBRARY=$nvrtc
+  step "device_check 2 ranks, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 150 reduce_path_check
+  step "Rust cuda tests, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 180 \
+    env NCCL_RS_CUDA_TESTS=real NCCL_CUDA_REDUCE=gpu "$here/bin/cuda_fake" --test-threads=1 --nocapture
+else
+  echo "=== NVRTC not found (no CUDA toolkit, no nvidia-cuda-nvrtc wheel; set NCCL_NVRTC_LIBRARY)"
+  fails+=("reductions on the GPU: NVRTC not found")
+fi
 
 # 4: all-reduce sweeps on device buffers.
 max=${GPU_CHECK_PERF_MAX:-256M}

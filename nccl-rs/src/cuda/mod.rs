@@ -37,7 +37,7 @@
 //! | `NCCL_CUDA_STAGING_CHUNK` | bytes staged per pipeline step (default 2 MiB; must be equal on every rank) |
 //! | `NCCL_CUDA_PIPELINE=0` | stage whole buffers in one step |
 //! | `NCCL_CUDA_ASYNC=0` | calls on device buffers block until the stream's earlier work is done (default: they return at once where stream memory operations work, see `streamop.rs`) |
-//! | `NCCL_CUDA_REDUCE=gpu\|host\|auto` | where staged all-reduce, reduce-scatter and reduce compute (default `auto`: the GPU when NVRTC and module loading work, else the host; one INFO line says which) |
+//! | `NCCL_CUDA_REDUCE=gpu\|host\|auto` | where staged all-reduce, reduce-scatter and reduce compute (default `auto`: the GPU when NVRTC and module loading work, else the host; one INFO line says which; set alike on every rank) |
 //! | `NCCL_NVRTC_LIBRARY=path` | the NVRTC library (default `libnvrtc.so.13`, `.so.12`, `libnvrtc.so`) |
 //! | `NCCL_NET_GDR_LEVEL`, `NCCL_DMABUF_ENABLE` | see [`gdr`] |
 //!
