@@ -66,6 +66,8 @@ pub mod regcache;
 #[cfg(test)]
 mod stub_lib;
 mod sys;
+#[cfg(test)]
+mod udmabuf;
 mod verbs;
 pub mod wire;
 
