@@ -476,6 +476,54 @@ static void test_async_return(size_t count) {
          count, n);
 }
 
+/* Sends on each rank's stream, receives on a second stream, both held:
+ * one call gated on two streams. */
+static void test_async_two_streams(size_t count) {
+  static CUstream second[MAXR];
+  if (!async_wanted() || !hold_streams(++hold_seq)) return;
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    if (!second[r]) CU(cuStreamCreate(&second[r], 1 /* CU_STREAM_NON_BLOCKING */));
+    CU(cuStreamWaitValue32(second[r], hold_dev, hold_seq, 0));
+    float* in = B[r].hin;
+    for (size_t i = 0; i < count; i++) in[i] = val(r, i) + 1;
+    h2d(r, B[r].send, count * 4);
+  }
+  NC(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    NC(ncclSend((void*)B[r].send, count, ncclFloat, (r + 1) % n, comms[r], streams[r]));
+    NC(ncclRecv((void*)B[r].recv, count, ncclFloat, (r + n - 1) % n, comms[r], second[r]));
+  }
+  NC(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    CU(cuMemcpyDtoHAsync(B[r].hout, B[r].recv, count * 4, second[r]));
+    if (cuStreamQuery(second[r]) != 600) {
+      fprintf(stderr, "device_check: rank %d's second stream is not blocked any more\n", r);
+      exit(1);
+    }
+  }
+  expect_blocked("after send/recv on two streams");
+  release_streams(hold_seq);
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    CU(cuStreamSynchronize(second[r]));
+  }
+  sync_all();
+  for (int r = 0; r < n; r++) {
+    float* out = B[r].hout;
+    int prev = (r + n - 1) % n;
+    for (size_t i = 0; i < count; i++)
+      if (out[i] != val(prev, i) + 1) fail("async recv on a second stream", r, i, out[i], val(prev, i) + 1);
+  }
+  for (int r = 0; r < n; r++) {
+    CU(cuCtxSetCurrent(ctxs[r]));
+    CU(cuStreamDestroy(second[r]));
+    second[r] = NULL;
+  }
+  printf("device_check: async: send and recv on two held streams each, %zu floats at %d ranks: exact\n", count, n);
+}
+
 /* Host-memory and device-memory calls interleaved, in and out of groups:
  * one order on every rank, exact results. */
 static void test_host_device_interleaved(size_t count) {
@@ -743,6 +791,7 @@ int main(int argc, char** argv) {
     test_send_recv(1);
     test_mem_alloc();
     test_async_return(count);
+    test_async_two_streams(300007);
     test_host_device_interleaved(200003);
   }
   free_bufs();
