@@ -169,7 +169,10 @@ fn device_buffers_on_the_fake_driver_two_and_three_ranks() {
         assert!(out.contains("device_check: OK"), "{out}");
         assert!(out.contains("Fake CUDA Device 0"), "{out}");
         assert!(out.contains(ASYNC_OK), "{out}");
-        assert!(out.contains("send and recv on two held streams each"), "{out}");
+        assert!(
+            out.contains("send and recv on two held streams each"),
+            "{out}"
+        );
         assert!(out.contains(INTERLEAVED_OK), "{out}");
     }
 }
