@@ -491,3 +491,42 @@ fn all_reduce_schedules_work_in_place() {
         }
     }
 }
+
+#[test]
+fn a_broken_halving_doubling_schedule_is_caught() {
+    // 6 ranks: rank 1 is the fold partner of extra rank 0. Dropping the
+    // first result it sends back, or not forwarding its own block to the
+    // partner, must fail the check.
+    let (n, c) = (6, 37);
+    let good: Vec<_> = (0..n)
+        .map(|r| all_reduce_halving_doubling(n, r, c, 4))
+        .collect();
+    let bufs = || -> Vec<SymBufs> {
+        (0..n)
+            .map(|r| SymBufs {
+                input: (0..c).map(|i| v(r, i)).collect(),
+                output: vec![None; c],
+                scratch: vec![],
+            })
+            .collect()
+    };
+    simulate(&good, &mut bufs()).unwrap();
+    let mut dropped = good.clone();
+    let i = dropped[1]
+        .steps
+        .iter()
+        .position(|s| s.send_peer() == Some(0))
+        .unwrap();
+    dropped[1].steps.remove(i);
+    assert!(simulate(&dropped, &mut bufs()).is_err());
+    let mut unforwarded = good;
+    for s in &mut unforwarded[1].steps {
+        if let Step::RecvReduceCopySend {
+            finalize: true, to, ..
+        } = s
+        {
+            *to = None;
+        }
+    }
+    assert!(simulate(&unforwarded, &mut bufs()).is_err());
+}
