@@ -284,21 +284,29 @@ fn staged_reductions_on_the_gpu_path_are_exact() {
                     });
                     // Forced: a fallback to the host would be an error.
                     st.set_device_reduce(DeviceReduce::Gpu);
-                    run_all(&mut st, &mut comm, s, r, n);
+                    // Several chunks of 4 KiB, a count not divisible by
+                    // n; counts below n (empty shards).
+                    for c in [1531, 1, 5] {
+                        run_all(&mut st, &mut comm, s, r, n, c);
+                    }
+                    let mut whole = Stager::new(StagingOptions {
+                        chunk_bytes: 4096,
+                        pipeline: false,
+                    });
+                    whole.set_device_reduce(DeviceReduce::Gpu);
+                    run_all(&mut whole, &mut comm, s, r, n, 1531);
                 });
             }
         });
     }
 }
 
-fn run_all(st: &mut Stager, comm: &mut Communicator, s: *mut c_void, r: usize, n: usize) {
-    // Several chunks of 4 KiB, a count not divisible by n.
-    let c = 1531;
+fn run_all(st: &mut Stager, comm: &mut Communicator, s: *mut c_void, r: usize, n: usize, c: usize) {
     for dtype in DataType::ALL {
         let es = dtype.size();
         let rows: Vec<Vec<u8>> = (0..n).map(|q| input(dtype, q, n * c)).collect();
         for op in [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg] {
-            let what = |coll: &str| format!("rank {r} of {n}: {coll} {dtype} {op}");
+            let what = |coll: &str| format!("rank {r} of {n}: {coll} of {c} {dtype} {op}");
             let send = upload(&rows[r], s);
             let out = upload(&vec![0u8; n * c * es], s);
             let mut run = |coll: RawColl, send: *const u8, recv: *mut u8| {

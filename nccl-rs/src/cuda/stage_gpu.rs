@@ -261,9 +261,12 @@ impl Stager {
             }
             // Our reduced shard back to the host, then to every rank.
             let slot = &mut self.slots[i % 2];
-            // SAFETY: `valid` elements of the receive buffer into our
-            // pinned slot; we wait for the copy right below.
-            unsafe { copy_async(slot.inp.ptr(), dst, valid * es, s) }.map_err(&err)?;
+            if valid > 0 {
+                // SAFETY: `valid` elements of the receive buffer into our
+                // pinned slot; we wait for the copy right below.
+                unsafe { copy_async(slot.inp.ptr(), dst, valid * es, s) }.map_err(&err)?;
+            }
+            // Also orders the host after the kernel (and the copies before).
             slot.inp.mark(s).map_err(&err)?;
             slot.inp.settle().map_err(&err)?;
             slot.out.settle().map_err(&err)?;
