@@ -27,6 +27,11 @@
 //! call CUDA, and blocking in one would stall the other ranks' host
 //! functions when ranks share a process.)
 //!
+//! # Reductions
+//! All-reduce, reduce-scatter and reduce reduce on the GPU when its
+//! kernels load (`NCCL_CUDA_REDUCE`, `stage_gpu.rs`): the host then only
+//! moves bytes; otherwise the host collective reduces the staged copies.
+//!
 //! # Pipeline
 //! A buffer larger than one chunk (`NCCL_CUDA_STAGING_CHUNK`, 2 MiB by
 //! default) runs as consecutive collectives on chunks. The device→host
