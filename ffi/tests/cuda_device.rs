@@ -204,6 +204,10 @@ fn async_failures_surface_and_release_the_streams() {
         out.contains("ncclCommAbort with calls waiting on blocked streams returned"),
         "{out}"
     );
+    assert!(
+        out.contains("ncclCommDestroy with calls waiting on blocked streams returned"),
+        "{out}"
+    );
 }
 
 #[test]

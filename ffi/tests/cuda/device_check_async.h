@@ -225,8 +225,9 @@ static void test_host_device_interleaved(size_t count) {
 }
 
 /* A call whose stream stays blocked past NCCL_TIMEOUT fails through
- * ncclCommGetAsyncError and releases its stream; then ncclCommAbort
- * while calls wait on blocked streams returns and releases them. */
+ * ncclCommGetAsyncError and releases its stream; then ncclCommAbort (rank
+ * 0) and ncclCommDestroy (the others) while calls wait on blocked streams
+ * return and release them. */
 static void test_async_failures(void) {
   size_t count = 1000;
   if (!async_wanted() || !hold_streams(++hold_seq)) {
@@ -260,13 +261,17 @@ static void test_async_failures(void) {
   for (int r = 0; r < n; r++)
     NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
   NC(ncclGroupEnd());
+  /* Rank 0 aborts; the others destroy, which waits for their calls: those
+   * fail after NCCL_TIMEOUT (their streams are still held). */
   for (int r = 0; r < n; r++) {
-    NC(ncclCommAbort(comms[r]));
+    NC(r == 0 ? ncclCommAbort(comms[r]) : ncclCommDestroy(comms[r]));
     comms[r] = NULL;
   }
+  expect_blocked("after abort and destroy (the test still holds the streams)");
   release_streams(hold_seq);
   sync_all();
   printf("device_check: async: ncclCommAbort with calls waiting on blocked streams returned and released them\n");
+  printf("device_check: async: ncclCommDestroy with calls waiting on blocked streams returned and released them\n");
 }
 
 /* Non-blocking communicators (run with NCCL_COMM_BLOCKING=0): the group
