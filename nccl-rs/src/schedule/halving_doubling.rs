@@ -1,6 +1,7 @@
 //! Recursive halving-doubling all-reduce (Rabenseifner's algorithm): a
 //! reduce-scatter by recursive halving, then an all-gather by recursive
-//! doubling. `2·log2(n)` message latencies instead of the ring's `2(n-1)`,
+//! doubling. `2·log2(p)` message latencies (`p` as below; two more with
+//! extra ranks) instead of the ring's `2(n-1)`,
 //! with the ring's `2(n-1)/n · S` bytes per rank — the middle ground between
 //! the direct exchange (tiny messages) and the pipelined ring (large ones).
 //!
@@ -38,10 +39,12 @@
 //! so their messages match by construction.
 //!
 //! # Memory
-//! In place (`In` is `Out`) is safe: a rank writes a range of `Out` by a
-//! direct receive only in the doubling, and the data comes from the partner
-//! that first had to receive this rank's partial sums of that range, so
-//! every earlier local read of it is finished (the engine's causality rule).
+//! In place (`In` is `Out`) is safe: a core rank writes a range of `Out` by
+//! a direct receive only in the doubling, and the data comes from the
+//! partner that first had to receive this rank's partial sums of that range,
+//! so every earlier local read of it is finished (the engine's causality
+//! rule). An extra rank receives only results its partner computed after
+//! receiving all of the extra rank's input.
 
 use super::{part_start, Loc, Schedule, Step};
 

@@ -186,6 +186,6 @@ pub fn part_len(count: usize, parts: usize, i: usize) -> usize {
 }
 
 #[cfg(test)]
-mod hd_engine_tests;
+mod hd_tests;
 #[cfg(test)]
 mod tests;

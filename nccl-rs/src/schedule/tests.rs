@@ -8,7 +8,7 @@ const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
 const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
 const CHUNKS: &[usize] = &[1, 3, 64, 1 << 20];
 
-fn all(n: usize) -> u128 {
+pub(super) fn all(n: usize) -> u128 {
     if n == 128 {
         u128::MAX
     } else {
@@ -16,14 +16,14 @@ fn all(n: usize) -> u128 {
     }
 }
 
-fn v(rank: usize, index: usize) -> Option<Val> {
+pub(super) fn v(rank: usize, index: usize) -> Option<Val> {
     Some(Val {
         ranks: 1 << rank,
         index: index as u64,
     })
 }
 
-fn run(
+pub(super) fn run(
     n: usize,
     sched: impl Fn(usize) -> Schedule,
     input: impl Fn(usize) -> Vec<Option<Val>>,
@@ -42,7 +42,7 @@ fn run(
     bufs
 }
 
-fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
+pub(super) fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
     for (i, x) in out.iter().enumerate() {
         assert_eq!(*x, Some(want(i)), "{what}: element {i}");
     }
@@ -381,61 +381,6 @@ fn p2p_group_pairs_self_sends_with_self_receives() {
     .is_err());
 }
 
-#[test]
-fn halving_doubling_all_reduce_every_element_reduced_once() {
-    // Every world size 1..=64 (powers of two and not), counts below, at and
-    // above the number of ranks, not divisible by the core size.
-    for n in 1..=64 {
-        for c in [0, 1, 5, n - 1, n + 3, 64, 1023] {
-            for ch in [1, 3, 64, 1 << 20] {
-                let b = run(
-                    n,
-                    |r| all_reduce_halving_doubling(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for (r, bufs) in b.iter().enumerate() {
-                    expect(
-                        &bufs.output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &format!("halving-doubling n={n} c={c} ch={ch} rank {r}"),
-                    );
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn halving_doubling_chunks_fit_a_slot_and_finalize_once() {
-    for n in [2, 3, 6, 8, 13] {
-        for r in 0..n {
-            let s = all_reduce_halving_doubling(n, r, 1000, 7);
-            assert!(s.steps.iter().all(|x| x.count() <= 7), "n={n} rank {r}");
-            assert_eq!(s.scratch, 0);
-        }
-        // Each element is finalized exactly once, by its owner.
-        let mut finalized = vec![0; 1000];
-        for r in 0..n {
-            for step in all_reduce_halving_doubling(n, r, 1000, 7).steps {
-                if let Step::RecvReduceCopySend {
-                    finalize: true,
-                    dst: Loc::Out(o),
-                    count,
-                    ..
-                } = step
-                {
-                    finalized[o..o + count].iter_mut().for_each(|f| *f += 1);
-                }
-            }
-        }
-        assert!(finalized.iter().all(|&f| f == 1), "n={n}");
-    }
-}
-
 /// The schedule with every read of the input redirected to the output, as
 /// the engine runs an in-place call (`In` and `Out` are the same memory).
 fn in_place(mut s: Schedule) -> Schedule {
@@ -490,43 +435,4 @@ fn all_reduce_schedules_work_in_place() {
             }
         }
     }
-}
-
-#[test]
-fn a_broken_halving_doubling_schedule_is_caught() {
-    // 6 ranks: rank 1 is the fold partner of extra rank 0. Dropping the
-    // first result it sends back, or not forwarding its own block to the
-    // partner, must fail the check.
-    let (n, c) = (6, 37);
-    let good: Vec<_> = (0..n)
-        .map(|r| all_reduce_halving_doubling(n, r, c, 4))
-        .collect();
-    let bufs = || -> Vec<SymBufs> {
-        (0..n)
-            .map(|r| SymBufs {
-                input: (0..c).map(|i| v(r, i)).collect(),
-                output: vec![None; c],
-                scratch: vec![],
-            })
-            .collect()
-    };
-    simulate(&good, &mut bufs()).unwrap();
-    let mut dropped = good.clone();
-    let i = dropped[1]
-        .steps
-        .iter()
-        .position(|s| s.send_peer() == Some(0))
-        .unwrap();
-    dropped[1].steps.remove(i);
-    assert!(simulate(&dropped, &mut bufs()).is_err());
-    let mut unforwarded = good;
-    for s in &mut unforwarded[1].steps {
-        if let Step::RecvReduceCopySend {
-            finalize: true, to, ..
-        } = s
-        {
-            *to = None;
-        }
-    }
-    assert!(simulate(&unforwarded, &mut bufs()).is_err());
 }
