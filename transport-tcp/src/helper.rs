@@ -7,8 +7,8 @@
 //! a lock that is only ever held for a queue push or pop.
 //!
 //! An idle helper sleeps in `poll` on the sockets it has work for and an
-//! `eventfd` the comm signals when it queues a chunk on an empty lane
-//! (`poll` also times out every [`IDLE_POLL_MS`] to look at the stop flag).
+//! `eventfd` the comm signals when it queues a chunk on an empty lane or
+//! stops the helper.
 //! On an error the helper records it and exits; the comm reports it.
 //! Dropping the comm stops and joins its helpers before the caller's
 //! buffers can go away.
@@ -23,8 +23,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Longest sleep of an idle helper between looks at its stop flag.
-const IDLE_POLL_MS: libc::c_int = 100;
+/// Longest sleep of an idle helper between looks at its stop flag (a stop
+/// also signals the eventfd, so this is only a safety net).
+const IDLE_POLL_MS: libc::c_int = 1000;
+/// Stack of a helper thread: it only loops over its lanes.
+const HELPER_STACK_BYTES: usize = 256 << 10;
 
 /// What a comm and a helper share about one lane.
 #[derive(Default)]
@@ -75,6 +78,7 @@ impl Helper {
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("nccl-tcp-helper".into())
+            .stack_size(HELPER_STACK_BYTES)
             .spawn(move || run(dir, &s, &lanes))?;
         Ok(Helper {
             shared,

@@ -19,6 +19,32 @@
 //!   many helper threads per comm (see the `helper` module); otherwise by
 //!   the thread calling `test`.
 //!
+//! # Sockets and helper threads: measurements and defaults
+//! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 4
+//! data sockets serviced by 4 helper threads per comm, were chosen by
+//! `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2 all_reduce_perf
+//! -b S -e S -n 20 -w 5 -c 0` (release build), configurations interleaved,
+//! medians of 4-6 runs, on the project's 2-core machine shared with other
+//! jobs (load average 11-16 throughout; bus bandwidth in GB/s, `NS:NT` is
+//! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`):
+//!
+//! | size | 1:1 (one socket) | 4:1 (4 sockets, no helpers) | 1:2 | 2:2 | 1:4 |
+//! |------|-----|-----|-----|-----|-----|
+//! | 64 MiB | 0.28-0.33 | 0.25-0.29 | 0.58-0.65 | 0.67-0.83 | 0.95-1.17 |
+//! | 16 MiB | 0.29-0.33 | 0.33-0.36 | 0.55-0.72 | 0.52-1.01 | 0.83-1.28 |
+//! | 1 MiB | 0.44-0.45 | 0.52-0.53 | 1.23 | 0.90-1.26 | 0.65-1.25 |
+//! | 8 B (µs) | 6.6-7.2 | 7.1-7.4 | 6.8-6.9 | 6.9-7.1 (one 16.7) | 7.1-7.2 |
+//!
+//! Striping without helper threads does not pay: the thread calling `test`
+//! does all the copies either way. Helper threads do (3-4× at ≥ 16 MiB):
+//! they sleep in `poll` and the kernel wakes them the moment a socket can
+//! move data, while the engine's thread yields and sleeps between polls
+//! and, on a busy machine, waits its turn for a core. Small messages never
+//! touch the helpers, so 8-byte latency is unchanged. One socket per
+//! helper beat two per helper. (With no other load the same one-socket
+//! run gave 2.15 GB/s at 64 MiB; an idle-machine comparison could not be
+//! made while this was measured.)
+//!
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
 
@@ -38,6 +64,12 @@ pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface}
 use nccl_net::{Connector, Listener, Net, NetError, NetResult, Properties, PtrSupport};
 use std::net::IpAddr;
 
+/// Default data sockets per helper thread (`NCCL_NSOCKS_PERTHREAD`); see
+/// the crate docs for the measurement behind it.
+pub const DEFAULT_NSOCKS_PERTHREAD: usize = 1;
+/// Default helper threads per comm (`NCCL_SOCKET_NTHREADS`); see the crate
+/// docs for the measurement behind it.
+pub const DEFAULT_NTHREADS: usize = 4;
 /// Default `SO_SNDBUF` / `SO_RCVBUF` size.
 pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
@@ -93,8 +125,8 @@ impl Default for TcpOptions {
             ifname: None,
             family: None,
             socket_buf_bytes: DEFAULT_SOCKET_BUF_BYTES,
-            nsocks: 1,
-            nthreads: 1,
+            nsocks: DEFAULT_NSOCKS_PERTHREAD * DEFAULT_NTHREADS,
+            nthreads: DEFAULT_NTHREADS,
         }
     }
 }
@@ -249,8 +281,8 @@ mod tests {
     fn options_and_properties() {
         let o = TcpOptions::default();
         assert_eq!(o.socket_buf_bytes, 4 << 20);
-        assert_eq!(o.nsocks, 1);
-        assert_eq!(o.nthreads, 1);
+        assert_eq!(o.nsocks, 4);
+        assert_eq!(o.nthreads, 4);
         let ip = "127.0.0.1".parse().unwrap();
         for (nsocks, nthreads) in [(0, 1), (MAX_SOCKS + 1, 1), (4, MAX_SOCKS + 1)] {
             let bad = TcpOptions {

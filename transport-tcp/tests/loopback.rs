@@ -9,8 +9,15 @@ use transport_tcp::{AddrFamily, TcpHandle, TcpNet, TcpOptions, MAX_REQUESTS};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
+/// One socket per connection: the raw peers below speak that wire format
+/// (`tests/striping.rs` covers several sockets and helper threads).
 fn net_on(ip: &str) -> TcpNet {
-    TcpNet::with_local_ip(ip.parse().unwrap(), TcpOptions::default()).unwrap()
+    let opts = TcpOptions {
+        nsocks: 1,
+        nthreads: 1,
+        ..TcpOptions::default()
+    };
+    TcpNet::with_local_ip(ip.parse().unwrap(), opts).unwrap()
 }
 
 fn net() -> TcpNet {
