@@ -161,6 +161,38 @@ pub struct Request(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MemHandle(pub u64);
 
+/// A completed receive, as reported by [`RecvComm::test_lend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// This many bytes were written into the posted buffer.
+    Copied(usize),
+    /// The bytes were left where the transport holds them (a shared-memory
+    /// ring): the message is `first` followed by `second` (empty unless it
+    /// wraps). They stay valid and unchanged until [`RecvComm::release`] is
+    /// called for the request; the posted buffer was not written.
+    Lent {
+        /// First part of the message.
+        first: (*const u8, usize),
+        /// Rest of the message (`(ptr, 0)` when it is all in `first`).
+        second: (*const u8, usize),
+    },
+}
+
+impl Received {
+    /// The message length.
+    pub fn len(&self) -> usize {
+        match *self {
+            Received::Copied(n) => n,
+            Received::Lent { first, second } => first.1 + second.1,
+        }
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A transport: a factory for listeners and connectors. Shared by all
 /// communicators of a process.
 pub trait Net: Send + Sync + fmt::Debug {
@@ -284,6 +316,40 @@ pub trait RecvComm: Send {
     /// Makes progress and reports `Ok(Some(bytes_received))` once `req` is
     /// complete. Never blocks. Once it returned `Some` the request is gone.
     fn test(&mut self, req: Request) -> NetResult<Option<usize>>;
+
+    /// As [`RecvComm::irecv`], for a caller that only reads the message
+    /// once: the transport may lend it in place instead of copying it into
+    /// `data` (see [`RecvComm::test_lend`]). Such a request is tested only
+    /// with `test_lend`. The default is `irecv`.
+    ///
+    /// # Safety
+    /// As for [`RecvComm::irecv`].
+    unsafe fn irecv_lend(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        // SAFETY: the caller upholds `irecv`'s contract.
+        unsafe { self.irecv(data, len, tag, mr) }
+    }
+
+    /// As [`RecvComm::test`] for a request posted with
+    /// [`RecvComm::irecv_lend`]. A [`Received::Lent`] answer must be
+    /// followed by [`RecvComm::release`] once the caller is done reading;
+    /// until then later messages on this comm may wait. The default is
+    /// `test`, reporting [`Received::Copied`].
+    fn test_lend(&mut self, req: Request) -> NetResult<Option<Received>> {
+        Ok(self.test(req)?.map(Received::Copied))
+    }
+
+    /// Gives lent bytes back (after [`Received::Lent`]); a no-op for a
+    /// request whose bytes were copied. The default does nothing.
+    fn release(&mut self, req: Request) -> NetResult<()> {
+        let _ = req;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

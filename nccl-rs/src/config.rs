@@ -10,14 +10,15 @@
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
-//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 1 |
-//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 1 |
+//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 1 (TCP data sockets per helper thread) |
+//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 4 TCP helper threads per connection (1: none; measured in `transport-tcp`) |
 //! | `NCCL_ALGO` | `algo` | tuning model |
 //! | `NCCL_PROTO` | `proto` | tuning model |
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
 //! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | false; 1: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
+//! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message (single copy is off anyway with more local ranks than CPUs) |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
@@ -64,6 +65,8 @@ pub struct Config {
     pub shm_use_cma: bool,
     /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
     pub shm_cma_min_bytes: usize,
+    /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
+    pub shm_direct_reduce: bool,
     /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
@@ -81,8 +84,8 @@ impl Default for Config {
             steps: 8,
             timeout: Duration::from_secs(1800),
             bootstrap_timeout: Duration::from_secs(120),
-            nsocks_perthread: 1,
-            socket_nthreads: 1,
+            nsocks_perthread: transport_tcp::DEFAULT_NSOCKS_PERTHREAD,
+            socket_nthreads: transport_tcp::DEFAULT_NTHREADS,
             algo: None,
             proto: None,
             net: None,
@@ -90,6 +93,7 @@ impl Default for Config {
             shm_disable: false,
             shm_use_cma: false,
             shm_cma_min_bytes: 16 << 10,
+            shm_direct_reduce: true,
             socket_buf_bytes: 4 << 20,
             ib: transport_verbs::VerbsOptions::default(),
         }
@@ -124,14 +128,16 @@ impl Config {
             steps: num(&text, "NCCL_STEPS", d.steps, 2..=64)?,
             timeout: secs(&text, "NCCL_TIMEOUT", d.timeout)?,
             bootstrap_timeout: secs(&text, "NCCL_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
-            nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", 1, 1..=64)?,
-            socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", 1, 1..=16)?,
+            nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", d.nsocks_perthread, 1..=64)?,
+            socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
             algo: text("NCCL_ALGO"),
             proto: text("NCCL_PROTO"),
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
             shm_use_cma: flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_direct_reduce: text("NCCL_SHM_DIRECT_REDUCE").is_none()
+                || flag(&text, "NCCL_SHM_DIRECT_REDUCE")?,
             shm_cma_min_bytes: num(
                 &text,
                 "NCCL_SHM_CMA_MIN_BYTES",
@@ -224,6 +230,12 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.socket_family, Some(AddrFamily::V6));
         assert!(!c.shm_use_cma);
+        assert!(c.shm_direct_reduce);
+        assert!(
+            !cfg(&[("NCCL_SHM_DIRECT_REDUCE", "0")])
+                .unwrap()
+                .shm_direct_reduce
+        );
         let c = cfg(&[
             ("NCCL_SHM_USE_CMA", "0"),
             ("NCCL_SHM_CMA_MIN_BYTES", "4096"),

@@ -62,7 +62,8 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
         ifname: config.socket_ifname.clone(),
         family: config.socket_family,
         socket_buf_bytes: config.socket_buf_bytes,
-        nsocks: config.nsocks_perthread * config.socket_nthreads,
+        // As NCCL, at most MAX_SOCKS (64) sockets in all.
+        nsocks: (config.nsocks_perthread * config.socket_nthreads).min(transport_tcp::MAX_SOCKS),
         nthreads: config.socket_nthreads,
     }
 }
@@ -107,6 +108,7 @@ impl Communicator {
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
                 local_ranks: local.iter().filter(|&&l| l).count(),
+                direct_reduce: config.shm_direct_reduce,
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::reduce;
 use crate::schedule::{Loc, Schedule, Step};
 use crate::transport::{NetError, RecvComm, Request, SendComm};
+use nccl_net::Received;
 use std::collections::VecDeque;
 
 /// What one operation is.
@@ -213,8 +214,15 @@ impl<'a> Run<'a> {
                 // SAFETY: `dst` is a checked range of a user buffer or of a
                 // staging slot that stays allocated for the whole run, and
                 // nothing accesses it until this request completes (see the
-                // module docs for the causality argument).
-                let req = unsafe { comm.irecv(dst.ptr, dst.len, tag, None) };
+                // module docs for the causality argument). Data to be reduced
+                // is read once, so the transport may lend it in place.
+                let req = unsafe {
+                    if slot.is_some() {
+                        comm.irecv_lend(dst.ptr, dst.len, tag, None)
+                    } else {
+                        comm.irecv(dst.ptr, dst.len, tag, None)
+                    }
+                };
                 let req = match req.map_err(|e| self.net_err(from, e))? {
                     Some(r) => r,
                     None => break,
@@ -293,6 +301,7 @@ impl<'a> Run<'a> {
             }
             let step = self.call.sched.steps[self.cur];
             let mut slot = None;
+            let mut lent = None;
             if let Some(from) = step.recv_peer() {
                 let p = self.posted[self.cur]
                     .as_ref()
@@ -301,18 +310,37 @@ impl<'a> Run<'a> {
                 let comm = self.recv[from]
                     .as_mut()
                     .expect("posted on an open connection");
-                match comm.test(req).map_err(|e| self.net_err(from, e))? {
+                let got = if s.is_some() {
+                    comm.test_lend(req)
+                } else {
+                    comm.test(req).map(|r| r.map(Received::Copied))
+                };
+                let got = match got.map_err(|e| self.net_err(from, e))? {
                     None => break,
-                    Some(got) if got != self.bytes(step.count()) => {
-                        let msg = format!("expected {} bytes, got {got}", self.bytes(step.count()));
-                        return Err(self.net_err(from, NetError::Protocol(msg)));
-                    }
-                    Some(_) => {}
+                    Some(got) => got,
+                };
+                if got.len() != self.bytes(step.count()) {
+                    let msg = format!(
+                        "expected {} bytes, got {}",
+                        self.bytes(step.count()),
+                        got.len()
+                    );
+                    return Err(self.net_err(from, NetError::Protocol(msg)));
+                }
+                if let Received::Lent { first, second } = got {
+                    lent = Some((from, req, [first, second]));
                 }
                 self.posted[self.cur] = None;
                 slot = s;
             }
-            self.exec_step(step, slot)?;
+            let result = self.exec_step(step, slot, lent.map(|l| l.2));
+            if let Some((from, req, _)) = lent {
+                let comm = self.recv[from]
+                    .as_mut()
+                    .expect("posted on an open connection");
+                comm.release(req).map_err(|e| self.net_err(from, e))?;
+            }
+            result?;
             if let Some(s) = slot {
                 self.free_slots.push(s);
             }
@@ -325,7 +353,14 @@ impl<'a> Run<'a> {
         Ok(moved)
     }
 
-    fn exec_step(&mut self, step: Step, slot: Option<usize>) -> Result<()> {
+    /// Executes `step`; its incoming data is in staging `slot`, or in the
+    /// transport's `lent` pieces.
+    fn exec_step(
+        &mut self,
+        step: Step,
+        slot: Option<usize>,
+        lent: Option<[(*const u8, usize); 2]>,
+    ) -> Result<()> {
         match step {
             Step::Send { to, src, count } => {
                 let src = self.region(src, count)?;
@@ -363,15 +398,50 @@ impl<'a> Run<'a> {
                 ..
             } => {
                 let slot = slot.ok_or_else(|| self.internal("reduction without a slot".into()))?;
-                let incoming = Region::new(self.slots[slot].ptr, self.bytes(count));
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
-                self.reduce(src, dst, incoming, finalize)?;
+                match lent {
+                    None => {
+                        let incoming = Region::new(self.slots[slot].ptr, self.bytes(count));
+                        self.reduce(src, dst, incoming, finalize)?;
+                    }
+                    Some(pieces) => self.reduce_pieces(src, dst, pieces, finalize)?,
+                }
                 match to {
                     Some(to) => self.isend(to, dst),
                     None => Ok(()),
                 }
             }
         }
+    }
+
+    /// `dst = src ⊕ incoming` where `incoming` is the concatenation of
+    /// `pieces` lent by the transport (read-only, valid until released).
+    fn reduce_pieces(
+        &self,
+        src: Region,
+        dst: Region,
+        pieces: [(*const u8, usize); 2],
+        finalize: bool,
+    ) -> Result<()> {
+        let es = self.call.dtype.size();
+        if pieces[0].1 % es != 0 || pieces[0].1 + pieces[1].1 != dst.len {
+            return Err(self.internal(format!(
+                "lent pieces of {} + {} bytes do not split {} bytes of {es}-byte elements",
+                pieces[0].1, pieces[1].1, dst.len
+            )));
+        }
+        let mut off = 0;
+        for (ptr, len) in pieces {
+            if len == 0 {
+                continue;
+            }
+            // `wrapping_add` keeps this free of unsafe; `off + len <=
+            // dst.len == src.len` was checked above.
+            let part = |r: Region| Region::new(r.ptr.wrapping_add(off), len);
+            self.reduce(part(src), part(dst), Region::read_only(ptr, len), finalize)?;
+            off += len;
+        }
+        Ok(())
     }
 
     /// `dst = src ⊕ incoming`, then the average's division if `finalize`.
@@ -383,8 +453,9 @@ impl<'a> Run<'a> {
         if (src.ptr != dst.ptr && overlap(src, dst)) || overlap(incoming, dst) {
             return Err(self.internal("overlapping reduction operands".into()));
         }
-        // SAFETY: `incoming` is a staging slot or scratch range (engine-owned,
-        // disjoint from `dst` as checked above) holding completed data; `dst` is a checked
+        // SAFETY: `incoming` is a staging slot or scratch range (engine-owned),
+        // or bytes lent by the transport until released (read-only), disjoint
+        // from `dst` as checked above, holding completed data; `dst` is a checked
         // range of a writable buffer that no pending receive targets (the
         // schedule reduces each range once, after its data arrived).
         let (inc, out) = unsafe {

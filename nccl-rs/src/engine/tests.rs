@@ -8,7 +8,10 @@ use crate::transport::mem::MemNet;
 use crate::transport::Net;
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    let net = MemNet;
+    mesh_over(&MemNet, n, slot_bytes)
+}
+
+fn mesh_over(net: &dyn Net, n: usize, slot_bytes: usize) -> Vec<Engine> {
     let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
         (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
     let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =
@@ -108,6 +111,43 @@ fn all_reduce_64_ranks_exact() {
             .collect();
         for (r, (_, out)) in io.iter().enumerate() {
             assert_eq!(out, &f32s(&want), "n={n} count={count} rank {r}");
+        }
+    }
+}
+
+/// Over shared memory the reduction reads the peer's data where it lies in
+/// the ring (lent, in two pieces where it wraps) instead of a staging slot.
+#[test]
+fn all_reduce_over_shm_reduces_from_the_ring() {
+    use crate::transport::shm::{ShmNet, ShmOptions};
+    // Rings of 5 slots of 1 KiB, messages of up to 1 KiB + a header line:
+    // frames wrap at every position; 200-byte chunks leave odd tails.
+    let net = ShmNet::new(ShmOptions {
+        buffsize: 5 << 10,
+        slots: 5,
+        ..ShmOptions::default()
+    })
+    .unwrap();
+    for (n, count, slot) in [(2, 100_003, 1024), (3, 4099, 1024), (4, 777, 200)] {
+        let mut engines = mesh_over(&net, n, slot);
+        let scheds: Vec<_> = (0..n)
+            .map(|r| schedule::all_reduce(n, r, count, slot / 4))
+            .collect();
+        let mut io: Vec<_> = (0..n)
+            .map(|r| {
+                let input: Vec<i32> = (0..count).map(|i| (r * 31 + i * 7) as i32 - 500).collect();
+                (bytemuck::cast_slice(&input).to_vec(), vec![0u8; count * 4])
+            })
+            .collect();
+        drive(&mut engines, &scheds, DataType::Int32, RedOp::Sum, &mut io);
+        let want: Vec<i32> = (0..count)
+            .map(|i| (0..n).map(|r| (r * 31 + i * 7) as i32 - 500).sum())
+            .collect();
+        for (r, (_, out)) in io.iter().enumerate() {
+            assert!(
+                out[..] == *bytemuck::cast_slice::<i32, u8>(&want),
+                "n={n} count={count} rank {r}"
+            );
         }
     }
 }

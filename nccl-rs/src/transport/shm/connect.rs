@@ -19,12 +19,19 @@ pub(super) struct ShmListener {
     handle: Vec<u8>,
     /// Single-copy threshold (`None`: single copy off), for the probe.
     cma_min: Option<usize>,
+    /// Whether the receive comm may lend ring bytes in place.
+    lend: bool,
 }
 
 impl ShmListener {
     /// Creates a segment of geometry `geom`. With `cma_min` set, `accept`
-    /// probes whether single copy works from the sender.
-    pub(super) fn new(geom: Geometry, cma_min: Option<usize>) -> NetResult<ShmListener> {
+    /// probes whether single copy works from the sender. `lend`: whether
+    /// the receive comm may lend ring bytes in place.
+    pub(super) fn new(
+        geom: Geometry,
+        cma_min: Option<usize>,
+        lend: bool,
+    ) -> NetResult<ShmListener> {
         let nonce = new_nonce()?;
         let seg = Segment::create(geom, nonce)?;
         let total = geom.total_bytes().expect("checked by create");
@@ -39,6 +46,7 @@ impl ShmListener {
             seg: Some(seg),
             handle,
             cma_min,
+            lend,
         })
     }
 }
@@ -84,7 +92,7 @@ impl Listener for ShmListener {
         let seg = self.seg.take().expect("checked above");
         tracing::debug!(peer_pid = pid, cma_ok, "SHM: accepted");
         Ok(Some(Box::new(ShmRecvComm::new(
-            seg, pid as i32, pidns, cma_ok,
+            seg, pid as i32, pidns, cma_ok, self.lend,
         ))))
     }
 }

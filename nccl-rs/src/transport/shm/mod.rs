@@ -101,6 +101,8 @@ mod send;
 mod tests;
 #[cfg(test)]
 mod tests_cma;
+#[cfg(test)]
+mod tests_lend;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
@@ -152,6 +154,10 @@ pub struct ShmOptions {
     /// for a descheduled receiver to read (measured at 4 ranks on 2 cores:
     /// all-gather 1.3-2× slower than through the ring).
     pub local_ranks: usize,
+    /// Whether a receive whose data is only reduced may be read in place in
+    /// the ring instead of copied out first (`NCCL_SHM_DIRECT_REDUCE`;
+    /// default true).
+    pub direct_reduce: bool,
 }
 
 impl Default for ShmOptions {
@@ -162,6 +168,7 @@ impl Default for ShmOptions {
             cma: false,
             cma_min_bytes: DEFAULT_CMA_MIN_BYTES,
             local_ranks: 0,
+            direct_reduce: true,
         }
     }
 }
@@ -223,7 +230,11 @@ impl Net for ShmNet {
     }
 
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
-        Ok(Box::new(ShmListener::new(self.geom, self.cma_min())?))
+        Ok(Box::new(ShmListener::new(
+            self.geom,
+            self.cma_min(),
+            self.opts.direct_reduce,
+        )?))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {

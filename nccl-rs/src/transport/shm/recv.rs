@@ -12,7 +12,7 @@ use super::peer::{pid_alive, PeerWatch};
 use super::ring::{decode_header, span_of, Consumer, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
 use super::segment::Segment;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
-use nccl_net::{MemHandle, NetResult, RecvComm, Request};
+use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request};
 use std::collections::VecDeque;
 use std::ptr;
 use std::sync::atomic::Ordering;
@@ -28,6 +28,11 @@ struct RecvOp {
     span: usize,
     /// Bytes of the frame consumed so far (0 until the header is read).
     pos: usize,
+    /// Posted with `irecv_lend`: a ring payload that fits the ring is lent
+    /// in place instead of copied.
+    lend: bool,
+    /// The lent pieces, once complete that way.
+    lent: Option<[(*const u8, usize); 2]>,
     reported: bool,
 }
 
@@ -42,6 +47,11 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     fault: Option<Fault>,
     /// Whether we told the sender it may send single-copy frames.
     cma_ok: bool,
+    /// Whether `irecv_lend` may lend (else it copies like `irecv`).
+    may_lend: bool,
+    /// A lent payload not released yet: `(request id, stream bytes)`. No
+    /// later frame is read meanwhile.
+    lent: Option<(u64, usize)>,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -57,12 +67,13 @@ type Frame = (usize, Payload, u64);
 impl ShmRecvComm {
     /// A comm over an accepted segment; the sender is `peer_pid` in pid
     /// namespace `peer_pidns`; `cma_ok`: whether the probe succeeded and we
-    /// published that.
+    /// published that; `may_lend`: whether `irecv_lend` lends.
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
         peer_pidns: u64,
         cma_ok: bool,
+        may_lend: bool,
     ) -> ShmRecvComm {
         ShmRecvComm {
             cons: Consumer::new(ring_of(&seg)),
@@ -72,6 +83,8 @@ impl ShmRecvComm {
             next_id: 1,
             fault: None,
             cma_ok,
+            may_lend,
+            lent: None,
             seg,
         }
     }
@@ -150,6 +163,9 @@ impl ShmRecvComm {
     fn pump(&mut self) -> Result<bool, Fault> {
         let mut moved = false;
         let result = loop {
+            if self.lent.is_some() {
+                break Ok(());
+            }
             let i = self.ndone;
             let Some(op) = self.q.get(i) else {
                 break Ok(());
@@ -176,8 +192,29 @@ impl ShmRecvComm {
                 op.pos = FRAME_ALIGN;
                 moved = true;
             }
-            let ShmRecvComm { cons, q, .. } = self;
+            let ShmRecvComm { cons, q, lent, .. } = self;
             let op = &mut q[i];
+            let rest = op.span - op.pos;
+            // A ring payload (not inline, not single-copy: those frames are
+            // one line) that fits the ring.
+            let ring_payload = op.len > INLINE_MAX && op.span > FRAME_ALIGN;
+            if op.lend && ring_payload && op.pos == FRAME_ALIGN && op.span <= cons.capacity() {
+                // Lend the payload where it lies once all of it is
+                // published; it fits the ring, so the producer can publish
+                // it all while we hold the lines before it released.
+                match cons.avail(rest) {
+                    Ok(a) if a >= rest => {}
+                    Ok(_) => break Ok(()),
+                    Err(e) => break Err(Fault::Corrupt(e)),
+                }
+                let [a, b] = cons.peek(op.len);
+                op.lent = Some([a, b]);
+                op.pos = op.span;
+                *lent = Some((op.id, rest));
+                self.ndone += 1;
+                moved = true;
+                break Ok(());
+            }
             while op.pos < op.span {
                 let avail = match cons.avail(1) {
                     Ok(a) => a,
@@ -214,7 +251,9 @@ impl ShmRecvComm {
     /// Makes progress; records a fault if the sender is gone and nothing
     /// more is coming.
     fn progress(&mut self) {
-        if self.fault.is_some() || self.ndone == self.q.len() {
+        // While a payload is lent nothing can move, and that stall is ours,
+        // not the sender's.
+        if self.fault.is_some() || self.ndone == self.q.len() || self.lent.is_some() {
             return;
         }
         match self.pump() {
@@ -272,6 +311,57 @@ impl RecvComm for ShmRecvComm {
         tag: u32,
         _mr: Option<MemHandle>,
     ) -> NetResult<Option<Request>> {
+        self.post(data, len, tag, false)
+    }
+
+    unsafe fn irecv_lend(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        _mr: Option<MemHandle>,
+    ) -> NetResult<Option<Request>> {
+        self.post(data, len, tag, self.may_lend)
+    }
+
+    fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
+        match self.test_any(req)? {
+            None => Ok(None),
+            Some(Received::Copied(n)) => Ok(Some(n)),
+            Some(Received::Lent { .. }) => Err(NetError::Other(format!(
+                "SHM: request {} was lent: test it with test_lend and release it",
+                req.0
+            ))),
+        }
+    }
+
+    fn test_lend(&mut self, req: Request) -> NetResult<Option<Received>> {
+        self.test_any(req)
+    }
+
+    fn release(&mut self, req: Request) -> NetResult<()> {
+        match self.lent {
+            Some((id, n)) if id == req.0 => {
+                self.cons.advance(n);
+                // Release: our reads of the lent bytes are over before the
+                // producer sees them free.
+                self.cons.publish();
+                self.lent = None;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl ShmRecvComm {
+    fn post(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+        lend: bool,
+    ) -> NetResult<Option<Request>> {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
@@ -288,12 +378,14 @@ impl RecvComm for ShmRecvComm {
             len: 0,
             span: 0,
             pos: 0,
+            lend,
+            lent: None,
             reported: false,
         });
         Ok(Some(Request(id)))
     }
 
-    fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
+    fn test_any(&mut self, req: Request) -> NetResult<Option<Received>> {
         let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
             Ok(i) if !self.q[i].reported => i,
             _ => return Err(unknown_request(req)),
@@ -302,9 +394,12 @@ impl RecvComm for ShmRecvComm {
         if idx < self.ndone {
             let op = &mut self.q[idx];
             op.reported = true;
-            let size = op.len;
+            let got = match op.lent {
+                Some([first, second]) => Received::Lent { first, second },
+                None => Received::Copied(op.len),
+            };
             self.pop_reported();
-            Ok(Some(size))
+            Ok(Some(got))
         } else if let Some(f) = self.fault {
             Err(f.to_error(self.watch.pid()))
         } else {

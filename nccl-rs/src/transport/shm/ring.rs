@@ -284,6 +284,23 @@ impl Consumer {
         self.r.at(self.tail)
     }
 
+    /// Where the next `n <= capacity` stream bytes are: one piece, or two
+    /// when they wrap past the end of the ring. Reading them is allowed
+    /// when `n <= avail(..)`.
+    pub(super) fn peek(&self, n: usize) -> [(*const u8, usize); 2] {
+        let off = (self.tail % self.r.cap as u64) as usize;
+        let first = n.min(self.r.cap - off);
+        [
+            (self.r.at(self.tail).cast_const(), first),
+            (self.r.data.as_ptr().cast_const(), n - first),
+        ]
+    }
+
+    /// Ring bytes.
+    pub(super) fn capacity(&self) -> usize {
+        self.r.cap
+    }
+
     /// Marks `n` bytes as read; releases them when a slot empties.
     pub(super) fn advance(&mut self, n: usize) {
         self.tail += n as u64;
