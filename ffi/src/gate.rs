@@ -34,6 +34,12 @@ mod none {
     /// Never made without the `cuda` feature.
     pub(crate) enum GateSet {}
 
+    impl GateSet {
+        pub(crate) fn complete(&self) -> bool {
+            match *self {}
+        }
+    }
+
     /// Nothing to keep without the `cuda` feature.
     #[derive(Default)]
     pub(crate) struct ProxyState {
@@ -81,6 +87,17 @@ mod imp {
         seq: u32,
         flag: HostFlag,
         gates: Vec<Gate>,
+        /// Every stream of the call is gated. If not (gating one failed),
+        /// the call's other streams are used directly, as without gates,
+        /// and the caller waits for the call.
+        complete: bool,
+    }
+
+    impl GateSet {
+        /// Every stream of the call is gated: the caller need not wait.
+        pub(crate) fn complete(&self) -> bool {
+            self.complete
+        }
     }
 
     impl Drop for GateSet {
@@ -168,48 +185,50 @@ mod imp {
 
     impl Flag {
         /// Gates `w` if it uses device memory and gating works; `None`
-        /// otherwise (the caller then waits for it to run).
+        /// otherwise (the caller then waits for it to run). A set that is
+        /// not [`complete`](GateSet::complete) still goes with the call: its
+        /// flag value must only be reached in call order (raising it now
+        /// would release earlier calls' gates too).
         pub(crate) fn gate(&mut self, comm: &CommShared, w: &Work) -> Option<GateSet> {
             let streams = device_streams(comm, w);
             if !streams.first().is_some_and(|(s, bufs)| enabled(*s, bufs)) {
                 return None;
             }
-            match self.try_gate(&streams) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    tracing::warn!(
-                        "gating a call on its stream failed ({e}); it runs blocking instead"
-                    );
-                    None
-                }
-            }
-        }
-
-        fn try_gate(
-            &mut self,
-            streams: &[(usize, Vec<*const u8>)],
-        ) -> Result<GateSet, nccl_rs::cuda::CudaError> {
             let flag = match self.flag {
                 Some(f) => f,
                 None => {
                     let (s, bufs) = &streams[0];
-                    *self.flag.insert(HostFlag::new_for(Stream(*s), bufs)?)
+                    match HostFlag::new_for(Stream(*s), bufs) {
+                        Ok(f) => *self.flag.insert(f),
+                        Err(e) => {
+                            tracing::warn!("no stream flag ({e}): calls on device memory block");
+                            return None;
+                        }
+                    }
                 }
             };
             self.seq = self.seq.wrapping_add(1);
-            // Dropped on error: releases the gates made so far.
             let mut set = GateSet {
                 seq: self.seq,
                 flag,
                 gates: Vec::with_capacity(streams.len()),
+                complete: true,
             };
-            for (s, bufs) in streams {
+            for (s, bufs) in &streams {
                 // SAFETY: the application's stream, live for the call (NCCL's
-                // contract); the proxy (or dropping `set`) releases the flag.
-                set.gates
-                    .push(unsafe { Gate::enqueue(Stream(*s), bufs, &flag, self.seq) }?);
+                // contract); the proxy (or dropping `set`, in call order)
+                // releases the flag.
+                match unsafe { Gate::enqueue(Stream(*s), bufs, &flag, self.seq) } {
+                    Ok(g) => set.gates.push(g),
+                    Err(e) => {
+                        tracing::warn!(
+                            "gating a call on stream {s:#x} failed ({e}); it runs blocking there"
+                        );
+                        set.complete = false;
+                    }
+                }
             }
-            Ok(set)
+            Some(set)
         }
 
         /// Releases every gate made so far (the proxy has stopped).

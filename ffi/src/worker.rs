@@ -145,7 +145,9 @@ impl Worker {
                 Item { work, gate }
             })
             .collect();
-        let all_gated = items.iter().all(|i| i.gate.is_some());
+        let all_gated = items
+            .iter()
+            .all(|i| i.gate.as_ref().is_some_and(|g| g.complete()));
         let done = Arc::new(Done::default());
         let job = Job {
             items,
