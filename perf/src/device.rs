@@ -49,6 +49,28 @@ pub fn available() -> DeviceResult<()> {
     }
 }
 
+/// Chooses the GPU of a rank whose local rank (its index among the ranks
+/// of this host) is `local_rank`: device `local_rank % device count`, as
+/// nccl-tests does with one GPU per rank; returns its ordinal.
+pub fn select(local_rank: usize) -> DeviceResult<i32> {
+    #[cfg(feature = "cuda")]
+    {
+        let n = nccl_rs::cuda::device_count().map_err(|e| format!("--device 1: {e}"))?;
+        if n == 0 {
+            return Err("--device 1: the CUDA driver found no device".into());
+        }
+        let ordinal = i32::try_from(local_rank % n)?;
+        nccl_rs::cuda::copy::set_device(ordinal)
+            .map_err(|e| format!("--device 1: selecting device {ordinal}: {e}"))?;
+        Ok(ordinal)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = local_rank;
+        Err(NO_CUDA_BUILD.into())
+    }
+}
+
 /// The device `--device 1` uses (`dddd:bb:dd.0 name`), for the header.
 pub fn describe() -> String {
     #[cfg(feature = "cuda")]

@@ -236,28 +236,32 @@ fn print_header(
         println!("#");
         println!("# Using devices");
     }
+    // Each rank's record: pid, device number, host name, memory.
+    let (dev, memory) = if a.device {
+        let ordinal = crate::device::select(local_rank)?;
+        (
+            ordinal as u32,
+            format!("[{}] device memory", crate::device::describe()),
+        )
+    } else {
+        (local_rank as u32, "[cpu] host memory".to_string())
+    };
     let mut rec = [0u8; RECORD];
     rec[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    rec[4..8].copy_from_slice(&(local_rank as u32).to_le_bytes());
-    let host = hostname();
-    let hb = host.as_bytes();
-    let len = hb.len().min(RECORD - 9);
-    rec[8..8 + len].copy_from_slice(&hb[..len]);
+    rec[4..8].copy_from_slice(&dev.to_le_bytes());
+    let text = format!("{}\0{memory}", hostname());
+    let tb = text.as_bytes();
+    let len = tb.len().min(RECORD - 9);
+    rec[8..8 + len].copy_from_slice(&tb[..len]);
     let mut all = vec![0u8; RECORD * comm.size()];
     comm.all_gather(&rec, &mut all)?;
-    let memory = if a.device {
-        // Every rank allocates on the device its thread uses (device 0
-        // unless the application chose another).
-        format!("[{}] device memory", crate::device::describe())
-    } else {
-        "[cpu] host memory".to_string()
-    };
     if ctx.main {
         for (r, rec) in all.chunks(RECORD).enumerate() {
             let pid = u32::from_le_bytes(rec[..4].try_into().unwrap_or_default());
             let dev = u32::from_le_bytes(rec[4..8].try_into().unwrap_or_default());
-            let end = rec[8..].iter().position(|&b| b == 0).unwrap_or(RECORD - 8);
-            let host = String::from_utf8_lossy(&rec[8..8 + end]);
+            let mut fields = rec[8..].split(|&b| b == 0);
+            let host = String::from_utf8_lossy(fields.next().unwrap_or_default());
+            let memory = String::from_utf8_lossy(fields.next().unwrap_or_default());
             println!("#  Rank {r:>2} Group  0 Pid {pid:>6} on {host:>10} device {dev:>2} {memory}");
         }
         println!("#");

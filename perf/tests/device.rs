@@ -25,29 +25,33 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Builds the fake driver once per test process.
 #[cfg(feature = "cuda")]
-fn fake_driver() -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda-perf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libcuda.so.1");
-    let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
-    let o = Command::new("cc")
-        .args([
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-pthread",
-            "-Wl,-soname,libcuda.so.1",
-        ])
-        .arg(&src)
-        .arg("-o")
-        .arg(&tmp)
-        .output()
-        .expect("running cc");
-    assert!(o.status.success(), "building the fake driver: {}", text(&o));
-    std::fs::rename(&tmp, &lib).unwrap();
-    lib
+fn fake_driver() -> &'static Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda-perf");
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libcuda.so.1");
+        let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
+        let o = Command::new("cc")
+            .args([
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-pthread",
+                "-Wl,-soname,libcuda.so.1",
+            ])
+            .arg(&src)
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .expect("running cc");
+        assert!(o.status.success(), "building the fake driver: {}", text(&o));
+        std::fs::rename(&tmp, &lib).unwrap();
+        lib
+    })
 }
 
 /// The `#wrong` columns (out of place, in place) of every result row.
@@ -72,7 +76,7 @@ fn all_reduce_on_device_buffers_two_ranks() {
         .args(["-n", "2", tool("all_reduce_perf")])
         .args(["--device", "1", "-b", "8", "-e", "3M", "-f", "8", "-c", "1"])
         .args(["-n", "2", "-w", "1", "-o", "all"])
-        .env("NCCL_CUDA_DRIVER", &lib)
+        .env("NCCL_CUDA_DRIVER", lib)
         .env("NCCL_CUDA_STAGING_CHUNK", "64K")
         .env_remove("NCCL_CUDA_DISABLE")
         .output()
@@ -85,6 +89,33 @@ fn all_reduce_on_device_buffers_two_ranks() {
     assert_eq!(rows.len(), 7 * 5, "{out}");
     assert!(rows.iter().all(|(a, b)| a == "0" && b == "0"), "{out}");
     assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+}
+
+/// Ranks as threads pick device `local rank % count`, as nccl-tests.
+#[cfg(feature = "cuda")]
+#[test]
+fn threads_spread_over_two_devices() {
+    let lib = fake_driver();
+    let o = Command::new(tool("all_reduce_perf"))
+        .args([
+            "-t", "2", "--device", "1", "-b", "1K", "-e", "256K", "-f", "16",
+        ])
+        .args(["-c", "1", "-n", "2", "-w", "1"])
+        .env("NCCL_CUDA_DRIVER", lib)
+        .env("FAKE_CUDA_DEVICES", "2")
+        .env_remove("NCCL_CUDA_DISABLE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("device  0 [0000:10:00.0 Fake CUDA Device 0] device memory")
+            && out.contains("device  1 [0000:11:00.0 Fake CUDA Device 1] device memory"),
+        "{out}"
+    );
+    let rows = wrong_columns(&out);
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(rows.iter().all(|(a, b)| a == "0" && b == "0"), "{out}");
 }
 
 #[cfg(feature = "cuda")]

@@ -1,5 +1,5 @@
-//! Blocking copies and stream waits for callers outside the staging
-//! engine (tools and tests that fill and check device buffers).
+//! Blocking copies, stream waits and device selection for callers outside
+//! the staging engine (tools and tests that fill and check device buffers).
 
 use super::driver::{self, CtxGuard};
 use super::stage::{op_ctx, Stream};
@@ -50,4 +50,16 @@ pub fn synchronize(stream: Stream, device_ptr: *const u8) -> Result<(), CudaErro
     let ev = driver::Event::new()?;
     ev.record(stream.effective())?;
     ev.wait()
+}
+
+/// Makes device `ordinal`'s primary context current on the calling thread
+/// (what `cudaSetDevice` does): later [`device_alloc`](super::device_alloc)
+/// calls on this thread allocate there.
+pub fn set_device(ordinal: i32) -> Result<(), CudaError> {
+    let api = driver::api()?;
+    let ctx = driver::primary_ctx(ordinal)?;
+    // SAFETY: a live, retained primary context.
+    driver::check(api, "cuCtxSetCurrent", unsafe {
+        (api.cuCtxSetCurrent)(ctx.raw())
+    })
 }
