@@ -85,17 +85,20 @@ pub fn describe() -> String {
 
 impl DeviceBuffers {
     /// Allocates send and receive buffers of `bytes` bytes on the current
-    /// device (device 0 unless the thread chose another).
-    pub fn new(bytes: usize) -> DeviceResult<DeviceBuffers> {
+    /// device (device 0 unless the thread chose another), and logs at INFO
+    /// how they would travel through `comm`'s network transport
+    /// (GPUDirect RDMA or staging, and why; `NCCL_NET_GDR_LEVEL`,
+    /// `NCCL_DMABUF_ENABLE`). The operations themselves are staged.
+    pub fn new(bytes: usize, comm: &Communicator) -> DeviceResult<DeviceBuffers> {
         #[cfg(feature = "cuda")]
         {
-            Ok(DeviceBuffers {
-                imp: imp::Bufs::new(bytes)?,
-            })
+            let b = imp::Bufs::new(bytes)?;
+            b.log_net_path(comm)?;
+            Ok(DeviceBuffers { imp: b })
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = bytes;
+            let _ = (bytes, comm);
             Err(NO_CUDA_BUILD.into())
         }
     }
@@ -229,6 +232,13 @@ mod imp {
                 stager,
                 stream: Stream::DEFAULT,
             })
+        }
+
+        pub(super) fn log_net_path(&self, comm: &Communicator) -> DeviceResult<()> {
+            let cfg = nccl_rs::cuda::gdr::GdrConfig::from_env()?;
+            let net = comm.net_properties();
+            let _ = nccl_rs::cuda::netreg::decide(self.send, self.bytes, &net, &cfg, None);
+            Ok(())
         }
 
         fn check_len(&self, what: &str, len: usize) -> DeviceResult<()> {

@@ -327,7 +327,10 @@ fn run_type<T: TestElem>(
         recv: vec![T::zeroed(); max_count],
         expected: vec![T::zeroed(); if ctx.args.check > 0 { max_count } else { 0 }],
         device: match ctx.args.device {
-            true => Some(DeviceBuffers::new(max_count * std::mem::size_of::<T>())?),
+            true => Some(DeviceBuffers::new(
+                max_count * std::mem::size_of::<T>(),
+                comm,
+            )?),
             false => None,
         },
     };
