@@ -416,6 +416,8 @@ impl<'a> Run<'a> {
 
     /// `dst = src ⊕ incoming` where `incoming` is the concatenation of
     /// `pieces` lent by the transport (read-only, valid until released).
+    // `is_multiple_of` is newer than the workspace's rust-version (1.85).
+    #[allow(clippy::manual_is_multiple_of)]
     fn reduce_pieces(
         &self,
         src: Region,

@@ -60,6 +60,16 @@
 //! [`NetError::TagMismatch`], a longer message [`NetError::Truncated`];
 //! either ends the connection.
 //!
+//! # Reducing in place
+//! A receive posted with [`nccl_net::RecvComm::irecv_lend`] (the engine
+//! does so for data it only reduces) whose ring payload fits the ring is not
+//! copied out: once the whole payload is published, `test_lend` lends it
+//! where it lies (two pieces where it wraps) and the consumer counter stays
+//! before it until `release`, so the producer cannot overwrite it. Later
+//! frames wait meanwhile. `NCCL_SHM_DIRECT_REDUCE=0` turns it off
+//! ([`ShmOptions::direct_reduce`]). Measured at 2 ranks: all-reduce of
+//! 1-16 MiB 16-25% faster than copying into a staging slot first.
+//!
 //! # Single copy (opt-in)
 //! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA=1`), a message of at least
 //! [`ShmOptions::cma_min_bytes`] travels as a one-line descriptor frame
