@@ -285,6 +285,40 @@ fn device_buffers_whole_buffer_staging_and_two_fake_gpus() {
     );
 }
 
+/// Frees that synchronize implicitly, as the real driver's may: a free on
+/// the proxy thread while a gated stream waits for it would never return
+/// (the fake aborts after a while instead). Whole-buffer staging and a
+/// sweep of growing sizes make the staging buffers grow during gated calls;
+/// the old ones must be kept until the communicator is destroyed.
+#[test]
+fn staging_buffers_grow_during_gated_calls_without_freeing() {
+    let drv = fake_driver();
+    let env = [
+        ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+        ("FAKE_CUDA_FREE_SYNCS", "1"),
+        ("FAKE_CUDA_FREE_SYNC_TIMEOUT_S", "20"),
+        ("FAKE_CUDA_DELAY_US", "0"),
+        // Whole buffers: every larger call needs larger staging buffers.
+        ("NCCL_CUDA_PIPELINE", "0"),
+        ("NCCL_DEBUG", "INFO"),
+    ];
+    for args in [&["4"][..], &["2", "perf", "4K", "1M", "1"][..]] {
+        let out = run(&device_check(), args, &env, Duration::from_secs(300));
+        assert!(out.contains("calls return at once"), "{out}");
+        assert!(
+            out.contains("grown during a call"),
+            "no staging buffer grew: {out}"
+        );
+        assert!(!out.contains("fake libcuda:"), "{out}");
+        if args.len() == 1 {
+            assert!(out.contains("device_check: OK"), "{out}");
+            assert!(out.contains(ASYNC_OK), "{out}");
+        } else {
+            assert!(out.contains("# Avg bus bandwidth"), "{out}");
+        }
+    }
+}
+
 #[test]
 fn perf_sweep_on_the_fake_driver() {
     let drv = fake_driver();

@@ -24,7 +24,9 @@
  * CUDA_ERROR_NO_DEVICE), FAKE_CUDA_DELAY_US, FAKE_CUDA_DMABUF=1 (DMA-BUF
  * export supported: cuMemGetHandleForAddressRange returns a memfd),
  * FAKE_CUDA_MEMOPS=0 (no stream memory operations: cuStreamWaitValue32
- * fails with CUDA_ERROR_NOT_SUPPORTED; see the streamop block). */
+ * fails with CUDA_ERROR_NOT_SUPPORTED; see the streamop block),
+ * FAKE_CUDA_FREE_SYNCS=1 (frees synchronize implicitly; see the freesync
+ * block). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -161,6 +163,11 @@ struct fevent {
   CUcontext ctx;
 };
 
+/* freesync block */
+static void freesync_register(struct fstream* s);
+static int freesync_keeps(struct fstream* s);
+static void freesync_wait(const char* what);
+
 static void pause_us(long us) {
   if (us <= 0) return;
   struct timespec t = {us / 1000000, (us % 1000000) * 1000};
@@ -236,6 +243,7 @@ static struct fstream* new_stream(CUcontext ctx) {
   pthread_cond_init(&s->c, NULL);
   s->ctx = ctx;
   pthread_create(&s->th, NULL, stream_main, s);
+  freesync_register(s);
   return s;
 }
 
@@ -422,6 +430,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 
 API CUresult cuMemFree_v2(CUdeviceptr p) {
   if (!need_ctx()) return E_INVALID_CONTEXT;
+  freesync_wait("cuMemFree");
   pthread_mutex_lock(&g_lock);
   struct alloc* x = find_locked((uintptr_t)p);
   if (!x || !x->shadow || x->base != (uintptr_t)p) {
@@ -448,6 +457,7 @@ API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
 API CUresult cuMemAllocHost_v2(void** p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
 
 API CUresult cuMemFreeHost(void* p) {
+  freesync_wait("cuMemFreeHost");
   pthread_mutex_lock(&g_lock);
   struct alloc* x = find_locked((uintptr_t)p);
   if (!x || x->shadow || x->base != (uintptr_t)p) {
@@ -524,7 +534,7 @@ API CUresult cuStreamDestroy_v2(CUstream s) {
   pthread_cond_broadcast(&s->c);
   pthread_mutex_unlock(&s->m);
   pthread_join(s->th, NULL);
-  free(s);
+  if (!freesync_keeps(s)) free(s);
   return OK;
 }
 
@@ -720,6 +730,72 @@ API CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
   submit(s, (struct op){.kind = OP_WAITEV, .ev = ev, .gen = gen});
   return OK;
 }
+
+/* ------------------------------------------------ implicitly synchronizing
+ * frees (freesync block). With FAKE_CUDA_FREE_SYNCS=1, cuMemFree and
+ * cuMemFreeHost first wait for the work enqueued on every stream before
+ * the call, as the real driver may ("this API may perform implicit
+ * synchronization"). A free while a stream waits for the caller (a gate
+ * the caller would release) never returns on a GPU; here the wait ends
+ * after FAKE_CUDA_FREE_SYNC_TIMEOUT_S seconds (default 20) and the process
+ * aborts with a message saying so. Streams are then never freed (a waiting
+ * free may still look at a destroyed one: it is drained, so idle). */
+
+#define FREESYNC_MAX 4096
+static pthread_mutex_t g_fs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fstream* g_fs_streams[FREESYNC_MAX];
+static int g_fs_count;
+
+static int freesync_on(void) {
+  const char* v = getenv("FAKE_CUDA_FREE_SYNCS");
+  return v && strcmp(v, "1") == 0;
+}
+
+static void freesync_register(struct fstream* s) {
+  if (!freesync_on()) return;
+  pthread_mutex_lock(&g_fs_lock);
+  if (g_fs_count == FREESYNC_MAX) {
+    fprintf(stderr, "fake libcuda: FAKE_CUDA_FREE_SYNCS=1 tracks at most %d streams\n", FREESYNC_MAX);
+    abort();
+  }
+  g_fs_streams[g_fs_count++] = s;
+  pthread_mutex_unlock(&g_fs_lock);
+}
+
+static int freesync_keeps(struct fstream* s) {
+  (void)s;
+  return freesync_on();
+}
+
+static void freesync_wait(const char* what) {
+  if (!freesync_on()) return;
+  const char* t = getenv("FAKE_CUDA_FREE_SYNC_TIMEOUT_S");
+  long secs = t && atol(t) > 0 ? atol(t) : 20;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += secs;
+  pthread_mutex_lock(&g_fs_lock);
+  int count = g_fs_count;
+  pthread_mutex_unlock(&g_fs_lock);
+  for (int i = 0; i < count; i++) {
+    struct fstream* s = g_fs_streams[i];
+    pthread_mutex_lock(&s->m);
+    unsigned long long target = s->submitted;
+    while (s->done < target) {
+      if (pthread_cond_timedwait(&s->c, &s->m, &deadline) == ETIMEDOUT && s->done < target) {
+        fprintf(stderr,
+                "fake libcuda: %s waited %ld s for the work enqueued on stream %p before it (an implicitly "
+                "synchronizing free, FAKE_CUDA_FREE_SYNCS=1): the stream waits for the freeing thread, "
+                "a deadlock on a real GPU\n",
+                what, secs, (void*)s);
+        abort();
+      }
+    }
+    pthread_mutex_unlock(&s->m);
+  }
+}
+
+/* ------------------------------------------------ end of freesync block */
 
 /* ------------------------------------------------------------ test hooks */
 

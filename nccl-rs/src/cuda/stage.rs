@@ -171,15 +171,24 @@ impl Buf {
         Ok(())
     }
 
-    /// At least `bytes` of pinned memory, not in use by a copy.
-    fn reserve(&mut self, bytes: usize) -> std::result::Result<*mut u8, CudaError> {
+    /// At least `bytes` of pinned memory, not in use by a copy. A buffer
+    /// too small is replaced by one at least twice its size, and the old
+    /// one goes to `retired` (never freed here: see [`Retired`]).
+    fn reserve(
+        &mut self,
+        bytes: usize,
+        retired: &mut Retired,
+    ) -> std::result::Result<*mut u8, CudaError> {
         self.settle()?;
         if self.ev.is_none() {
             self.ev = Some(Event::new()?);
         }
-        if self.mem.as_ref().is_none_or(|m| m.cap() < bytes) {
-            self.mem = None;
-            self.mem = Some(Pinned::new(bytes)?);
+        let old = self.mem.as_ref().map_or(0, Pinned::cap);
+        if self.mem.is_none() || old < bytes {
+            let new = Pinned::new(bytes.max(old.saturating_mul(2)))?;
+            if let Some(m) = self.mem.replace(new) {
+                retired.pinned(m);
+            }
         }
         Ok(self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr))
     }
@@ -195,6 +204,59 @@ impl Buf {
             self.pending = true;
         }
         Ok(())
+    }
+}
+
+/// Staging memory replaced while calls may be in flight, kept until the
+/// [`Stager`] is dropped.
+///
+/// `cuMemFreeHost` and `cuMemFree` may synchronize implicitly with the
+/// device. On the C ABI's proxy thread (`ffi/src/worker.rs`), the streams
+/// of the call being run, and of calls queued after it, wait for a flag
+/// that only the proxy raises, after the call: a synchronizing free there
+/// would never return. So a buffer that has to grow is replaced, not
+/// freed, and the old one waits here. The stager is dropped with its
+/// communicator, after the proxy has stopped (its queue ran and every flag
+/// was raised). Growth at least doubles a buffer, so what waits here is
+/// less than what is in use.
+#[derive(Default)]
+struct Retired {
+    pinned: Vec<Pinned>,
+    /// Device scratch, with the context it belongs to (if known).
+    device: Vec<(Option<Ctx>, gpu::DevBuf)>,
+    /// Bytes waiting here.
+    bytes: usize,
+}
+
+impl Retired {
+    fn pinned(&mut self, m: Pinned) {
+        self.note(m.cap());
+        self.pinned.push(m);
+    }
+
+    fn device(&mut self, ctx: Option<Ctx>, d: gpu::DevBuf) {
+        self.note(d.cap());
+        self.device.push((ctx, d));
+    }
+
+    fn note(&mut self, cap: usize) {
+        self.bytes += cap;
+        tracing::info!(
+            "staging: a buffer of {cap} bytes was outgrown and grown during a call; it is \
+             freed with the communicator ({} bytes waiting)",
+            self.bytes
+        );
+    }
+
+    /// Frees everything (no call may be in flight): device scratch in its
+    /// own context.
+    fn free_all(&mut self) {
+        for (ctx, d) in self.device.drain(..) {
+            let _g = ctx.map(CtxGuard::bind);
+            drop(d);
+        }
+        self.pinned.clear();
+        self.bytes = 0;
     }
 }
 
@@ -218,6 +280,8 @@ pub struct Stager {
     announced: bool,
     /// Reductions on the GPU (`stage_gpu.rs`).
     gpu: gpu::GpuState,
+    /// Outgrown memory, freed on drop.
+    retired: Retired,
 }
 
 impl std::fmt::Debug for Stager {
@@ -310,6 +374,7 @@ impl Stager {
             p2p: Vec::new(),
             announced: false,
             gpu: Default::default(),
+            retired: Retired::default(),
         }
     }
 
@@ -351,7 +416,9 @@ impl Stager {
     }
 
     /// Waits for every copy still using our buffers and frees the events
-    /// (in their context). Pinned memory is portable and stays.
+    /// (in their context). Pinned memory is portable and stays; device
+    /// scratch is retired (this runs between calls of the proxy too, when
+    /// a call uses another context: nothing is freed, see [`Retired`]).
     fn release(&mut self) {
         let Some(old) = self.ctx.take() else { return };
         let Ok(_g) = CtxGuard::bind(old) else { return };
@@ -366,7 +433,7 @@ impl Stager {
             }
             b.ev = None;
         }
-        self.gpu.release();
+        self.gpu.release(old, &mut self.retired);
     }
 
     /// Runs one collective of `comm` with NCCL's meanings of `a`, on any
@@ -483,8 +550,12 @@ impl Stager {
         let in_bytes = |len: usize| if sb > 0 { in_blocks * len * es } else { 0 };
         let out_bytes = |len: usize| if rb > 0 { out_blocks * len * es } else { 0 };
         for slot in &mut self.slots[..nchunks.min(2)] {
-            slot.inp.reserve(in_bytes(ce)).map_err(&err)?;
-            slot.out.reserve(out_bytes(ce)).map_err(&err)?;
+            slot.inp
+                .reserve(in_bytes(ce), &mut self.retired)
+                .map_err(&err)?;
+            slot.out
+                .reserve(out_bytes(ce), &mut self.retired)
+                .map_err(&err)?;
         }
         tracing::trace!(
             "rank {rank}: staging {:?} of {c} {} in {nchunks} chunk(s) on stream {:#x}",
@@ -618,7 +689,7 @@ impl Stager {
                 continue;
             }
             let buf = &mut self.p2p[i];
-            let p = buf.reserve(o.bytes).map_err(&err)?;
+            let p = buf.reserve(o.bytes, &mut self.retired).map_err(&err)?;
             if o.is_send {
                 let s = st.effective();
                 // SAFETY: the send buffer is valid for `bytes` once the
@@ -649,6 +720,8 @@ impl Stager {
     }
 }
 
+/// The only place staging memory is freed: the stager goes with its
+/// communicator, when no call of it is in flight (see [`Retired`]).
 impl Drop for Stager {
     fn drop(&mut self) {
         if let Some(ctx) = self.ctx {
@@ -657,7 +730,9 @@ impl Drop for Stager {
             // Free the pinned memory while the context is still current.
             self.slots = Default::default();
             self.p2p.clear();
+            self.retired.pinned.clear();
         }
+        self.retired.free_all();
     }
 }
 

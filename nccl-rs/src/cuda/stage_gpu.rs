@@ -20,10 +20,11 @@
 //! the chunk after the current one is copied to the host while the
 //! network works on the current one.
 
-use super::{copy_async, cuda, Buf, PtrInfo, Slot, Stager, Stream};
+use super::{copy_async, cuda, Buf, PtrInfo, Retired, Slot, Stager, Stream};
 use crate::comm::raw::{RawArgs, RawColl};
-use crate::cuda::dev_reduce::{self, DevBuf, DeviceReduce, Kernels};
-use crate::cuda::driver::Event;
+pub(super) use crate::cuda::dev_reduce::DevBuf;
+use crate::cuda::dev_reduce::{self, DeviceReduce, Kernels};
+use crate::cuda::driver::{Ctx, Event};
 use crate::cuda::CudaError;
 use crate::datatype::RedOp;
 use crate::error::{Error, Result};
@@ -47,13 +48,16 @@ pub(super) struct GpuState {
 }
 
 impl GpuState {
-    /// Waits for stream work on our scratch and frees it (context current).
-    pub(super) fn release(&mut self) {
+    /// Waits for stream work on our scratch (of `ctx`, current) and
+    /// retires it: a call may be in flight, so nothing is freed here.
+    pub(super) fn release(&mut self, ctx: Ctx, retired: &mut Retired) {
         if let Err(e) = self.scratch_ev.settle() {
             tracing::warn!("waiting for a device reduction failed: {e}");
         }
         self.scratch_ev.ev = None;
-        self.scratch = None;
+        if let Some(d) = self.scratch.take() {
+            retired.device(Some(ctx), d);
+        }
     }
 }
 
@@ -125,13 +129,18 @@ impl Stager {
         })
     }
 
-    /// Device scratch of at least `bytes` (context current), waiting for
-    /// earlier work on the old one before replacing it.
+    /// Device scratch of at least `bytes` (our context current), waiting for
+    /// earlier work on the old one before replacing it by one at least
+    /// twice its size; the old one is retired, not freed (a call is in
+    /// flight: see [`Retired`]).
     fn scratch(&mut self, bytes: usize) -> CudaResult<*mut u8> {
-        if self.gpu.scratch.as_ref().is_none_or(|s| s.cap() < bytes) {
+        let old = self.gpu.scratch.as_ref().map_or(0, DevBuf::cap);
+        if self.gpu.scratch.is_none() || old < bytes {
             self.gpu.scratch_ev.settle()?;
-            self.gpu.scratch = None;
-            self.gpu.scratch = Some(DevBuf::new(bytes)?);
+            let new = DevBuf::new(bytes.max(old.saturating_mul(2)))?;
+            if let Some(d) = self.gpu.scratch.replace(new) {
+                self.retired.device(self.ctx, d);
+            }
         }
         if self.gpu.scratch_ev.ev.is_none() {
             self.gpu.scratch_ev.ev = Some(Event::new()?);
@@ -184,8 +193,12 @@ impl Stager {
             .map_err(&err)?;
         let pre = |slot: usize| scratch.wrapping_add(n * row_len(ce) * es + slot * pre_bytes);
         for slot in &mut self.slots[..nchunks.min(2)] {
-            slot.inp.reserve(stage_bytes).map_err(&err)?;
-            slot.out.reserve(stage_bytes).map_err(&err)?;
+            slot.inp
+                .reserve(stage_bytes, &mut self.retired)
+                .map_err(&err)?;
+            slot.out
+                .reserve(stage_bytes, &mut self.retired)
+                .map_err(&err)?;
         }
         tracing::trace!(
             "rank {rank}: {coll:?} of {c} {} reduced on the GPU in {nchunks} chunk(s)",
