@@ -24,16 +24,17 @@
 //! data sockets serviced by 4 helper threads per comm, were chosen by
 //! `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2 all_reduce_perf
 //! -b S -e S -n 20 -w 5 -c 0` (release build), configurations interleaved,
-//! medians of 4-6 runs, on the project's 2-core machine shared with other
-//! jobs (load average 11-16 throughout; bus bandwidth in GB/s, `NS:NT` is
+//! medians of 4-6 runs per batch, 3-4 batches, on the project's 2-core
+//! machine shared with other jobs (load average 8-16 throughout; ranges are
+//! over the batch medians; bus bandwidth in GB/s, `NS:NT` is
 //! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`):
 //!
 //! | size | 1:1 (one socket) | 4:1 (4 sockets, no helpers) | 1:2 | 2:2 | 1:4 |
 //! |------|-----|-----|-----|-----|-----|
-//! | 64 MiB | 0.28-0.33 | 0.25-0.29 | 0.58-0.65 | 0.67-0.83 | 0.95-1.17 |
-//! | 16 MiB | 0.29-0.33 | 0.33-0.36 | 0.55-0.72 | 0.52-1.01 | 0.83-1.28 |
-//! | 1 MiB | 0.44-0.45 | 0.52-0.53 | 1.23 | 0.90-1.26 | 0.65-1.25 |
-//! | 8 B (µs) | 6.6-7.2 | 7.1-7.4 | 6.8-6.9 | 6.9-7.1 (one 16.7) | 7.1-7.2 |
+//! | 64 MiB | 0.19-0.33 | 0.25-0.29 | 0.58-0.65 | 0.57-0.83 | 0.61-1.17 |
+//! | 16 MiB | 0.23-0.33 | 0.33-0.36 | 0.55-0.72 | 0.52-1.01 | 0.82-1.28 |
+//! | 1 MiB | 0.44-0.62 | 0.52-0.53 | 1.23 | 0.90-1.26 | 0.65-1.25 |
+//! | 8 B (µs) | 6.0-7.2 | 7.1-7.4 | 6.8-6.9 | 6.9-7.1 (one 16.7) | 6.7-7.2 |
 //!
 //! Striping without helper threads does not pay: the thread calling `test`
 //! does all the copies either way. Helper threads do (3-4× at ≥ 16 MiB):
@@ -41,7 +42,8 @@
 //! move data, while the engine's thread yields and sleeps between polls
 //! and, on a busy machine, waits its turn for a core. Small messages never
 //! touch the helpers, so 8-byte latency is unchanged. One socket per
-//! helper beat two per helper. (With no other load the same one-socket
+//! helper beat two per helper. Part of the gain on a shared machine is that
+//! more runnable threads get a larger share of the cores. (With no other load the same one-socket
 //! run gave 2.15 GB/s at 64 MiB; an idle-machine comparison could not be
 //! made while this was measured.)
 //!
