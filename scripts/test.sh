@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 ensure_toolchain
+# g++: the GPU reduction kernels' source is also built for the CPU and checked bit for bit.
+ensure_packages g++:g++
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 echo "== cargo $(cargo --version | cut -d' ' -f2), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
 echo "== the cuda feature (no GPU here: driver-absent and fake-driver tests)"
-cargo test --release -p nccl-rs -p nccl-ffi --features nccl-rs/cuda,nccl-ffi/cuda
+cargo test --release -p nccl-rs -p nccl-ffi -p nccl-perf --features nccl-rs/cuda,nccl-ffi/cuda,nccl-perf/cuda
 echo "== C ABI test programs under valgrind"
 bash scripts/valgrind-ffi.sh
 echo "== perf tools: every collective at 2 ranks with data checks"
