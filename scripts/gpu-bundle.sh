@@ -14,7 +14,9 @@
 #                                      through NCCL's C API, exact checks, perf sweep
 #   bin/cuda_fake, bin/cuda_gpu        the Rust cuda tests (run on the real GPU)
 #   bin/ncclrun, bin/*_perf            the perf tools (--features cuda: --device 1)
-#   src/                               the C sources, to rebuild there if wanted
+#   src/                               the C sources (device_check.c with
+#                                      device_check_async.h, fake_libcuda.c),
+#                                      to rebuild there if wanted
 #   gpu-check.sh, MANIFEST
 #   lib/libnvrtc.so.1x (+ builtins)    only with GPU_BUNDLE_NVRTC=/path/libnvrtc.so.13
 #                                      (about 120 MB); otherwise gpu-check.sh finds the
@@ -64,10 +66,10 @@ mkdir -p "$b/lib" "$b/include" "$b/bin" "$b/src"
 cp "$target/release/libnccl.so" "$b/lib/libnccl.so.2"
 ln -s libnccl.so.2 "$b/lib/libnccl.so"
 cp ffi/include/nccl.h "$b/include/"
-cp ffi/tests/cuda/device_check.c ffi/tests/cuda/fake_libcuda.c "$b/src/"
-echo "== compiling device_check"
+cp ffi/tests/cuda/device_check.c ffi/tests/cuda/device_check_async.h ffi/tests/cuda/fake_libcuda.c "$b/src/"
+echo "== compiling device_check (from the bundle's src/, so it is complete)"
 cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O2 \
-  -I "$b/include" ffi/tests/cuda/device_check.c -o "$b/bin/device_check" \
+  -I "$b/include" "$b/src/device_check.c" -o "$b/bin/device_check" \
   -L "$b/lib" -lnccl -ldl -lpthread
 cp "$fake_exe" "$b/bin/cuda_fake"
 cp "$gpu_exe" "$b/bin/cuda_gpu"

@@ -103,7 +103,7 @@ pub(crate) struct CommShared {
     ops: Mutex<RedOps>,
     /// Pinned staging buffers for device memory (`cuda` feature), made on
     /// first use.
-    stager: Mutex<Option<Stager>>,
+    pub(crate) stager: Mutex<Option<Stager>>,
     pub(crate) worker: Worker,
 }
 

@@ -194,6 +194,7 @@ mod imp {
             if !streams.first().is_some_and(|(s, bufs)| enabled(*s, bufs)) {
                 return None;
             }
+            reserve_staging(comm, w);
             let flag = match self.flag {
                 Some(f) => f,
                 None => {
@@ -236,6 +237,33 @@ mod imp {
             if let Some(f) = self.flag {
                 f.release(self.seq);
             }
+        }
+    }
+
+    /// Grows the stager's buffers for collective `w` before its stream is
+    /// gated (allocating while a stream waits for the proxy may synchronize
+    /// with it: `Stager::reserve`). Skipped while the proxy uses the stager.
+    fn reserve_staging(comm: &CommShared, w: &Work) {
+        let (Work::Coll(c), Some((rank, n))) = (w, comm.ident_if_known()) else {
+            return;
+        };
+        let Some((sb, rb)) = crate::coll::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
+        else {
+            return;
+        };
+        let Ok(mut stager) = comm.stager.try_lock() else {
+            return;
+        };
+        let st = match &mut *stager {
+            Some(st) => st,
+            None => match nccl_rs::cuda::Stager::from_env() {
+                Ok(st) => stager.insert(st),
+                Err(_) => return,
+            },
+        };
+        let bufs = [c.send, c.recv.cast_const()];
+        if let Err(e) = st.reserve(sb, rb, Stream(c.stream), &bufs) {
+            tracing::debug!("reserving staging memory before gating failed ({e})");
         }
     }
 

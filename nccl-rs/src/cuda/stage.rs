@@ -10,22 +10,32 @@
 //!   work enqueued on `s` after the call sees them, and
 //!   `cuStreamSynchronize(s)` / `cudaStreamSynchronize(s)` waits for them.
 //!
-//! The call returns once the network part is done and the copies back are
-//! enqueued (the stream completes them). It does not return before the
-//! stream's earlier work has produced the input: unlike NCCL's kernels,
-//! the host has to wait for it.
+//! Run directly (the blocking path), the call returns once the network
+//! part is done and the copies back are enqueued (the stream completes
+//! them); it does not return before the stream's earlier work has produced
+//! the input: unlike NCCL's kernels, the host has to wait for it.
 //!
-//! A fully asynchronous variant (the call returns at once) needs a proxy
-//! thread per communicator that runs every call of it in order: the call
-//! enqueues the device→host copies and an event on the stream, then
-//! `cuStreamWaitValue32` on a flag in mapped pinned memory, then the
-//! copies back; the proxy waits for the event, runs the network part and
-//! writes the flag. Every call of the communicator, host-memory ones
-//! included, must then go through the proxy to keep the order the same on
-//! every rank; that is a change to how the C ABI issues work, left for
-//! later. (Host functions, `cuLaunchHostFunc`, cannot do it: they may not
-//! call CUDA, and blocking in one would stall the other ranks' host
-//! functions when ranks share a process.)
+//! # Calls that return at once
+//! The C ABI makes calls on device buffers return at once where stream
+//! memory operations work (`streamop/`; `NCCL_CUDA_ASYNC=0` turns it
+//! off): each communicator then runs every call of it, in call order, on a
+//! proxy thread (`ffi/src/worker.rs`, `ffi/src/gate.rs`). At the call, the
+//! application's stream gets an event after its earlier work and a
+//! `cuStreamWaitValue32` on a flag in mapped pinned memory; the proxy
+//! waits for the event, runs the call through the [`Stager`] on its own
+//! non-blocking stream of the same context, waits for that stream, and
+//! raises the flag. (Host functions, `cuLaunchHostFunc`, cannot do it:
+//! they may not call CUDA, and blocking in one would stall the other
+//! ranks' host functions when ranks share a process.)
+//!
+//! While the proxy runs a call, the application's streams of that call and
+//! of the calls queued after it wait for the proxy. So the stager never
+//! frees driver memory during a call (`cuMemFreeHost` and `cuMemFree`
+//! may synchronize implicitly with the device, which would wait for those
+//! streams forever): an outgrown buffer is kept (`Retired`) until the
+//! stager is dropped with its communicator, after the proxy stopped. To
+//! allocate before the streams are gated where it can, the C ABI calls
+//! [`Stager::reserve`] when it gates a collective.
 //!
 //! # Reductions
 //! All-reduce, reduce-scatter and reduce reduce on the GPU when its
@@ -52,6 +62,9 @@ use cudarc::driver::sys::{CUcontext, CUstream};
 
 #[path = "stage_gpu.rs"]
 mod gpu;
+#[path = "stage_retired.rs"]
+mod retired;
+use retired::Retired;
 
 /// A CUDA stream as the C API passes it (`cudaStream_t` / `CUstream`): 0
 /// is the legacy default stream, 1 `cudaStreamLegacy`, 2
@@ -183,6 +196,13 @@ impl Buf {
         if self.ev.is_none() {
             self.ev = Some(Event::new()?);
         }
+        self.grow(bytes, retired)?;
+        Ok(self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr))
+    }
+
+    /// At least `bytes` of pinned memory (maybe still used by a copy: the
+    /// old buffer is retired, not freed).
+    fn grow(&mut self, bytes: usize, retired: &mut Retired) -> std::result::Result<(), CudaError> {
         let old = self.mem.as_ref().map_or(0, Pinned::cap);
         if self.mem.is_none() || old < bytes {
             let new = Pinned::new(bytes.max(old.saturating_mul(2)))?;
@@ -190,7 +210,7 @@ impl Buf {
                 retired.pinned(m);
             }
         }
-        Ok(self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr))
+        Ok(())
     }
 
     fn ptr(&self) -> *mut u8 {
@@ -204,59 +224,6 @@ impl Buf {
             self.pending = true;
         }
         Ok(())
-    }
-}
-
-/// Staging memory replaced while calls may be in flight, kept until the
-/// [`Stager`] is dropped.
-///
-/// `cuMemFreeHost` and `cuMemFree` may synchronize implicitly with the
-/// device. On the C ABI's proxy thread (`ffi/src/worker.rs`), the streams
-/// of the call being run, and of calls queued after it, wait for a flag
-/// that only the proxy raises, after the call: a synchronizing free there
-/// would never return. So a buffer that has to grow is replaced, not
-/// freed, and the old one waits here. The stager is dropped with its
-/// communicator, after the proxy has stopped (its queue ran and every flag
-/// was raised). Growth at least doubles a buffer, so what waits here is
-/// less than what is in use.
-#[derive(Default)]
-struct Retired {
-    pinned: Vec<Pinned>,
-    /// Device scratch, with the context it belongs to (if known).
-    device: Vec<(Option<Ctx>, gpu::DevBuf)>,
-    /// Bytes waiting here.
-    bytes: usize,
-}
-
-impl Retired {
-    fn pinned(&mut self, m: Pinned) {
-        self.note(m.cap());
-        self.pinned.push(m);
-    }
-
-    fn device(&mut self, ctx: Option<Ctx>, d: gpu::DevBuf) {
-        self.note(d.cap());
-        self.device.push((ctx, d));
-    }
-
-    fn note(&mut self, cap: usize) {
-        self.bytes += cap;
-        tracing::info!(
-            "staging: a buffer of {cap} bytes was outgrown and grown during a call; it is \
-             freed with the communicator ({} bytes waiting)",
-            self.bytes
-        );
-    }
-
-    /// Frees everything (no call may be in flight): device scratch in its
-    /// own context.
-    fn free_all(&mut self) {
-        for (ctx, d) in self.device.drain(..) {
-            let _g = ctx.map(CtxGuard::bind);
-            drop(d);
-        }
-        self.pinned.clear();
-        self.bytes = 0;
     }
 }
 
@@ -434,6 +401,46 @@ impl Stager {
             b.ev = None;
         }
         self.gpu.release(old, &mut self.retired);
+    }
+
+    /// Grows the pinned staging buffers for a collective whose send and
+    /// receive buffers hold `send_bytes` and `recv_bytes` (host path: at
+    /// most one chunk of each is staged at a time), in the context of
+    /// `stream` and `bufs`. The C ABI calls it before gating the call's
+    /// stream (`ffi/src/gate.rs`), while the proxy is not running a call:
+    /// the CUDA Programming Guide counts page-locked host allocations among
+    /// the operations that synchronize streams implicitly, so allocating
+    /// while a stream waits for the proxy is best avoided. Best effort:
+    /// what a call still needs grows then (see `Retired`).
+    pub fn reserve(
+        &mut self,
+        send_bytes: usize,
+        recv_bytes: usize,
+        stream: Stream,
+        bufs: &[*const u8],
+    ) -> std::result::Result<(), CudaError> {
+        let infos: Vec<PtrInfo> = bufs.iter().map(|p| pointer::info(*p)).collect();
+        if !infos.iter().any(PtrInfo::is_device) {
+            return Ok(());
+        }
+        let step = |b: usize| match self.opts.pipeline {
+            true => b.min(self.opts.chunk_bytes),
+            false => b,
+        };
+        let (inp, out) = (step(send_bytes), step(recv_bytes));
+        let slots = match self.opts.pipeline && send_bytes.max(recv_bytes) > inp.max(out) {
+            true => 2,
+            false => 1,
+        };
+        let ctx = op_ctx(stream, &infos)?;
+        let _g = CtxGuard::bind(ctx)?;
+        // The context our memory is freed in, if no call sets it first.
+        self.ctx.get_or_insert(ctx);
+        for slot in &mut self.slots[..slots] {
+            slot.inp.grow(inp, &mut self.retired)?;
+            slot.out.grow(out, &mut self.retired)?;
+        }
+        Ok(())
     }
 
     /// Runs one collective of `comm` with NCCL's meanings of `a`, on any
@@ -721,18 +728,21 @@ impl Stager {
 }
 
 /// The only place staging memory is freed: the stager goes with its
-/// communicator, when no call of it is in flight (see [`Retired`]).
+/// communicator, when no call of it is in flight (see `Retired`); the
+/// frees run on a thread of their own (`Retired::free_detached`).
 impl Drop for Stager {
     fn drop(&mut self) {
-        if let Some(ctx) = self.ctx {
-            let _g = CtxGuard::bind(ctx);
-            self.release();
-            // Free the pinned memory while the context is still current.
-            self.slots = Default::default();
-            self.p2p.clear();
-            self.retired.pinned.clear();
+        let ctx = self.ctx;
+        // Waits for our copies (not for the application's later work).
+        self.release();
+        let bufs = std::mem::take(&mut self.slots)
+            .into_iter()
+            .flat_map(|s| [s.inp, s.out])
+            .chain(self.p2p.drain(..));
+        for m in bufs.filter_map(|b| b.mem) {
+            self.retired.keep(m);
         }
-        self.retired.free_all();
+        std::mem::take(&mut self.retired).free_detached(ctx);
     }
 }
 
