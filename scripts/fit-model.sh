@@ -2,8 +2,8 @@
 # Measures the tuning model's constants on this machine: for each transport,
 # the per-message latency alpha and the bandwidth beta in
 #   time(bytes) = alpha + bytes / beta
-# fitted (least squares, relative error) to 2-rank sendrecv_perf times over
-# 8 B .. 16 MiB. The planner's `Model::for_transport` (nccl-rs/src/plan.rs)
+# fitted (least squares, relative error) to 2-rank sendrecv_perf times at
+# 8 B .. 8 MiB. The planner's `Model::for_transport` (nccl-rs/src/plan.rs)
 # holds the figures this printed; rerun it after changing a transport.
 #   bash scripts/fit-model.sh            # needs release binaries (cargo build --release -p nccl-perf)
 set -euo pipefail
@@ -16,8 +16,12 @@ echo "# load $(cut -d' ' -f1-3 /proc/loadavg)"
 for cfg in SHM TCP; do
   env=(); [ $cfg = TCP ] && env=(NCCL_SHM_DISABLE=1)
   for r in $(seq "$REPS"); do
-    env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 "$BIN/ncclrun" -n 2 "$BIN/sendrecv_perf" \
-      -b 8 -e 16M -f 4 -n 200 -w 20 -c 0 2>&1 | awk -v c=$cfg '/^ +[0-9]/ {print c, $1, $6}' >> "$out"
+    # One size per run: in a sweep the perf tool's buffers are sized for the
+    # largest message, which slows the middle sizes (cache misses).
+    for s in 8 128 2048 32768 524288 8388608; do
+      env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 "$BIN/ncclrun" -n 2 "$BIN/sendrecv_perf" \
+        -b $s -e $s -n 1000 -w 100 -c 0 2>&1 | awk -v c=$cfg '/^ +[0-9]/ {print c, $1, $6}' >> "$out"
+    done
   done
 done
 python3 - "$out" <<'PY'

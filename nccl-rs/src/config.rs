@@ -10,8 +10,8 @@
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
-//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 1 (TCP data sockets per helper thread) |
-//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 4 TCP helper threads per connection (1: none; measured in `transport-tcp`) |
+//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 4 (TCP data sockets per thread) |
+//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 1 (no TCP helper threads; measured in `transport-tcp`) |
 //! | `NCCL_ALGO` | `algo` | tuning model |
 //! | `NCCL_PROTO` | `proto` | tuning model |
 //! | `NCCL_NET` | `net` | `Socket` |

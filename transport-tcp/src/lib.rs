@@ -21,31 +21,41 @@
 //!
 //! # Sockets and helper threads: measurements and defaults
 //! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 4
-//! data sockets serviced by 4 helper threads per comm, were chosen by
-//! `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2 all_reduce_perf
-//! -b S -e S -n 20 -w 5 -c 0` (release build), configurations interleaved,
-//! medians of 4-6 runs per batch, 3-4 batches, on the project's 2-core
-//! machine shared with other jobs (load average 8-16 throughout; ranges are
-//! over the batch medians; bus bandwidth in GB/s, `NS:NT` is
-//! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`):
+//! data sockets serviced by the thread calling `test` (no helper threads),
+//! were chosen by `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2
+//! all_reduce_perf -b S -e S -n 20 -w 5 -c 0` (release build), the
+//! configurations interleaved, on the project's 2-core machine. `NS:NT` is
+//! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`; time per op, median of the
+//! runs (bus bandwidth in GB/s).
 //!
-//! | size | 1:1 (one socket) | 4:1 (4 sockets, no helpers) | 1:2 | 2:2 | 1:4 |
-//! |------|-----|-----|-----|-----|-----|
-//! | 64 MiB | 0.19-0.33 | 0.25-0.29 | 0.58-0.65 | 0.57-0.83 | 0.61-1.17 |
-//! | 16 MiB | 0.23-0.33 | 0.33-0.36 | 0.55-0.72 | 0.52-1.01 | 0.82-1.28 |
-//! | 1 MiB | 0.44-0.62 | 0.52-0.53 | 1.23 | 0.90-1.26 | 0.65-1.25 |
-//! | 8 B (µs) | 6.0-7.2 | 7.1-7.4 | 6.8-6.9 | 6.9-7.1 (one 16.7) | 6.7-7.2 |
+//! Quiet machine (no other jobs; load 1.9-3.6, the benchmark's own two
+//! ranks included), 3 runs each:
 //!
-//! Striping without helper threads does not pay: the thread calling `test`
-//! does all the copies either way. Helper threads do (3-4× at ≥ 16 MiB):
-//! they sleep in `poll` and the kernel wakes them the moment a socket can
-//! move data, while the engine's thread yields and sleeps between polls
-//! and, on a busy machine, waits its turn for a core. Small messages never
-//! touch the helpers, so 8-byte latency is unchanged. One socket per
-//! helper beat two per helper. Part of the gain on a shared machine is that
-//! more runnable threads get a larger share of the cores. (With no other load the same one-socket
-//! run gave 2.15 GB/s at 64 MiB; an idle-machine comparison could not be
-//! made while this was measured.)
+//! | size | 1:1 (one socket) | 2:1 | 1:2 (2 helpers) | 1:4 (4 helpers) |
+//! |------|-----|-----|-----|-----|
+//! | 64 MiB | 64.9 ms (1.03) | 78.8 ms (0.85) | 141.8 ms (0.47) | 114.4 ms (0.59) |
+//! | 16 MiB | 9.6 ms (1.74) | 8.0 ms (2.11) | 20.7 ms (0.81) | 22.7 ms (0.74) |
+//! | 1 MiB | 321 us (3.26) | 321 us (3.27) | 685 us (1.53) | 613 us (1.71) |
+//! | 8 B | 5.75 us | 5.56 us | 5.37 us | 5.53 us |
+//!
+//! and a second batch without helpers, 4 runs each:
+//!
+//! | size | 1:1 | 2:1 | 4:1 |
+//! |------|-----|-----|-----|
+//! | 64 MiB | 57.3 ms (1.17) | 56.5 ms (1.19) | 48.1 ms (1.41) |
+//! | 16 MiB | 7.9 ms (2.14) | 7.5 ms (2.25) | 7.1 ms (2.37) |
+//!
+//! Helper threads do not pay on 2 cores: the two ranks' engine threads
+//! already fill both cores, and every helper wake-up is a context switch
+//! that takes a core from a thread doing copies (2-2.5× slower at ≥ 1 MiB).
+//! Striping over 4 sockets without helpers gains 5-15% at ≥ 16 MiB (the
+//! kernel's per-socket buffers and acknowledgements overlap more work);
+//! small messages never leave the control socket, so 8-byte latency is
+//! unchanged. On a machine shared with other jobs (load 8-16) the picture
+//! reversed: helper threads won 3-4× at ≥ 16 MiB because more runnable
+//! threads got a larger share of the contended cores; that is a scheduling
+//! artefact, not a property of the transport. On hosts with more cores
+//! than ranks, `NCCL_SOCKET_NTHREADS=2..4` is worth measuring.
 //!
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
@@ -68,10 +78,10 @@ use std::net::IpAddr;
 
 /// Default data sockets per helper thread (`NCCL_NSOCKS_PERTHREAD`); see
 /// the crate docs for the measurement behind it.
-pub const DEFAULT_NSOCKS_PERTHREAD: usize = 1;
+pub const DEFAULT_NSOCKS_PERTHREAD: usize = 4;
 /// Default helper threads per comm (`NCCL_SOCKET_NTHREADS`); see the crate
 /// docs for the measurement behind it.
-pub const DEFAULT_NTHREADS: usize = 4;
+pub const DEFAULT_NTHREADS: usize = 1;
 /// Default `SO_SNDBUF` / `SO_RCVBUF` size.
 pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
