@@ -294,7 +294,7 @@ mod tests {
         let o = TcpOptions::default();
         assert_eq!(o.socket_buf_bytes, 4 << 20);
         assert_eq!(o.nsocks, 4);
-        assert_eq!(o.nthreads, 4);
+        assert_eq!(o.nthreads, 1);
         let ip = "127.0.0.1".parse().unwrap();
         for (nsocks, nthreads) in [(0, 1), (MAX_SOCKS + 1, 1), (4, MAX_SOCKS + 1)] {
             let bad = TcpOptions {
