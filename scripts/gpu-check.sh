@@ -98,14 +98,7 @@ step "device_check 4 ranks" 180 "${ours[@]}" "$here/bin/device_check" 4
 step "device_check 2 ranks, whole-buffer staging" 120 "${ours[@]}" NCCL_CUDA_PIPELINE=0 \
   "$here/bin/device_check" 2
 
-# 3: the Rust tests on the real GPU.
-step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
-  env NCCL_RS_CUDA_TESTS=real "$here/bin/cuda_fake" --test-threads=1
-# (cudarc's typed layer loads every symbol of its bindings: not the fake's.)
-[ -n "$fake" ] ||
-  step "Rust cuda tests (cuda_gpu --ignored)" 120 "$here/bin/cuda_gpu" --ignored --test-threads=1 --nocapture
-
-# 3b: reductions on the GPU (NCCL_CUDA_REDUCE=gpu), with NVRTC found here.
+# NVRTC for the reductions on the GPU (steps 3 and 3b).
 find_nvrtc() {
   if [ -n "${NCCL_NVRTC_LIBRARY:-}" ]; then
     echo "$NCCL_NVRTC_LIBRARY"
@@ -150,12 +143,24 @@ reduce_path_check() {
   [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q 'device reductions: on the GPU'
 }
 nvrtc=$(find_nvrtc)
+[ -n "$nvrtc" ] && [ -z "$fake" ] && export NCCL_NVRTC_LIBRARY=$nvrtc
+
+# 3: the Rust tests on the real GPU (on the fake driver, less the two that
+# expect kernels to run).
+skip=()
+[ -n "$fake" ] && skip=(--skip device_reductions_fall_back --skip forced_gpu_reduction_without_kernels)
+step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
+  env NCCL_RS_CUDA_TESTS=real "$here/bin/cuda_fake" --test-threads=1 "${skip[@]}"
+# (cudarc's typed layer loads every symbol of its bindings: not the fake's.)
+[ -n "$fake" ] ||
+  step "Rust cuda tests (cuda_gpu --ignored)" 120 "$here/bin/cuda_gpu" --ignored --test-threads=1 --nocapture
+
+# 3b: reductions on the GPU (NCCL_CUDA_REDUCE=gpu).
 echo
 if [ -n "$fake" ]; then
   echo "=== reductions on the GPU: not on the fake driver (no kernels run there)"
 elif [ -n "$nvrtc" ]; then
   echo "=== NVRTC: $nvrtc"
-  export NCCL_NVRTC_LIBRARY=$nvrtc
   step "device_check 2 ranks, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 150 reduce_path_check
   step "Rust cuda tests, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 180 \
     env NCCL_RS_CUDA_TESTS=real NCCL_CUDA_REDUCE=gpu "$here/bin/cuda_fake" --test-threads=1 --nocapture
