@@ -62,106 +62,12 @@ use cudarc::driver::sys::{CUcontext, CUstream};
 
 #[path = "stage_gpu.rs"]
 mod gpu;
+#[path = "stage_options.rs"]
+mod options;
 #[path = "stage_retired.rs"]
 mod retired;
+pub use options::{StagingOptions, Stream};
 use retired::Retired;
-
-/// A CUDA stream as the C API passes it (`cudaStream_t` / `CUstream`): 0
-/// is the legacy default stream, 1 `cudaStreamLegacy`, 2
-/// `cudaStreamPerThread`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Stream(pub usize);
-
-impl Stream {
-    /// The legacy default stream.
-    pub const DEFAULT: Stream = Stream(0);
-
-    /// From a raw `CUstream`.
-    pub fn from_raw(s: CUstream) -> Stream {
-        Stream(s as usize)
-    }
-
-    /// A stream handle, not one of the special values 0, 1, 2.
-    pub fn is_handle(self) -> bool {
-        self.0 > 2
-    }
-
-    /// The handle work is enqueued on. `cudaStreamPerThread` is the
-    /// calling thread's stream, and calls may run on another thread
-    /// (group and worker threads), so it becomes the legacy default
-    /// stream, which is ordered with every blocking stream of the context,
-    /// the per-thread ones included.
-    pub(crate) fn effective(self) -> CUstream {
-        match self.0 {
-            2 => std::ptr::null_mut(),
-            s => s as CUstream,
-        }
-    }
-}
-
-/// Tuning of the staging engine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StagingOptions {
-    /// Bytes staged per pipeline step (`NCCL_CUDA_STAGING_CHUNK`, default
-    /// 2 MiB, at least 4 KiB). Every rank must use the same value.
-    pub chunk_bytes: usize,
-    /// Split large buffers into chunks (`NCCL_CUDA_PIPELINE`, default on).
-    pub pipeline: bool,
-}
-
-impl Default for StagingOptions {
-    fn default() -> Self {
-        StagingOptions {
-            chunk_bytes: 2 << 20,
-            pipeline: true,
-        }
-    }
-}
-
-impl StagingOptions {
-    /// From the process environment.
-    pub fn from_env() -> Result<StagingOptions> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// Through `get` (tests).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<StagingOptions> {
-        let mut o = StagingOptions::default();
-        if let Some(v) = get("NCCL_CUDA_STAGING_CHUNK").filter(|v| !v.trim().is_empty()) {
-            o.chunk_bytes = parse_bytes(&v)
-                .filter(|&b| (4096..=(1usize << 30)).contains(&b))
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "NCCL_CUDA_STAGING_CHUNK={v:?}: expected bytes between 4096 and 1G (suffix K, M or G allowed)"
-                    ))
-                })?;
-        }
-        if let Some(v) = get("NCCL_CUDA_PIPELINE").filter(|v| !v.trim().is_empty()) {
-            o.pipeline = match v.trim() {
-                "0" => false,
-                "1" => true,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "NCCL_CUDA_PIPELINE={v:?}: expected 0 or 1"
-                    )))
-                }
-            };
-        }
-        Ok(o)
-    }
-}
-
-/// `123`, `64K`, `2M`, `1G` (binary units).
-fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, shift) = match s.chars().last()?.to_ascii_uppercase() {
-        'K' => (&s[..s.len() - 1], 10),
-        'M' => (&s[..s.len() - 1], 20),
-        'G' => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
-}
 
 /// One pinned buffer with the event recorded after the last copy that
 /// uses it, and whether that copy may still be running.
@@ -751,40 +657,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_parse() {
-        let get = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(
-            StagingOptions::from_lookup(get(&[])).unwrap(),
-            StagingOptions::default()
-        );
-        let o = StagingOptions::from_lookup(get(&[
-            ("NCCL_CUDA_STAGING_CHUNK", "64K"),
-            ("NCCL_CUDA_PIPELINE", "0"),
-        ]))
-        .unwrap();
-        assert_eq!((o.chunk_bytes, o.pipeline), (65536, false));
-        assert_eq!(
-            StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "8388608")]))
-                .unwrap()
-                .chunk_bytes,
-            8 << 20
-        );
-        for bad in ["12", "x", "2T", "4G"] {
-            let pairs: &'static [(&str, &str)] =
-                Box::leak(Box::new([("NCCL_CUDA_STAGING_CHUNK", bad)]));
-            assert!(StagingOptions::from_lookup(get(pairs)).is_err(), "{bad}");
-        }
-        assert!(StagingOptions::from_lookup(get(&[("NCCL_CUDA_PIPELINE", "yes")])).is_err());
-    }
-
-    #[test]
     fn block_layouts() {
         assert_eq!(blocks(RawColl::AllReduce, 4), (1, 1));
         assert_eq!(blocks(RawColl::AllGather, 4), (1, 4));
@@ -792,13 +664,5 @@ mod tests {
         assert_eq!(blocks(RawColl::AllToAll, 4), (4, 4));
         assert_eq!(blocks(RawColl::Gather, 3), (1, 3));
         assert_eq!(blocks(RawColl::Scatter, 3), (3, 1));
-    }
-
-    #[test]
-    fn special_streams() {
-        assert!(!Stream(0).is_handle() && !Stream(1).is_handle() && !Stream(2).is_handle());
-        assert!(Stream(0x1000).is_handle());
-        assert!(Stream(2).effective().is_null());
-        assert_eq!(Stream(1).effective() as usize, 1);
     }
 }
