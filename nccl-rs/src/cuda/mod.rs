@@ -47,12 +47,12 @@
 //! rank runs the collective chunk by chunk, a host-memory rank in one
 //! piece. NCCL itself requires device memory on every rank.
 
-mod driver;
 pub mod copy;
-pub mod gdr;
-pub mod netreg;
 mod dev_reduce;
+mod driver;
+pub mod gdr;
 mod kernels;
+pub mod netreg;
 mod nvrtc;
 mod pointer;
 mod stage;
@@ -60,8 +60,8 @@ mod streamop;
 mod typed;
 
 pub use cudarc;
-pub use pointer::{classify, MemKind};
 pub use dev_reduce::DeviceReduce;
+pub use pointer::{classify, MemKind};
 pub use stage::{Stager, StagingOptions, Stream};
 pub use streamop::{async_support, async_support_for, Gate, GateWait, HostFlag, ProxyStreams};
 
