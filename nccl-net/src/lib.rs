@@ -274,6 +274,18 @@ pub trait SendComm: Send {
     /// Makes progress and reports whether `req` is complete (`Ok(true)`).
     /// Never blocks. Once it returned `Ok(true)` the request is gone.
     fn test(&mut self, req: Request) -> NetResult<bool>;
+
+    /// A hint for the sends posted from now on: whether the receiver may
+    /// copy them straight out of our buffer (a single copy, as the
+    /// shared-memory transport's cross-memory attach) rather than through
+    /// the transport's own buffers. The caller says `false` when the
+    /// receiver will reduce the data (it reduces straight out of the
+    /// transport's buffers instead) or when this rank would sit idle while
+    /// the receiver copies. Transports without a single-copy path ignore
+    /// it; the default does nothing. Never affects correctness.
+    fn hint_single_copy(&mut self, allowed: bool) {
+        let _ = allowed;
+    }
 }
 
 /// The receiving half of an established connection. Dropping it closes it.

@@ -54,6 +54,14 @@ impl Coll {
         }
     }
 
+    /// Whether the collective combines data with a reduction operator.
+    pub(crate) fn reduces(&self) -> bool {
+        matches!(
+            self,
+            Coll::AllReduce { .. } | Coll::ReduceScatter { .. } | Coll::Reduce { .. }
+        )
+    }
+
     /// The name `NCCL_ALGO`'s per-collective syntax uses.
     fn algo_key(&self) -> &'static str {
         match self {

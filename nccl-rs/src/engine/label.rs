@@ -37,11 +37,7 @@ impl OpLabel {
             OpLabel::Coll {
                 coll, dtype, op, ..
             } => {
-                let reduces = matches!(
-                    coll,
-                    Coll::AllReduce { .. } | Coll::ReduceScatter { .. } | Coll::Reduce { .. }
-                );
-                let op = if reduces {
+                let op = if coll.reduces() {
                     format!(", {op}")
                 } else {
                     String::new()

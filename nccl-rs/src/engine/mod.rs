@@ -7,6 +7,7 @@
 //! sleeping between polls, until the deadline.
 
 mod buffers;
+mod copy_hint;
 mod label;
 mod run;
 
@@ -119,6 +120,10 @@ impl Engine {
                 .iter_mut()
                 .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
                 .collect();
+        }
+        let single_copy = copy_hint::single_copy_allowed(&call);
+        for comm in self.send.iter_mut().flatten() {
+            comm.hint_single_copy(single_copy);
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
         let slots = &self.slot_regions.0;

@@ -76,7 +76,10 @@
 //! (mark `CMA1`, the sender's buffer address) and the receiver copies it
 //! with `process_vm_readv` straight from the sender's buffer (see the
 //! `cma` module). Whether that is allowed is probed once per connection at
-//! accept; it falls back to the ring when the probe fails. Off by default:
+//! accept; it falls back to the ring when the probe fails. The engine allows
+//! it only for calls that do not reduce and where the sender also receives
+//! ([`nccl_net::SendComm::hint_single_copy`], `engine::copy_hint`). Off by
+//! default:
 //! on the 2-core development machine it made 2-rank all-gather and
 //! all-to-all of 1-16 MiB 15-20% faster in one quiet A/B run, but
 //! broadcast (one direction: the ring splits the copy over two cores, single

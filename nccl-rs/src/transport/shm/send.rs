@@ -25,6 +25,9 @@ struct SendOp {
     tag: u32,
     /// Chosen when the header is written.
     how: Payload,
+    /// Whether the caller allowed single copy when it posted this message
+    /// ([`SendComm::hint_single_copy`]).
+    single_copy: bool,
     /// Bytes of the frame written so far (0..=span).
     pos: usize,
     /// Stream position just past the frame, once its header is written.
@@ -48,6 +51,8 @@ pub(in crate::transport::shm) struct ShmSendComm {
     cma_min: Option<usize>,
     /// The receiver's probe outcome as last seen (`CMA_*`).
     cma: u32,
+    /// The caller's last [`SendComm::hint_single_copy`] (initially `true`).
+    single_copy_hint: bool,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -81,16 +86,18 @@ impl ShmSendComm {
             } else {
                 CMA_NO
             },
+            single_copy_hint: true,
             seg,
         }
     }
 
-    /// How a message of `len` bytes travels now.
-    fn payload_for(&mut self, len: usize) -> Payload {
+    /// How a message of `len` bytes, posted with single copy `allowed` or
+    /// not, travels now.
+    fn payload_for(&mut self, len: usize, allowed: bool) -> Payload {
         let Some(min) = self.cma_min else {
             return Payload::Ring;
         };
-        if len < min || len <= INLINE_MAX {
+        if !allowed || len < min || len <= INLINE_MAX {
             return Payload::Ring;
         }
         if self.cma == CMA_UNKNOWN {
@@ -109,8 +116,19 @@ impl ShmSendComm {
     /// whether any byte moved.
     fn pump(&mut self) -> Result<bool, Fault> {
         let mut moved = false;
-        while let Some(&SendOp { len, pos, how, .. }) = self.q.get(self.nwritten) {
-            let how = if pos == 0 { self.payload_for(len) } else { how };
+        while let Some(&SendOp {
+            len,
+            pos,
+            how,
+            single_copy,
+            ..
+        }) = self.q.get(self.nwritten)
+        {
+            let how = if pos == 0 {
+                self.payload_for(len, single_copy)
+            } else {
+                how
+            };
             let i = self.nwritten;
             let ShmSendComm { prod, q, .. } = self;
             let op = &mut q[i];
@@ -282,6 +300,7 @@ impl SendComm for ShmSendComm {
             len,
             tag,
             how: Payload::Ring,
+            single_copy: self.single_copy_hint,
             pos: 0,
             end: 0,
             reported: false,
@@ -305,5 +324,9 @@ impl SendComm for ShmSendComm {
         } else {
             Ok(false)
         }
+    }
+
+    fn hint_single_copy(&mut self, allowed: bool) {
+        self.single_copy_hint = allowed;
     }
 }
