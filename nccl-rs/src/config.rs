@@ -20,6 +20,8 @@
 //! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | false; 1: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message (single copy is off anyway with more local ranks than CPUs) |
+//! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
+//! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 64 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
@@ -67,6 +69,11 @@ pub struct Config {
     pub shm_cma_min_bytes: usize,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,
+    /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
+    /// buffers of co-located ranks.
+    pub local_register: bool,
+    /// `NCCL_SHM_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
+    pub zero_copy_min_bytes: usize,
     /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
@@ -94,6 +101,8 @@ impl Default for Config {
             shm_use_cma: false,
             shm_cma_min_bytes: 16 << 10,
             shm_direct_reduce: true,
+            local_register: true,
+            zero_copy_min_bytes: 64 << 10,
             socket_buf_bytes: 4 << 20,
             ib: transport_verbs::VerbsOptions::default(),
         }
@@ -142,6 +151,14 @@ impl Config {
                 &text,
                 "NCCL_SHM_CMA_MIN_BYTES",
                 d.shm_cma_min_bytes,
+                0..=usize::MAX,
+            )?,
+            local_register: text("NCCL_LOCAL_REGISTER").is_none()
+                || flag(&text, "NCCL_LOCAL_REGISTER")?,
+            zero_copy_min_bytes: num(
+                &text,
+                "NCCL_SHM_ZERO_COPY_MIN_BYTES",
+                d.zero_copy_min_bytes,
                 0..=usize::MAX,
             )?,
             socket_buf_bytes: num(
@@ -231,6 +248,15 @@ mod tests {
         assert_eq!(c.socket_family, Some(AddrFamily::V6));
         assert!(!c.shm_use_cma);
         assert!(c.shm_direct_reduce);
+        assert!(c.local_register);
+        assert_eq!(c.zero_copy_min_bytes, 64 << 10);
+        let c2 = cfg(&[
+            ("NCCL_LOCAL_REGISTER", "0"),
+            ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),
+        ])
+        .unwrap();
+        assert!(!c2.local_register);
+        assert_eq!(c2.zero_copy_min_bytes, 1);
         assert!(
             !cfg(&[("NCCL_SHM_DIRECT_REDUCE", "0")])
                 .unwrap()

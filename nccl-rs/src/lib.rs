@@ -38,6 +38,7 @@ pub mod datatype;
 mod engine;
 pub mod error;
 pub mod fp8;
+pub mod hostmem;
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]
@@ -54,4 +55,5 @@ pub use comm::{Communicator, P2pGroup};
 pub use config::Config;
 pub use datatype::{DataType, Element, RedOp};
 pub use error::{Error, Result};
+pub use hostmem::ShmBuffer;
 pub use logging::init_logging;

@@ -40,6 +40,9 @@ pub(crate) struct Core {
     history: VecDeque<OpLabel>,
     planner: Planner,
     cache: VecDeque<(CacheKey, Arc<Schedule>)>,
+    /// The zero-copy path, where every rank shares this host over shared
+    /// memory (see `zero_copy`).
+    pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
 }
 
 impl Core {
@@ -60,6 +63,7 @@ impl Core {
             history: VecDeque::with_capacity(HISTORY),
             planner,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
+            zero_copy: None,
         }
     }
 
@@ -73,7 +77,7 @@ impl Core {
         }
     }
 
-    fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
+    pub(super) fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
         let chunk = self.engine.chunk_elems(dtype.size());
         let key = (coll, dtype, chunk);
         if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
@@ -100,7 +104,6 @@ impl Core {
         bufs: CallBufs,
     ) -> Result<()> {
         self.check_usable()?;
-        let sched = self.schedule(coll, dtype);
         self.seq += 1;
         let label = OpLabel::Coll {
             coll,
@@ -112,14 +115,12 @@ impl Core {
             self.history.pop_front();
         }
         self.history.push_back(label);
-        self.execute(
-            &sched,
-            dtype,
-            op,
-            label.fingerprint() & !P2P_TAG,
-            label,
-            bufs,
-        )
+        let tag = label.fingerprint() & !P2P_TAG;
+        if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
+            return Ok(());
+        }
+        let sched = self.schedule(coll, dtype);
+        self.execute(&sched, dtype, op, tag, label, bufs)
     }
 
     pub(crate) fn execute(

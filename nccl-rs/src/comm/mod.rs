@@ -9,6 +9,7 @@ mod group;
 mod nonblocking;
 pub mod raw;
 mod split;
+mod zero_copy;
 
 pub use crate::engine::AbortHandle;
 pub use group::P2pGroup;
@@ -148,7 +149,11 @@ impl Communicator {
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
-        let core = Arc::new(Mutex::new(Core::new(rank, nranks, engine, boot, planner)));
+        let mut core = Core::new(rank, nranks, engine, boot, planner);
+        if config.local_register && !remote && shm.is_some() {
+            core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
+        }
+        let core = Arc::new(Mutex::new(core));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
         }

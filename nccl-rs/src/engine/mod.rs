@@ -10,6 +10,7 @@ mod buffers;
 mod copy_hint;
 mod label;
 mod run;
+pub(crate) mod zero_copy;
 
 pub(crate) use buffers::{CallBufs, Region};
 pub(crate) use label::{fingerprint_all_reduce, OpLabel};
@@ -17,7 +18,7 @@ pub(crate) use run::{Call, Run};
 
 use crate::error::{Error, Result};
 use crate::transport::{RecvComm, SendComm};
-use buffers::AlignedBuf;
+pub(crate) use buffers::AlignedBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,247 @@
+//! Zero-copy collectives between co-located ranks whose buffers are shared
+//! host memory ([`crate::ShmBuffer`], `ncclMemAlloc`): every rank maps its
+//! peers' buffers and the collective runs as a plan of direct reads and
+//! writes ([`crate::schedule::zero_copy`]), with no transport copy.
+//!
+//! A call on a communicator whose ranks all share one host over the
+//! shared-memory transport (and `NCCL_LOCAL_REGISTER` not 0), moving at
+//! least `NCCL_SHM_ZERO_COPY_MIN_BYTES`, goes:
+//! 1. all-gather of every rank's buffer descriptor (pid, allocation, offset,
+//!    length; zeros where a buffer is not shared memory) over the transport:
+//!    also the entry barrier (no rank touches a peer's buffer before the
+//!    peer is in the call);
+//! 2. if every rank described shared buffers, each maps its peers'
+//!    allocations (cached) and all agree by a one-word all-reduce (min);
+//! 3. the plan runs;
+//! 4. a one-word all-reduce is the exit barrier (no rank returns, and
+//!    reuses its buffers, while a peer still reads or writes them).
+//!
+//! Every decision is taken from data all ranks share, so they all take the
+//! same path; otherwise (a buffer not shared, a mapping refused) they all
+//! fall back to the transport schedules of the same call. The extra cost is
+//! three tiny collectives, which is why small calls skip it.
+
+use super::core::Core;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::zero_copy::{self as exec, RankBufs};
+use crate::engine::{AlignedBuf, CallBufs, OpLabel, Region};
+use crate::error::{Error, Result};
+use crate::hostmem::{BufferDesc, PeerMaps, DESC_WORDS};
+use crate::plan::Coll;
+use crate::schedule::{zero_copy, ZcColl};
+
+/// Per-communicator state of the zero-copy path.
+pub(crate) struct ZeroCopy {
+    min_bytes: usize,
+    maps: PeerMaps,
+    descs: Vec<u64>,
+    tmp: AlignedBuf,
+    logged: bool,
+}
+
+impl ZeroCopy {
+    pub(crate) fn new(min_bytes: usize) -> ZeroCopy {
+        ZeroCopy {
+            min_bytes,
+            maps: PeerMaps::default(),
+            descs: Vec::new(),
+            tmp: AlignedBuf::default(),
+            logged: false,
+        }
+    }
+}
+
+/// The zero-copy form of `coll` and the bytes it moves per rank.
+fn zc_coll(coll: Coll, n: usize) -> Option<(ZcColl, usize)> {
+    Some(match coll {
+        Coll::AllReduce { count } => (ZcColl::AllReduce { count }, count),
+        Coll::ReduceScatter { recv_count } => {
+            (ZcColl::ReduceScatter { recv_count }, recv_count * n)
+        }
+        Coll::AllGather { send_count } => (ZcColl::AllGather { send_count }, send_count * n),
+        Coll::Broadcast { count, root } => (ZcColl::Broadcast { count, root }, count),
+        Coll::Reduce { count, root } => (ZcColl::Reduce { count, root }, count),
+        Coll::AllToAll { count } => (ZcColl::AllToAll { count }, count * n),
+        Coll::Gather { .. } | Coll::Scatter { .. } => return None,
+    })
+}
+
+fn overlap(a: Region, b: Region) -> bool {
+    let (a0, b0) = (a.ptr as usize, b.ptr as usize);
+    a.len > 0 && b.len > 0 && a0 < b0 + b.len && b0 < a0 + a.len
+}
+
+impl Core {
+    /// Runs `coll` by the zero-copy path if every rank can; `Ok(false)`
+    /// when the caller must run the transport schedule instead.
+    pub(crate) fn try_zero_copy(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        op: RedOp,
+        bufs: &CallBufs,
+        tag: u32,
+        what: OpLabel,
+    ) -> Result<bool> {
+        let (n, r) = (self.nranks, self.rank);
+        let Some(zc) = self.zero_copy.as_ref() else {
+            return Ok(false);
+        };
+        let Some((zcoll, elems)) = zc_coll(coll, n) else {
+            return Ok(false);
+        };
+        if elems * dtype.size() < zc.min_bytes.max(1) {
+            return Ok(false);
+        }
+        // In-place all-to-all has no plan: a rank would overwrite input its
+        // peers still read. Describe nothing, so every rank falls back.
+        let inplace_a2a =
+            matches!(zcoll, ZcColl::AllToAll { .. }) && overlap(bufs.input, bufs.output);
+        let mine = if inplace_a2a {
+            None
+        } else {
+            BufferDesc::of(
+                (bufs.input.ptr.cast_const(), bufs.input.len),
+                (bufs.output.ptr.cast_const(), bufs.output.len),
+            )
+        };
+
+        // 1. Descriptors (and entry barrier).
+        let mut descs = std::mem::take(&mut self.zero_copy.as_mut().expect("checked").descs);
+        descs.clear();
+        descs.resize(DESC_WORDS * n, 0);
+        descs[r * DESC_WORDS..(r + 1) * DESC_WORDS].copy_from_slice(&BufferDesc::encode(mine));
+        let gathered = self.tiny(
+            Coll::AllGather {
+                send_count: DESC_WORDS,
+            },
+            RedOp::Sum,
+            &mut descs,
+            r * DESC_WORDS,
+            tag,
+            what,
+        );
+        let all: Option<Vec<BufferDesc>> =
+            descs.chunks(DESC_WORDS).map(BufferDesc::decode).collect();
+        self.zero_copy.as_mut().expect("checked").descs = descs;
+        gathered?;
+        let Some(all) = all else {
+            return Ok(false);
+        };
+
+        // 2. Map every peer's buffers; agree.
+        let zc = self.zero_copy.as_mut().expect("checked");
+        let in_use: Vec<(i32, u64)> = all
+            .iter()
+            .flat_map(|d| [(d.pid, d.input.serial), (d.pid, d.output.serial)])
+            .collect();
+        let mut ranks = Vec::with_capacity(n);
+        let mut refused = None;
+        for (q, d) in all.iter().enumerate() {
+            if q == r {
+                ranks.push((bufs.input, bufs.output));
+                continue;
+            }
+            let mut region = |rd: &crate::hostmem::RegionDesc| {
+                zc.maps
+                    .resolve(d.pid, rd, &in_use)
+                    .map(|p| Region::new(p, rd.len))
+            };
+            match (region(&d.input), region(&d.output)) {
+                (Ok(i), Ok(o)) => ranks.push((i, o)),
+                (Err(e), _) | (_, Err(e)) => {
+                    refused = Some(format!("rank {q}: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = &refused {
+            tracing::info!(
+                rank = r,
+                "SHM zero copy: cannot map a peer's buffer ({why}); using the transport"
+            );
+        }
+        let mut ok = [u64::from(refused.is_none())];
+        self.tiny(
+            Coll::AllReduce { count: 1 },
+            RedOp::Min,
+            &mut ok,
+            0,
+            tag,
+            what,
+        )?;
+        if ok[0] == 0 {
+            return Ok(false);
+        }
+
+        // 3. The plan.
+        let zc = self.zero_copy.as_mut().expect("checked");
+        if !zc.logged && r == 0 {
+            zc.logged = true;
+            tracing::info!(
+                "SHM zero copy: collectives on shared buffers copy straight between ranks"
+            );
+        }
+        let steps = zero_copy(zcoll, n, r);
+        let b = RankBufs {
+            bufs: &ranks,
+            dtype,
+        };
+        // SAFETY: our own regions come from the caller's `CallBufs` (valid
+        // for the call); the peers' are their descriptors' ranges inside
+        // allocations mapped whole into this process, and every peer is
+        // inside the same call until the exit barrier below (entered: step
+        // 1; leaves: step 4), running its part of the same plan.
+        let ran = unsafe { exec::run(&steps, &b, op, n, &mut zc.tmp) };
+        // 4. Exit barrier, even after a local failure, so peers do not wait
+        // for the deadline.
+        let mut one = [0u64];
+        let barrier = self.tiny(
+            Coll::AllReduce { count: 1 },
+            RedOp::Max,
+            &mut one,
+            0,
+            tag,
+            what,
+        );
+        ran.map_err(|msg| Error::Internal {
+            rank: r,
+            msg: format!("{}: zero copy: {msg}", what.call()),
+        })?;
+        barrier?;
+        Ok(true)
+    }
+
+    /// Runs a tiny internal collective of `u64` words: `words` is the whole
+    /// output, this rank's input at `mine` (in place).
+    fn tiny(
+        &mut self,
+        coll: Coll,
+        op: RedOp,
+        words: &mut [u64],
+        mine: usize,
+        tag: u32,
+        what: OpLabel,
+    ) -> Result<()> {
+        let sched = self.schedule(coll, DataType::Uint64);
+        let bytes = std::mem::size_of_val(words);
+        let out = Region::new(words.as_mut_ptr().cast(), bytes);
+        let count = match coll {
+            Coll::AllGather { send_count } => send_count,
+            _ => words.len(),
+        };
+        let input = Region::new(out.ptr.wrapping_add(mine * 8), count * 8);
+        self.execute(
+            &sched,
+            DataType::Uint64,
+            op,
+            tag,
+            what,
+            CallBufs {
+                input,
+                output: out,
+                group: Vec::new(),
+            },
+        )
+    }
+}

@@ -1,0 +1,156 @@
+//! Mappings of other processes' shared allocations, made with
+//! `pidfd_open` + `pidfd_getfd` (Linux 5.6+; the kernel allows it where it
+//! would allow `ptrace` attach, as for cross-memory attach) and `mmap`, and
+//! kept for reuse: a training loop passes the same few buffers every step.
+
+use super::{base_of, RegionDesc};
+use std::collections::HashMap;
+
+/// Mappings kept at most (the least recently used goes first).
+const KEEP: usize = 64;
+
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+    last_use: u64,
+}
+
+/// Peer allocations mapped into this process, by (pid, serial).
+#[derive(Default)]
+pub(crate) struct PeerMaps {
+    pidfds: HashMap<i32, i32>,
+    maps: HashMap<(i32, u64), Mapping>,
+    clock: u64,
+}
+
+// SAFETY: the raw pointers are mappings owned by this value; the file
+// descriptors are plain integers it owns.
+unsafe impl Send for PeerMaps {}
+
+fn last_os(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+impl PeerMaps {
+    /// The address in this process of `r` of process `pid` (its start, at
+    /// `r.offset`), mapping the allocation if needed. `in_use` lists the
+    /// mappings the caller still needs (not evicted).
+    pub(crate) fn resolve(
+        &mut self,
+        pid: i32,
+        r: &RegionDesc,
+        in_use: &[(i32, u64)],
+    ) -> Result<*mut u8, String> {
+        self.clock += 1;
+        let base = if pid == std::process::id() as i32 {
+            base_of(r.serial).ok_or_else(|| format!("allocation {} is gone", r.serial))?
+        } else if let Some(m) = self.maps.get_mut(&(pid, r.serial)) {
+            if m.len != r.alloc_len {
+                return Err(format!("allocation {} changed size", r.serial));
+            }
+            m.last_use = self.clock;
+            m.ptr
+        } else {
+            self.evict(in_use);
+            let ptr = self.map(pid, r)?;
+            self.maps.insert(
+                (pid, r.serial),
+                Mapping {
+                    ptr,
+                    len: r.alloc_len,
+                    last_use: self.clock,
+                },
+            );
+            ptr
+        };
+        Ok(base.wrapping_add(r.offset))
+    }
+
+    fn pidfd(&mut self, pid: i32) -> Result<i32, String> {
+        if let Some(&fd) = self.pidfds.get(&pid) {
+            return Ok(fd);
+        }
+        // SAFETY: plain system call with integer arguments.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(last_os(&format!("pidfd_open({pid})")));
+        }
+        let fd = fd as i32;
+        self.pidfds.insert(pid, fd);
+        Ok(fd)
+    }
+
+    fn map(&mut self, pid: i32, r: &RegionDesc) -> Result<*mut u8, String> {
+        let pidfd = self.pidfd(pid)?;
+        // SAFETY: plain system call; the result is a new descriptor we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, r.fd, 0) };
+        if fd < 0 {
+            return Err(last_os(&format!("pidfd_getfd(pid {pid}, fd {})", r.fd)));
+        }
+        let fd = fd as i32;
+        let result = (|| {
+            // SAFETY: `st` is a plain struct the kernel fills.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: `fd` is open; `st` is writable.
+            if unsafe { libc::fstat(fd, &mut st) } != 0 {
+                return Err(last_os("fstat"));
+            }
+            if usize::try_from(st.st_size).ok() != Some(r.alloc_len) {
+                return Err(format!(
+                    "descriptor {} of pid {pid} is not allocation {} ({} bytes, expected {})",
+                    r.fd, r.serial, st.st_size, r.alloc_len
+                ));
+            }
+            // SAFETY: a new shared mapping of the whole file, at no fixed
+            // address; the file is the peer's memfd (size checked above).
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    r.alloc_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(last_os("mmap"));
+            }
+            Ok(p.cast::<u8>())
+        })();
+        // SAFETY: our descriptor; the mapping (if any) keeps the file alive.
+        unsafe { libc::close(fd) };
+        result
+    }
+
+    /// Makes room for one more mapping, never dropping one in `in_use`.
+    fn evict(&mut self, in_use: &[(i32, u64)]) {
+        while self.maps.len() >= KEEP {
+            let victim = self
+                .maps
+                .iter()
+                .filter(|(k, _)| !in_use.contains(k))
+                .min_by_key(|(_, m)| m.last_use)
+                .map(|(k, _)| *k);
+            let Some(k) = victim else { return };
+            if let Some(m) = self.maps.remove(&k) {
+                // SAFETY: our mapping; no call is using it (not in `in_use`,
+                // and calls resolve addresses afresh).
+                unsafe { libc::munmap(m.ptr.cast(), m.len) };
+            }
+        }
+    }
+}
+
+impl Drop for PeerMaps {
+    fn drop(&mut self) {
+        for m in self.maps.values() {
+            // SAFETY: our mappings, unused once the owner is dropped.
+            unsafe { libc::munmap(m.ptr.cast(), m.len) };
+        }
+        for &fd in self.pidfds.values() {
+            // SAFETY: our descriptors, closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}

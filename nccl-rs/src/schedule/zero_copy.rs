@@ -1,0 +1,305 @@
+//! Zero-copy plans: collectives over buffers every rank can map (shared
+//! host memory on one host). A rank reads its peers' inputs and writes
+//! their outputs directly; nothing goes through a transport. The plans are
+//! as pure as the other schedules: which ranges of which rank's buffers
+//! each rank reads and writes.
+//!
+//! # Exclusive ownership
+//! Between the entry and exit barriers of the call (the caller's business),
+//! every output element of every rank is written by exactly one rank,
+//! once, and an element that is read as input by one rank is written (in
+//! place) only by that same rank, after it read it. So no two ranks race
+//! on any element, in place or not. [`check_zero_copy`] verifies the first
+//! half for every collective at many sizes; in-place all-to-all, where a
+//! rank would overwrite input others still read, has no plan.
+
+use super::{part_len, part_start};
+
+/// A buffer of some rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ZcBuf {
+    /// Rank `.0`'s input.
+    In(usize),
+    /// Rank `.0`'s output.
+    Out(usize),
+}
+
+/// A position in a rank's buffer, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZcAt {
+    /// Which buffer.
+    pub buf: ZcBuf,
+    /// Element offset.
+    pub off: usize,
+}
+
+fn at(buf: ZcBuf, off: usize) -> ZcAt {
+    ZcAt { buf, off }
+}
+
+/// One step of a zero-copy plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZcStep {
+    /// `srcs[0] ⊕ srcs[1] ⊕ …` (in that order), then the average's division,
+    /// written to every one of `dsts`.
+    Reduce {
+        /// Operands, in reduction order.
+        srcs: Vec<ZcAt>,
+        /// Where the result goes.
+        dsts: Vec<ZcAt>,
+        /// Elements.
+        count: usize,
+    },
+    /// Copy `count` elements.
+    Copy {
+        /// Source.
+        src: ZcAt,
+        /// Destination.
+        dst: ZcAt,
+        /// Elements.
+        count: usize,
+    },
+}
+
+/// The collectives with zero-copy plans, with their per-rank counts as in
+/// the ring schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZcColl {
+    /// `count` elements everywhere.
+    AllReduce {
+        /// Elements.
+        count: usize,
+    },
+    /// `recv_count` elements out per rank.
+    ReduceScatter {
+        /// Elements per rank.
+        recv_count: usize,
+    },
+    /// `send_count` elements in per rank.
+    AllGather {
+        /// Elements per rank.
+        send_count: usize,
+    },
+    /// `count` elements from `root`.
+    Broadcast {
+        /// Elements.
+        count: usize,
+        /// Source rank.
+        root: usize,
+    },
+    /// `count` elements to `root`, reduced.
+    Reduce {
+        /// Elements.
+        count: usize,
+        /// Destination rank.
+        root: usize,
+    },
+    /// `count` elements between every pair.
+    AllToAll {
+        /// Elements per pair.
+        count: usize,
+    },
+}
+
+/// The steps of rank `r` of `n` for `coll`.
+pub fn zero_copy(coll: ZcColl, n: usize, r: usize) -> Vec<ZcStep> {
+    let all = |f: fn(usize) -> ZcBuf, off: usize| (0..n).map(|q| at(f(q), off)).collect::<Vec<_>>();
+    let mut steps = Vec::new();
+    match coll {
+        ZcColl::AllReduce { count } => {
+            let (o, c) = (part_start(count, n, r), part_len(count, n, r));
+            steps.push(ZcStep::Reduce {
+                srcs: all(ZcBuf::In, o),
+                dsts: all(ZcBuf::Out, o),
+                count: c,
+            });
+        }
+        ZcColl::Reduce { count, root } => {
+            let (o, c) = (part_start(count, n, r), part_len(count, n, r));
+            steps.push(ZcStep::Reduce {
+                srcs: all(ZcBuf::In, o),
+                dsts: vec![at(ZcBuf::Out(root), o)],
+                count: c,
+            });
+        }
+        ZcColl::ReduceScatter { recv_count } => {
+            steps.push(ZcStep::Reduce {
+                srcs: all(ZcBuf::In, r * recv_count),
+                dsts: vec![at(ZcBuf::Out(r), 0)],
+                count: recv_count,
+            });
+        }
+        ZcColl::AllGather { send_count } => {
+            for k in 0..n {
+                // Start with the next rank's part: ranks read different
+                // peers at a time.
+                let q = (r + 1 + k) % n;
+                steps.push(ZcStep::Copy {
+                    src: at(ZcBuf::In(q), 0),
+                    dst: at(ZcBuf::Out(r), q * send_count),
+                    count: send_count,
+                });
+            }
+        }
+        ZcColl::Broadcast { count, root } => {
+            steps.push(ZcStep::Copy {
+                src: at(ZcBuf::In(root), 0),
+                dst: at(ZcBuf::Out(r), 0),
+                count,
+            });
+        }
+        ZcColl::AllToAll { count } => {
+            for k in 0..n {
+                let q = (r + 1 + k) % n;
+                steps.push(ZcStep::Copy {
+                    src: at(ZcBuf::In(q), r * count),
+                    dst: at(ZcBuf::Out(r), q * count),
+                    count,
+                });
+            }
+        }
+    }
+    steps.retain(|s| match s {
+        ZcStep::Reduce { count, .. } | ZcStep::Copy { count, .. } => *count > 0,
+    });
+    steps
+}
+
+/// Checks that the plans of all `n` ranks write every element of every
+/// output that `coll` defines exactly once, with the right sources, and
+/// nothing else.
+pub fn check_zero_copy(coll: ZcColl, n: usize) -> Result<(), String> {
+    check_plans(coll, n, |r| zero_copy(coll, n, r))
+}
+
+/// [`check_zero_copy`] of the plans `plan(rank)`.
+fn check_plans(coll: ZcColl, n: usize, plan: impl Fn(usize) -> Vec<ZcStep>) -> Result<(), String> {
+    use std::collections::HashMap;
+    // For every written output element: the sources that produced it.
+    let mut written: HashMap<(usize, usize), Vec<(ZcBuf, usize)>> = HashMap::new();
+    for r in 0..n {
+        for step in plan(r) {
+            let (srcs, dsts, count) = match step {
+                ZcStep::Reduce { srcs, dsts, count } => (srcs, dsts, count),
+                ZcStep::Copy { src, dst, count } => (vec![src], vec![dst], count),
+            };
+            for d in dsts {
+                let ZcBuf::Out(q) = d.buf else {
+                    return Err(format!("rank {r} writes an input: {d:?}"));
+                };
+                for i in 0..count {
+                    let from = srcs.iter().map(|s| (s.buf, s.off + i)).collect();
+                    if written.insert((q, d.off + i), from).is_some() {
+                        return Err(format!("rank {q}'s output {} written twice", d.off + i));
+                    }
+                }
+            }
+        }
+    }
+    let all_in = |off: usize| (0..n).map(|q| (ZcBuf::In(q), off)).collect::<Vec<_>>();
+    let mut expect: HashMap<(usize, usize), Vec<(ZcBuf, usize)>> = HashMap::new();
+    for q in 0..n {
+        match coll {
+            ZcColl::AllReduce { count } => {
+                for i in 0..count {
+                    expect.insert((q, i), all_in(i));
+                }
+            }
+            ZcColl::Reduce { count, root } => {
+                if q == root {
+                    for i in 0..count {
+                        expect.insert((q, i), all_in(i));
+                    }
+                }
+            }
+            ZcColl::ReduceScatter { recv_count } => {
+                for i in 0..recv_count {
+                    expect.insert((q, i), all_in(q * recv_count + i));
+                }
+            }
+            ZcColl::AllGather { send_count } => {
+                for p in 0..n {
+                    for i in 0..send_count {
+                        expect.insert((q, p * send_count + i), vec![(ZcBuf::In(p), i)]);
+                    }
+                }
+            }
+            ZcColl::Broadcast { count, root } => {
+                for i in 0..count {
+                    expect.insert((q, i), vec![(ZcBuf::In(root), i)]);
+                }
+            }
+            ZcColl::AllToAll { count } => {
+                for p in 0..n {
+                    for i in 0..count {
+                        expect.insert((q, p * count + i), vec![(ZcBuf::In(p), q * count + i)]);
+                    }
+                }
+            }
+        }
+    }
+    if written != expect {
+        let missing = expect.keys().find(|k| !written.contains_key(k));
+        let wrong = written.iter().find(|(k, v)| expect.get(k) != Some(v));
+        return Err(format!(
+            "{coll:?} at {n} ranks: missing {missing:?}, wrong {wrong:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_output_element_is_written_once_from_the_right_inputs() {
+        for n in 1..=9 {
+            for count in [0, 1, 2, 5, 16, 17] {
+                for root in [0, n / 2, n - 1] {
+                    for coll in [
+                        ZcColl::AllReduce { count },
+                        ZcColl::ReduceScatter { recv_count: count },
+                        ZcColl::AllGather { send_count: count },
+                        ZcColl::Broadcast { count, root },
+                        ZcColl::Reduce { count, root },
+                        ZcColl::AllToAll { count },
+                    ] {
+                        check_zero_copy(coll, n).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_checker_catches_wrong_plans() {
+        let n = 3;
+        let ag = ZcColl::AllGather { send_count: 4 };
+        let dropped = |r: usize| {
+            let mut p = zero_copy(ag, n, r);
+            if r == 1 {
+                p.pop();
+            }
+            p
+        };
+        assert!(check_plans(ag, n, dropped).unwrap_err().contains("missing"));
+        let ar = ZcColl::AllReduce { count: 7 };
+        let wrong_source = |r: usize| {
+            let mut p = zero_copy(ar, n, r);
+            if let Some(ZcStep::Reduce { srcs, .. }) = p.first_mut() {
+                srcs[0].off += 1;
+            }
+            p
+        };
+        assert!(check_plans(ar, n, wrong_source)
+            .unwrap_err()
+            .contains("wrong"));
+        let twice = |r: usize| {
+            let mut p = zero_copy(ar, n, r);
+            p.extend(zero_copy(ar, n, r));
+            p
+        };
+        assert!(check_plans(ar, n, twice).unwrap_err().contains("twice"));
+    }
+}
