@@ -49,6 +49,10 @@ pub struct Args {
     pub average: Average,
     /// `-D` / `--device 1`: buffers in GPU memory (the `cuda` feature).
     pub device: bool,
+    /// `-R` / `--local_register 1` (nccl-tests: register the buffers): host
+    /// buffers in shared memory ([`nccl_rs::ShmBuffer`], `ncclMemAlloc`),
+    /// which co-located ranks copy between directly.
+    pub register: bool,
 }
 
 impl Default for Args {
@@ -68,6 +72,7 @@ impl Default for Args {
             nthreads: None,
             average: Average::Max,
             device: false,
+            register: false,
         }
     }
 }
@@ -101,7 +106,8 @@ pub fn usage(prog: &str) -> String {
          \t[-a,--average <0/1/2/3> report the time of rank 0/the mean/min/max over ranks]  (default 3)\n\
          \t[-g,--ngpus 1] accepted for compatibility; only 1\n\
          \t[-D,--device <0/1>]  buffers in GPU memory, staged by nccl-rs (default 0; needs the cuda feature)\n\
-         \t[-p -z -y -T -G -C -F -u -R -I -x -N -J -S -M <value>] accepted and ignored\n\
+         \t[-R,--local_register <0/1>]  host buffers in shared memory (ncclMemAlloc): co-located ranks copy between them directly (default 0)\n\
+         \t[-p -z -y -T -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
     )
 }
@@ -191,7 +197,6 @@ const IGNORED: &[(char, &str)] = &[
     ('C', "report_cputime"),
     ('F', "output_file"),
     ('u', "unalign"),
-    ('R', "local_register"),
     ('I', "per_iter_timing"),
     ('x', "cta_policy"),
     ('N', "run_cycles"),
@@ -218,6 +223,7 @@ fn long_to_short(name: &str) -> Option<char> {
         ('r', "root"),
         ('a', "average"),
         ('D', "device"),
+        ('R', "local_register"),
         ('h', "help"),
     ];
     known
@@ -258,7 +264,7 @@ where
         if flag == 'h' {
             return Ok(Parsed::Help);
         }
-        let known = "tgbeifnmwcodraD".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
+        let known = "tgbeifnmwcodraDR".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
         if !known {
             return Err(format!("invalid option '{arg}'"));
         }
@@ -294,6 +300,7 @@ where
             'w' => args.warmup_iters = int("warmup_iters", 0)? as usize,
             'c' => args.check = int("check", 0)? as u32,
             'r' => args.root = int("root", 0)? as usize,
+            'R' => args.register = int("local_register", 0)? > 0,
             'D' => {
                 args.device = match int("device", 0)? {
                     0 => false,
@@ -416,6 +423,10 @@ mod tests {
         assert!(run(&["--device", "1"]).device);
         assert!(!run(&["--device=1", "-D0"]).device);
         assert!(run(&["-D", "1"]).device);
+        assert!(!Args::default().register);
+        assert!(run(&["-R", "1"]).register);
+        assert!(run(&["--local_register=2"]).register);
+        assert!(!run(&["-R", "0"]).register);
         assert!(parse_args(["--device", "2"]).is_err());
         assert_eq!(parse_args(["-h"]).unwrap(), Parsed::Help);
         assert!(parse_args(["-q", "1"]).is_err());

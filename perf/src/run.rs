@@ -285,11 +285,46 @@ fn hostname() -> String {
 /// The three buffers of one rank, allocated once at the largest size,
 /// and with `--device 1` the device buffers the operations use (`send`
 /// and `recv` are then the host copies the check fills and reads).
-struct Buffers<T> {
-    send: Vec<T>,
-    recv: Vec<T>,
+struct Buffers<T: TestElem> {
+    send: HostBuf<T>,
+    recv: HostBuf<T>,
     expected: Vec<T>,
     device: Option<DeviceBuffers>,
+}
+
+/// Host memory of the operations: the heap, or with `-R 1` shared memory
+/// that co-located ranks copy between directly.
+enum HostBuf<T: TestElem> {
+    Heap(Vec<T>),
+    Shared(nccl_rs::ShmBuffer<T>),
+}
+
+impl<T: TestElem> HostBuf<T> {
+    fn new(len: usize, shared: bool) -> AnyResult<HostBuf<T>> {
+        Ok(match shared {
+            true => HostBuf::Shared(nccl_rs::ShmBuffer::zeroed(len)?),
+            false => HostBuf::Heap(vec![T::zeroed(); len]),
+        })
+    }
+}
+
+impl<T: TestElem> std::ops::Deref for HostBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            HostBuf::Heap(v) => v,
+            HostBuf::Shared(s) => s,
+        }
+    }
+}
+
+impl<T: TestElem> std::ops::DerefMut for HostBuf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            HostBuf::Heap(v) => v,
+            HostBuf::Shared(s) => s,
+        }
+    }
 }
 
 impl<T: TestElem> Buffers<T> {
@@ -323,8 +358,8 @@ fn run_type<T: TestElem>(
 ) -> AnyResult<()> {
     let max_count = usize::try_from(ctx.args.max_bytes)? / std::mem::size_of::<T>();
     let mut b = Buffers {
-        send: vec![T::zeroed(); max_count],
-        recv: vec![T::zeroed(); max_count],
+        send: HostBuf::new(max_count, ctx.args.register)?,
+        recv: HostBuf::new(max_count, ctx.args.register)?,
         expected: vec![T::zeroed(); if ctx.args.check > 0 { max_count } else { 0 }],
         device: match ctx.args.device {
             true => Some(DeviceBuffers::new(
