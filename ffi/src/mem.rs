@@ -1,5 +1,7 @@
-//! `ncclMemAlloc`/`ncclMemFree` (64-byte aligned host memory; device
-//! memory with the `cuda` feature when a GPU is usable) and
+//! `ncclMemAlloc`/`ncclMemFree` (page-aligned shared host memory that
+//! co-located ranks map to copy between their buffers directly, see
+//! `nccl_rs::hostmem`; device memory with the `cuda` feature when a GPU is
+//! usable) and
 //! `ncclCommRegister`/`ncclCommDeregister` (accepted; nothing to do for
 //! host memory; device memory gets an INFO line on its path through the
 //! communicator's network transport: DMA-BUF, peer memory or staging, see
@@ -12,22 +14,9 @@ use crate::error::{invalid, to_code, FfiResult};
 use crate::handle::lookup;
 use crate::panic::nccl_api;
 use crate::types::{ncclComm_t, ncclResult_t};
-use std::alloc::Layout;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-
-/// Alignment of `ncclMemAlloc` memory (a cache line; enough for every
-/// datatype and for SIMD reductions).
-pub const MEM_ALIGN: usize = 64;
-
-fn allocations() -> MutexGuard<'static, HashMap<usize, Layout>> {
-    static ALLOCS: OnceLock<Mutex<HashMap<usize, Layout>>> = OnceLock::new();
-    ALLOCS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
 
 /// Device memory handed out by `ncclMemAlloc` (`cuda` feature, GPU
 /// present).
@@ -50,18 +39,13 @@ fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> FfiResult<ncclResult_t> {
         device_allocations().insert(p as usize);
         p
     } else {
-        let layout = Layout::from_size_align(size, MEM_ALIGN)
-            .map_err(|_| invalid(format!("ncclMemAlloc: size {size} is too large")))?;
-        // SAFETY: `layout` has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(nccl_rs::Error::System {
-                rank: 0,
-                what: format!("ncclMemAlloc of {size} bytes"),
-                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            });
-        }
-        allocations().insert(p as usize, layout);
+        // Shared host memory: co-located ranks map it and copy between
+        // their buffers directly (`nccl_rs::hostmem`); page-aligned.
+        let p = nccl_rs::hostmem::alloc_raw(size).map_err(|e| nccl_rs::Error::System {
+            rank: 0,
+            what: format!("ncclMemAlloc of {size} bytes: {e}"),
+            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        })?;
         p.cast()
     };
     // SAFETY: `ptr` is non-NULL and points to a `void*` (contract).
@@ -79,14 +63,14 @@ fn mem_free(ptr: *mut c_void) -> FfiResult<ncclResult_t> {
         unsafe { crate::device::mem_free(ptr) }?;
         return Ok(ncclResult_t::Success);
     }
-    let layout = allocations().remove(&(ptr as usize)).ok_or_else(|| {
-        invalid(format!(
+    // SAFETY: `free_raw` frees only the start of a live allocation from
+    // `alloc_raw` (each exactly once: it leaves the registry) and refuses
+    // anything else.
+    if !unsafe { nccl_rs::hostmem::free_raw(ptr.cast()) } {
+        return Err(invalid(format!(
             "ncclMemFree: {ptr:?} was not returned by ncclMemAlloc (or was freed already)"
-        ))
-    })?;
-    // SAFETY: the pointer came from `alloc_zeroed` with this layout and was
-    // still registered, so it is freed exactly once.
-    unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+        )));
+    }
     Ok(ncclResult_t::Success)
 }
 
@@ -171,8 +155,8 @@ fn deregister(comm: ncclComm_t, handle: *mut c_void) -> FfiResult<ncclResult_t> 
 }
 
 nccl_api! {
-    /// Allocates 64-byte aligned host memory (device memory with the `cuda`
-    /// feature when a GPU is usable).
+    /// Allocates page-aligned shared host memory (device memory with the
+    /// `cuda` feature when a GPU is usable).
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
         to_code(mem_alloc(ptr, size))
     }

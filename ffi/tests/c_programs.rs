@@ -407,6 +407,33 @@ fn multiprocess_four_ranks() {
 }
 
 #[test]
+fn multiprocess_zero_copy_on_ncclmemalloc_buffers() {
+    // Every collective of every type and op on ncclMemAlloc buffers, taking
+    // the zero-copy path (threshold 1 byte); the INFO line proves it ran.
+    let exe = compile("multiproc.c", &[]);
+    let dir = work_dir("multiproc-zc");
+    let idfile = dir.join("nccl-id");
+    let n = 4;
+    let children: Vec<Running> = (0..n)
+        .map(|r| {
+            let mut c = command(&exe);
+            c.args([r.to_string(), n.to_string()])
+                .arg(&idfile)
+                .env("MULTIPROC_MEMALLOC", "1")
+                .env("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1")
+                .env("NCCL_DEBUG", "INFO");
+            start(c)
+        })
+        .collect();
+    let log = wait_all("multiproc-zc", children, Duration::from_secs(400));
+    assert_eq!(log.matches(": OK").count(), n, "{log}");
+    assert!(
+        log.contains("SHM zero copy: collectives on shared buffers"),
+        "{log}"
+    );
+}
+
+#[test]
 fn multiprocess_with_nccl_comm_id() {
     let exe = compile("multiproc.c", &[]);
     let port = std::net::TcpListener::bind("127.0.0.1:0")

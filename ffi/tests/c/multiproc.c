@@ -11,6 +11,26 @@
 
 static int rank, nranks;
 
+/* MULTIPROC_MEMALLOC=1: collective buffers from ncclMemAlloc (shared host
+ * memory, which co-located ranks copy between directly). */
+static void* buf_alloc(size_t bytes) {
+  const char* m = getenv("MULTIPROC_MEMALLOC");
+  if (m && strcmp(m, "1") == 0) {
+    void* p = NULL;
+    CHECK(ncclMemAlloc(&p, bytes));
+    return p;
+  }
+  void* p = malloc(bytes);
+  EXPECT(p != NULL, "malloc");
+  return p;
+}
+
+static void buf_free(void* p) {
+  const char* m = getenv("MULTIPROC_MEMALLOC");
+  if (m && strcmp(m, "1") == 0) CHECK(ncclMemFree(p));
+  else free(p);
+}
+
 static void exchange_id(const char* path, ncclUniqueId* id) {
   if (strcmp(path, "-") == 0) {
     EXPECT(getenv("NCCL_COMM_ID") != NULL, "IDFILE - needs NCCL_COMM_ID");
@@ -48,8 +68,8 @@ static void every_type_and_op(ncclComm_t comm) {
   const size_t count = 1000;
   for (int t = 0; t < ncclNumTypes; t++) {
     size_t es = dtype_size((ncclDataType_t)t);
-    unsigned char* send = malloc(nranks * count * es);
-    unsigned char* recv = malloc(nranks * count * es);
+    unsigned char* send = buf_alloc(nranks * count * es);
+    unsigned char* recv = buf_alloc(nranks * count * es);
     for (size_t i = 0; i < nranks * count; i++) put((ncclDataType_t)t, send, i, val(rank, i));
     for (int o = 0; o < 5; o++) {
       double ones = 0, twos = 0;
@@ -78,15 +98,15 @@ static void every_type_and_op(ncclComm_t comm) {
         EXPECT(is((ncclDataType_t)t, recv, p * count + i, val(p, i)), "allgather %s", dtype_name(t));
     CHECK(ncclBroadcast(send, recv, count, (ncclDataType_t)t, 1 % nranks, comm, NULL));
     for (size_t i = 0; i < count; i++) EXPECT(is((ncclDataType_t)t, recv, i, val(1 % nranks, i)), "broadcast %s", dtype_name(t));
-    free(send);
-    free(recv);
+    buf_free(send);
+    buf_free(recv);
   }
 }
 
 static void rooted_and_alltoall(ncclComm_t comm) {
   enum { C = 333 };
-  int64_t* in = malloc(nranks * C * sizeof *in);
-  int64_t* out = malloc(nranks * C * sizeof *out);
+  int64_t* in = buf_alloc(nranks * C * sizeof *in);
+  int64_t* out = buf_alloc(nranks * C * sizeof *out);
   for (int i = 0; i < nranks * C; i++) in[i] = 100000 * rank + i;
   CHECK(ncclAlltoAll(in, out, C, ncclInt64, comm, NULL));
   for (int p = 0; p < nranks; p++)
@@ -102,8 +122,8 @@ static void rooted_and_alltoall(ncclComm_t comm) {
   for (int i = 0; i < C; i++) out[i] = rank == 0 ? 7 * i : -1;
   CHECK(ncclBcast(out, C, ncclInt64, 0, comm, NULL));
   for (int i = 0; i < C; i++) EXPECT(out[i] == 7 * i, "bcast");
-  free(in);
-  free(out);
+  buf_free(in);
+  buf_free(out);
 }
 
 static void ring(ncclComm_t comm) {
