@@ -4,7 +4,8 @@
 use crate::data::{count_wrong, move_input, reduce_expected, reduce_input, TestElem};
 use half::{bf16, f16};
 use nccl_rs::fp8::{F8E4M3, F8E5M2};
-use nccl_rs::{Communicator, DataType, P2pGroup, RedOp};
+use nccl_rs::{Communicator, DataType, P2pGroup, RedOp, ShmBuffer};
+use std::sync::OnceLock;
 
 /// The collectives under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +169,93 @@ pub fn run(comm: &mut Communicator, case: &Case, seed: u64) -> nccl_rs::Result<u
     }
 }
 
+/// Where `run` allocates the buffers it passes to collectives, from
+/// `NCCL_RS_TEST_BUFFERS` (read once): `vec` (default), `shared` (every
+/// buffer an [`ShmBuffer`], so co-located ranks take the zero-copy path) or
+/// `mixed` (shared on every rank but rank 1, which forces the fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferMode {
+    /// `Vec<T>` on every rank.
+    Vec,
+    /// `ShmBuffer<T>` on every rank.
+    Shared,
+    /// `ShmBuffer<T>` on every rank except rank 1 (`Vec<T>`).
+    Mixed,
+}
+
+impl BufferMode {
+    /// The mode named by `NCCL_RS_TEST_BUFFERS`, read on first use.
+    pub fn from_env() -> BufferMode {
+        static MODE: OnceLock<BufferMode> = OnceLock::new();
+        *MODE.get_or_init(|| {
+            match std::env::var("NCCL_RS_TEST_BUFFERS")
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "" | "vec" => BufferMode::Vec,
+                "shared" | "shm" => BufferMode::Shared,
+                "mixed" => BufferMode::Mixed,
+                other => panic!("NCCL_RS_TEST_BUFFERS={other:?}: expected vec, shared or mixed"),
+            }
+        })
+    }
+
+    /// Whether `rank` allocates shared buffers.
+    pub fn shared_on(self, rank: usize) -> bool {
+        match self {
+            BufferMode::Vec => false,
+            BufferMode::Shared => true,
+            BufferMode::Mixed => rank != 1,
+        }
+    }
+}
+
+/// A test buffer: a `Vec<T>` or an [`ShmBuffer<T>`] with the same contents.
+pub enum Buf<T: TestElem> {
+    /// Ordinary heap memory.
+    Vec(Vec<T>),
+    /// Shared host memory.
+    Shm(ShmBuffer<T>),
+}
+
+impl<T: TestElem> Buf<T> {
+    /// `data` as a shared buffer when `shared`, else as it is.
+    pub fn new(data: Vec<T>, shared: bool) -> nccl_rs::Result<Buf<T>> {
+        if !shared {
+            return Ok(Buf::Vec(data));
+        }
+        let mut b = ShmBuffer::<T>::zeroed(data.len())?;
+        b.copy_from_slice(&data);
+        Ok(Buf::Shm(b))
+    }
+
+    /// A copy of the same kind.
+    pub fn duplicate(&self) -> nccl_rs::Result<Buf<T>> {
+        Buf::new(self.to_vec(), matches!(self, Buf::Shm(_)))
+    }
+}
+
+impl<T: TestElem> std::ops::Deref for Buf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Buf::Vec(v) => v,
+            Buf::Shm(s) => s,
+        }
+    }
+}
+
+impl<T: TestElem> std::ops::DerefMut for Buf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Buf::Vec(v) => v,
+            Buf::Shm(s) => s,
+        }
+    }
+}
+
 fn sentinel<T: TestElem>(len: usize) -> Vec<T> {
     (0..len).map(|i| move_input(0xDEAD, i, 0)).collect()
 }
@@ -179,8 +267,13 @@ fn run_typed<T: TestElem>(
 ) -> nccl_rs::Result<usize> {
     let (n, rank, c, root) = (comm.size(), comm.rank(), case.count, case.root);
     let op = case.op.unwrap_or(RedOp::Sum);
-    let red =
-        |len: usize| -> Vec<T> { (0..len).map(|i| reduce_input(op, rank, i, seed)).collect() };
+    let shared = BufferMode::from_env().shared_on(rank);
+    // Every buffer handed to a collective comes from `alloc`.
+    let alloc = |v: Vec<T>| Buf::new(v, shared);
+    let red = |len: usize| -> nccl_rs::Result<Buf<T>> {
+        alloc((0..len).map(|i| reduce_input(op, rank, i, seed)).collect())
+    };
+    let sent = |len: usize| alloc(sentinel(len));
     let want_red = |i: usize| -> T { reduce_expected(op, n, i, seed) };
     let mv = |r: usize, i: usize| -> T { move_input(r, i, seed) };
     let untouched = |got: &[T], orig: &[T]| {
@@ -191,22 +284,22 @@ fn run_typed<T: TestElem>(
     };
     Ok(match (case.coll, case.in_place) {
         (Coll::AllReduce, false) => {
-            let mut recv = sentinel(c);
-            comm.all_reduce(&red(c), &mut recv, op)?;
+            let mut recv = sent(c)?;
+            comm.all_reduce(&red(c)?, &mut recv, op)?;
             count_wrong(&recv, want_red, case.op)
         }
         (Coll::AllReduce, true) => {
-            let mut buf = red(c);
+            let mut buf = red(c)?;
             comm.all_reduce_in_place(&mut buf, op)?;
             count_wrong(&buf, want_red, case.op)
         }
         (Coll::ReduceScatter, false) => {
-            let mut recv = sentinel(c);
-            comm.reduce_scatter(&red(n * c), &mut recv, op)?;
+            let mut recv = sent(c)?;
+            comm.reduce_scatter(&red(n * c)?, &mut recv, op)?;
             count_wrong(&recv, |i| want_red(rank * c + i), case.op)
         }
         (Coll::ReduceScatter, true) => {
-            let mut buf = red(n * c);
+            let mut buf = red(n * c)?;
             comm.reduce_scatter_in_place(&mut buf, op)?;
             count_wrong(
                 &buf[rank * c..(rank + 1) * c],
@@ -215,9 +308,13 @@ fn run_typed<T: TestElem>(
             )
         }
         (Coll::Reduce, in_place) => {
-            let input = red(c);
-            let mut out = if in_place { input.clone() } else { sentinel(c) };
-            let orig = out.clone();
+            let input = red(c)?;
+            let mut out = if in_place {
+                input.duplicate()?
+            } else {
+                sent(c)?
+            };
+            let orig = out.to_vec();
             if in_place {
                 comm.reduce_in_place(&mut out, op, root)?;
             } else {
@@ -230,13 +327,13 @@ fn run_typed<T: TestElem>(
             }
         }
         (Coll::AllGather, false) => {
-            let send: Vec<T> = (0..c).map(|i| mv(rank, rank * c + i)).collect();
-            let mut recv = sentinel(n * c);
+            let send = alloc((0..c).map(|i| mv(rank, rank * c + i)).collect())?;
+            let mut recv = sent(n * c)?;
             comm.all_gather(&send, &mut recv)?;
             count_wrong(&recv, |j| mv(j / c.max(1), j), None)
         }
         (Coll::AllGather, true) => {
-            let mut buf = sentinel(n * c);
+            let mut buf = sent(n * c)?;
             for i in 0..c {
                 buf[rank * c + i] = mv(rank, rank * c + i);
             }
@@ -244,11 +341,11 @@ fn run_typed<T: TestElem>(
             count_wrong(&buf, |j| mv(j / c.max(1), j), None)
         }
         (Coll::Broadcast, in_place) => {
-            let send: Vec<T> = (0..c).map(|i| mv(root, i)).collect();
+            let send = alloc((0..c).map(|i| mv(root, i)).collect())?;
             let mut buf = if in_place && rank == root {
-                send.clone()
+                send.duplicate()?
             } else {
-                sentinel(c)
+                sent(c)?
             };
             if in_place {
                 comm.broadcast_in_place(&mut buf, root)?;
@@ -258,42 +355,42 @@ fn run_typed<T: TestElem>(
             count_wrong(&buf, |i| mv(root, i), None)
         }
         (Coll::AllToAll, in_place) => {
-            let send: Vec<T> = (0..n * c).map(|j| mv(rank, j)).collect();
+            let send = alloc((0..n * c).map(|j| mv(rank, j)).collect())?;
             let want = |j: usize| mv(j / c.max(1), rank * c + j % c.max(1));
             if in_place {
                 let mut buf = send;
                 comm.all_to_all_in_place(&mut buf)?;
                 count_wrong(&buf, want, None)
             } else {
-                let mut recv = sentinel(n * c);
+                let mut recv = sent(n * c)?;
                 comm.all_to_all(&send, &mut recv)?;
                 count_wrong(&recv, want, None)
             }
         }
         (Coll::Gather, _) => {
-            let send: Vec<T> = (0..c).map(|i| mv(rank, rank * c + i)).collect();
+            let send = alloc((0..c).map(|i| mv(rank, rank * c + i)).collect())?;
             let mut recv = if rank == root {
-                sentinel(n * c)
+                sent(n * c)?
             } else {
-                Vec::new()
+                alloc(Vec::new())?
             };
             comm.gather(&send, &mut recv, root)?;
             count_wrong(&recv, |j| mv(j / c.max(1), j), None)
         }
         (Coll::Scatter, _) => {
-            let send: Vec<T> = if rank == root {
-                (0..n * c).map(|j| mv(root, j)).collect()
+            let send = if rank == root {
+                alloc((0..n * c).map(|j| mv(root, j)).collect())?
             } else {
-                Vec::new()
+                alloc(Vec::new())?
             };
-            let mut recv = sentinel(c);
+            let mut recv = sent(c)?;
             comm.scatter(&send, &mut recv, root)?;
             count_wrong(&recv, |i| mv(root, rank * c + i), None)
         }
         (Coll::SendRecvRing, _) => {
             let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-            let send: Vec<T> = (0..c).map(|i| mv(rank, i)).collect();
-            let mut recv = sentinel(c);
+            let send = alloc((0..c).map(|i| mv(rank, i)).collect())?;
+            let mut recv = sent(c)?;
             let mut g = P2pGroup::new();
             g.recv(&mut recv, prev);
             g.send(&send, next);
@@ -301,8 +398,8 @@ fn run_typed<T: TestElem>(
             count_wrong(&recv, |i| mv(prev, i), None)
         }
         (Coll::SendRecvAll, _) => {
-            let send: Vec<T> = (0..n * c).map(|j| mv(rank, j)).collect();
-            let mut recv = sentinel(n * c);
+            let send = alloc((0..n * c).map(|j| mv(rank, j)).collect())?;
+            let mut recv = sent(n * c)?;
             let mut g = P2pGroup::new();
             let mut rest: &mut [T] = &mut recv;
             for p in 0..n {

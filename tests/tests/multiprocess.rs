@@ -3,16 +3,20 @@
 //! default between processes of one host) and over TCP on loopback
 //! (`NCCL_SHM_DISABLE=1`), with the ring, tree, direct and halving-doubling all-reduce.
 //! Results are checked bit for bit by each rank (see `matrix_worker`).
+//! The zero-copy path runs the same matrix with every buffer in shared host
+//! memory (`NCCL_RS_TEST_BUFFERS=shared`), and with one rank's buffers not
+//! (`mixed`: every rank must fall back to the transport, still exact).
 
-use nccl_tests_suite::launch::run_ranks;
+use nccl_tests_suite::launch::{run_ranks, RankOutput};
 use std::time::Duration;
 
 fn matrix_at(n: usize) {
     matrix_with(n, &[]);
 }
 
-/// The matrix with extra environment (e.g. a forced algorithm).
-fn matrix_with(n: usize, extra: &[(&str, &str)]) {
+/// The matrix with extra environment (e.g. a forced algorithm); every
+/// rank's output once all passed.
+fn matrix_with(n: usize, extra: &[(&str, &str)]) -> Vec<RankOutput> {
     let worker = env!("CARGO_BIN_EXE_matrix_worker");
     let mut env = vec![("NCCL_TIMEOUT", "120".to_string())];
     env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
@@ -28,6 +32,7 @@ fn matrix_with(n: usize, extra: &[(&str, &str)]) {
         }
     }
     assert!(bad.is_empty(), "{} ranks:\n{}", n, bad.join("\n"));
+    outs
 }
 
 #[test]
@@ -140,4 +145,92 @@ fn matrix_5_ranks_tcp() {
 #[test]
 fn matrix_8_ranks_tcp() {
     matrix_with(8, &[TCP]);
+}
+
+/// Every buffer passed to a collective is an `nccl_rs::ShmBuffer`.
+const SHARED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "shared");
+/// Shared buffers everywhere but on rank 1: all ranks must fall back.
+const MIXED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "mixed");
+/// Every call tries the zero-copy path, even the 1-element cases.
+const ZC_ALL: (&str, &str) = ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1");
+/// Logs at INFO (to stderr), where rank 0 says when zero copy first ran.
+const INFO: (&str, &str) = ("NCCL_DEBUG", "INFO");
+/// Rank 0's INFO line the first time the zero-copy path runs.
+const ZC_RAN: &str = "SHM zero copy: collectives on shared buffers";
+
+/// Rank 0's stdout and stderr.
+fn rank0_log(outs: &[RankOutput]) -> String {
+    format!("{}{}", outs[0].stdout, outs[0].stderr)
+}
+
+/// The matrix (exact, as every other) with `extra`, at INFO; checks from
+/// rank 0's log that the zero-copy path ran (`ran`) or never did, and
+/// that no rank failed to map a peer's buffer.
+fn zero_copy_matrix(n: usize, extra: &[(&str, &str)], ran: bool) {
+    let mut env = vec![INFO];
+    env.extend_from_slice(extra);
+    let outs = matrix_with(n, &env);
+    let log = rank0_log(&outs);
+    assert_eq!(
+        log.contains(ZC_RAN),
+        ran,
+        "zero copy {} on rank 0:\n{log}",
+        if ran { "never ran" } else { "ran" }
+    );
+    for o in &outs {
+        assert!(
+            !o.stderr.contains("cannot map"),
+            "rank {}: a peer's buffer could not be mapped:\n{}",
+            o.rank,
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn matrix_2_ranks_zero_copy() {
+    zero_copy_matrix(2, &[SHARED, ZC_ALL], true);
+}
+
+#[test]
+fn matrix_3_ranks_zero_copy() {
+    zero_copy_matrix(3, &[SHARED, ZC_ALL], true);
+}
+
+#[test]
+fn matrix_4_ranks_zero_copy() {
+    zero_copy_matrix(4, &[SHARED, ZC_ALL], true);
+}
+
+#[test]
+fn matrix_5_ranks_zero_copy_default_threshold() {
+    // Small cases take the transport, the large ones (at least one per
+    // collective in the sample) the zero-copy path, on one communicator.
+    zero_copy_matrix(5, &[SHARED], true);
+}
+
+#[test]
+fn matrix_3_ranks_zero_copy_mixed() {
+    // Rank 1's buffers are `Vec`s: every call of every rank falls back.
+    zero_copy_matrix(3, &[MIXED, ZC_ALL], false);
+}
+
+/// `NCCL_LOCAL_REGISTER=0` turns the zero-copy path off (a few cases of
+/// the reducing collectives are enough to see it).
+#[test]
+fn zero_copy_off_with_local_register_0() {
+    const SOME: (&str, &str) = ("NCCL_RS_TEST_FILTER", "dtype: Float32, op: Some(Sum)");
+    let on = rank0_log(&matrix_with(2, &[SHARED, ZC_ALL, INFO, SOME]));
+    assert!(
+        on.contains(ZC_RAN),
+        "no zero-copy log line on rank 0:\n{on}"
+    );
+    let off = rank0_log(&matrix_with(
+        2,
+        &[SHARED, ZC_ALL, INFO, SOME, ("NCCL_LOCAL_REGISTER", "0")],
+    ));
+    assert!(
+        !off.contains("SHM zero copy"),
+        "zero copy ran with NCCL_LOCAL_REGISTER=0:\n{off}"
+    );
 }

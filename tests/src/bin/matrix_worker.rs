@@ -4,10 +4,14 @@
 //!
 //! `NCCL_RS_TEST_SEED` (default 1) seeds the data and the sample;
 //! `NCCL_RS_FULL_MATRIX=1` runs every case instead of the sample;
-//! `NCCL_RS_LARGE_EVERY` (default 20) keeps 1 in N large cases.
+//! `NCCL_RS_LARGE_EVERY` (default 20) keeps 1 in N large cases;
+//! `NCCL_RS_TEST_BUFFERS` = `vec` (default) | `shared` | `mixed` chooses
+//! where buffers live (see `cases::BufferMode`);
+//! `NCCL_RS_TEST_FILTER`, if set, keeps only the selected cases whose
+//! `Debug` form contains it (e.g. `coll: AllReduce, dtype: Float32`).
 
 use nccl_rs::{Communicator, Config};
-use nccl_tests_suite::cases::{matrix, run, select};
+use nccl_tests_suite::cases::{matrix, run, select, BufferMode};
 
 fn main() {
     nccl_rs::init_logging();
@@ -24,7 +28,14 @@ fn main() {
     let mut comm =
         Communicator::init_from_env(&config).unwrap_or_else(|e| fail(&format!("init: {e}")));
     let (rank, n) = (comm.rank(), comm.size());
-    let cases = select(&matrix(n), seed, full, every);
+    let mut cases = select(&matrix(n), seed, full, every);
+    if let Some(f) = env("NCCL_RS_TEST_FILTER").filter(|f| !f.is_empty()) {
+        cases.retain(|c| format!("{c:?}").contains(&f));
+    }
+    let mode = match BufferMode::from_env() {
+        BufferMode::Vec => String::new(),
+        m => format!(" ({m:?} buffers)"),
+    };
     let started = std::time::Instant::now();
     let mut failed = 0;
     for (i, case) in cases.iter().enumerate() {
@@ -38,7 +49,7 @@ fn main() {
         }
     }
     println!(
-        "rank {rank} of {n}: {} cases, {failed} failed, {:.1} s",
+        "rank {rank} of {n}: {} cases{mode}, {failed} failed, {:.1} s",
         cases.len(),
         started.elapsed().as_secs_f64()
     );
