@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Measures nccl-rs against Open MPI and Gloo on this machine, in one run, and
 # prints a markdown table of bus bandwidth (GB/s) and time per op.
+# nccl-rs runs three ways: shared memory and TCP on plain heap buffers, and
+# shared memory with -R 1 (buffers from ncclMemAlloc: zero-copy collectives).
 #   REPS=3 NS="2 4" OPS="allreduce allgather reduce_scatter broadcast alltoall" bash scripts/compare.sh
 # Needs the peers (bash ../shared/peers/setup.sh) and release binaries.
 set -u
@@ -19,13 +21,14 @@ csv=$(echo $SIZES | tr ' ' ,)
 for r in $(seq 1 "$REPS"); do
   for N in $NS; do
     for op in $OPS; do
-      for cfg in shm tcp; do
+      for cfg in shm tcp shm-R; do
         env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
+        reg=0; [ $cfg = shm-R ] && reg=1
         echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
         for s in $SIZES; do
           iters=20; [ "$s" -le 1048576 ] && iters=200; [ "$s" -le 65536 ] && iters=2000
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
-            -b $s -e $s -n $iters -w 20 -c 0 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
+            -b $s -e $s -n $iters -w 20 -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
         done
       done
       echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"

@@ -2,7 +2,9 @@
 """Medians over reps of scripts/compare.sh output, as a markdown table.
 
 Each cell: median time per op and median bus bandwidth (GB/s). The last
-column is nccl-rs's best (shm or tcp) over the best peer, by time."""
+two columns compare, by time, the best peer with nccl-rs's best on heap
+buffers (shm or tcp) and with nccl-rs on ncclMemAlloc buffers (shm-R,
+zero copy)."""
 import re, statistics, sys
 from collections import defaultdict
 
@@ -26,10 +28,11 @@ def lab(b):
 def ft(us):
     return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} us" if us >= 100 else f"{us:.1f} us"
 
-cfgs = ["nccl-rs-shm", "nccl-rs-tcp", "mpi-shm", "mpi-tcp", "gloo"]
+cfgs = ["nccl-rs-shm", "nccl-rs-tcp", "nccl-rs-shm-R", "mpi-shm", "mpi-tcp", "gloo"]
+ours_heap, ours_reg, peers = cfgs[:2], cfgs[2:3], cfgs[3:]
 keys = sorted({(c[1], c[2], s) for (c, s) in d})
-print("| N | op | size | " + " | ".join(cfgs) + " | best ours / best peer (time) |")
-print("|---|---|---|" + "---|" * (len(cfgs) + 1))
+print("| N | op | size | " + " | ".join(cfgs) + " | ours (heap) vs best peer | ours (-R 1) vs best peer |")
+print("|---|---|---|" + "---|" * (len(cfgs) + 2))
 for n, op, s in sorted(keys, key=lambda k: (k[0], k[1], k[2])):
     cells, times = [], {}
     for c in cfgs:
@@ -41,7 +44,10 @@ for n, op, s in sorted(keys, key=lambda k: (k[0], k[1], k[2])):
         b = statistics.median(x[1] for x in v)
         times[c] = t
         cells.append(f"{ft(t)} / {b:.2f}")
-    ours = min([times[c] for c in cfgs[:2] if c in times] or [0])
-    peer = min([times[c] for c in cfgs[2:] if c in times] or [0])
-    ratio = f"{peer / ours:.2f}x faster" if ours and peer and ours <= peer else (f"{ours / peer:.2f}x slower" if ours and peer else "-")
-    print(f"| {n} | {op} | {lab(s)} | " + " | ".join(cells) + f" | {ratio} |")
+    peer = min([times[c] for c in peers if c in times] or [0])
+    def ratio(group):
+        ours = min([times[c] for c in group if c in times] or [0])
+        if not (ours and peer):
+            return "-"
+        return f"{peer / ours:.2f}x faster" if ours <= peer else f"{ours / peer:.2f}x slower"
+    print(f"| {n} | {op} | {lab(s)} | " + " | ".join(cells) + f" | {ratio(ours_heap)} | {ratio(ours_reg)} |")

@@ -11,15 +11,18 @@
 //!    also the entry barrier (no rank touches a peer's buffer before the
 //!    peer is in the call);
 //! 2. if every rank described shared buffers, each maps its peers'
-//!    allocations (cached) and all agree by a one-word all-reduce (min);
+//!    allocations (cached); the first time, all agree by a one-word
+//!    all-reduce (min) that every rank could, else all fall back;
 //! 3. the plan runs;
-//! 4. a one-word all-reduce is the exit barrier (no rank returns, and
-//!    reuses its buffers, while a peer still reads or writes them).
+//! 4. a one-word all-reduce (max of "my part failed") is the exit barrier:
+//!    no rank returns, and reuses its buffers, while a peer still reads or
+//!    writes them, and every rank learns whether all parts ran.
 //!
 //! Every decision is taken from data all ranks share, so they all take the
 //! same path; otherwise (a buffer not shared, a mapping refused) they all
 //! fall back to the transport schedules of the same call. The extra cost is
-//! three tiny collectives, which is why small calls skip it.
+//! two tiny collectives (three the first time), which is why small calls
+//! skip it.
 
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};
@@ -36,7 +39,9 @@ pub(crate) struct ZeroCopy {
     maps: PeerMaps,
     descs: Vec<u64>,
     tmp: AlignedBuf,
-    logged: bool,
+    /// Whether all ranks once mapped all peers' buffers (then a later
+    /// mapping failure fails the call instead of falling back).
+    agreed: bool,
 }
 
 impl ZeroCopy {
@@ -46,7 +51,7 @@ impl ZeroCopy {
             maps: PeerMaps::default(),
             descs: Vec::new(),
             tmp: AlignedBuf::default(),
-            logged: false,
+            agreed: false,
         }
     }
 }
@@ -155,60 +160,62 @@ impl Core {
                 }
             }
         }
-        if let Some(why) = &refused {
-            tracing::info!(
-                rank = r,
-                "SHM zero copy: cannot map a peer's buffer ({why}); using the transport"
-            );
-        }
-        let mut ok = [u64::from(refused.is_none())];
-        self.tiny(
-            Coll::AllReduce { count: 1 },
-            RedOp::Min,
-            &mut ok,
-            0,
-            tag,
-            what,
-        )?;
-        if ok[0] == 0 {
-            return Ok(false);
+        if !zc.agreed {
+            // The first time: agree (all ranks could map all peers), so a
+            // communicator whose ranks may not map each other (ptrace rules)
+            // falls back instead of failing.
+            if let Some(why) = &refused {
+                tracing::info!(
+                    rank = r,
+                    "SHM zero copy: cannot map a peer's buffer ({why}); using the transport"
+                );
+            }
+            let mut ok = [u64::from(refused.is_none())];
+            self.tiny(Coll::AllReduce { count: 1 }, RedOp::Min, &mut ok, 0, tag, what)?;
+            if ok[0] == 0 {
+                return Ok(false);
+            }
+            let zc = self.zero_copy.as_mut().expect("checked");
+            zc.agreed = true;
+            if r == 0 {
+                tracing::info!(
+                    "SHM zero copy: collectives on shared buffers copy straight between ranks"
+                );
+            }
         }
 
-        // 3. The plan.
+        // 3. The plan (not where this rank could not map a peer: a resource
+        // failure once mapping is known to work; every rank then fails the
+        // call at the exit barrier).
         let zc = self.zero_copy.as_mut().expect("checked");
-        if !zc.logged && r == 0 {
-            zc.logged = true;
-            tracing::info!(
-                "SHM zero copy: collectives on shared buffers copy straight between ranks"
-            );
-        }
-        let steps = zero_copy(zcoll, n, r);
-        let b = RankBufs {
-            bufs: &ranks,
-            dtype,
+        let ran = match refused {
+            Some(why) => Err(format!("cannot map a peer's buffer: {why}")),
+            None => {
+                let steps = zero_copy(zcoll, n, r);
+                let b = RankBufs {
+                    bufs: &ranks,
+                    dtype,
+                };
+                // SAFETY: our own regions come from the caller's `CallBufs`
+                // (valid for the call); the peers' are their descriptors'
+                // ranges inside allocations mapped whole into this process,
+                // and every peer is inside the same call until the exit
+                // barrier below (entered: step 1; leaves: step 4), running
+                // its part of the same plan.
+                unsafe { exec::run(&steps, &b, op, n, &mut zc.tmp) }
+            }
         };
-        // SAFETY: our own regions come from the caller's `CallBufs` (valid
-        // for the call); the peers' are their descriptors' ranges inside
-        // allocations mapped whole into this process, and every peer is
-        // inside the same call until the exit barrier below (entered: step
-        // 1; leaves: step 4), running its part of the same plan.
-        let ran = unsafe { exec::run(&steps, &b, op, n, &mut zc.tmp) };
-        // 4. Exit barrier, even after a local failure, so peers do not wait
-        // for the deadline.
-        let mut one = [0u64];
-        let barrier = self.tiny(
-            Coll::AllReduce { count: 1 },
-            RedOp::Max,
-            &mut one,
-            0,
-            tag,
-            what,
-        );
-        ran.map_err(|msg| Error::Internal {
+        // 4. Exit barrier, which also tells every rank whether all parts ran.
+        let mut failed = [u64::from(ran.is_err())];
+        self.tiny(Coll::AllReduce { count: 1 }, RedOp::Max, &mut failed, 0, tag, what)?;
+        let fail = |msg: String| Error::Internal {
             rank: r,
             msg: format!("{}: zero copy: {msg}", what.call()),
-        })?;
-        barrier?;
+        };
+        ran.map_err(fail)?;
+        if failed[0] != 0 {
+            return Err(fail("another rank could not run its part".into()));
+        }
         Ok(true)
     }
 
