@@ -38,9 +38,9 @@ pub mod datatype;
 mod engine;
 pub mod error;
 pub mod fp8;
-pub mod hostmem;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hostmem;
 #[doc(hidden)]
 pub mod kernels;
 pub mod launch;

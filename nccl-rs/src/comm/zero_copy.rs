@@ -171,7 +171,14 @@ impl Core {
                 );
             }
             let mut ok = [u64::from(refused.is_none())];
-            self.tiny(Coll::AllReduce { count: 1 }, RedOp::Min, &mut ok, 0, tag, what)?;
+            self.tiny(
+                Coll::AllReduce { count: 1 },
+                RedOp::Min,
+                &mut ok,
+                0,
+                tag,
+                what,
+            )?;
             if ok[0] == 0 {
                 return Ok(false);
             }
@@ -207,7 +214,14 @@ impl Core {
         };
         // 4. Exit barrier, which also tells every rank whether all parts ran.
         let mut failed = [u64::from(ran.is_err())];
-        self.tiny(Coll::AllReduce { count: 1 }, RedOp::Max, &mut failed, 0, tag, what)?;
+        self.tiny(
+            Coll::AllReduce { count: 1 },
+            RedOp::Max,
+            &mut failed,
+            0,
+            tag,
+            what,
+        )?;
         let fail = |msg: String| Error::Internal {
             rank: r,
             msg: format!("{}: zero copy: {msg}", what.call()),
