@@ -21,7 +21,7 @@
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message (single copy is off anyway with more local ranks than CPUs) |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
-//! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 64 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
+//! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
@@ -102,7 +102,7 @@ impl Default for Config {
             shm_cma_min_bytes: 16 << 10,
             shm_direct_reduce: true,
             local_register: true,
-            zero_copy_min_bytes: 64 << 10,
+            zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
             ib: transport_verbs::VerbsOptions::default(),
         }
@@ -249,7 +249,7 @@ mod tests {
         assert!(!c.shm_use_cma);
         assert!(c.shm_direct_reduce);
         assert!(c.local_register);
-        assert_eq!(c.zero_copy_min_bytes, 64 << 10);
+        assert_eq!(c.zero_copy_min_bytes, 32 << 10);
         let c2 = cfg(&[
             ("NCCL_LOCAL_REGISTER", "0"),
             ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),

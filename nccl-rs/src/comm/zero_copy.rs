@@ -202,6 +202,7 @@ impl Core {
                 let b = RankBufs {
                     bufs: &ranks,
                     dtype,
+                    own_output_len: bufs.output.len,
                 };
                 // SAFETY: our own regions come from the caller's `CallBufs`
                 // (valid for the call); the peers' are their descriptors'

@@ -11,11 +11,22 @@ use crate::schedule::{ZcAt, ZcBuf, ZcStep};
 
 /// Bytes reduced per piece (fits L1 next to the operands' lines).
 const PIECE: usize = 16 << 10;
+/// A rank whose output has at least this many bytes copies with streaming
+/// stores (the output will not stay in the caches anyway). Measured at 2
+/// ranks on the development machine (`ncclrun -n 2 <tool> -b S -e S -R 1`):
+/// at 64 MiB all-gather 14.8 → 10.1 ms, all-to-all 15.7 → 12–13 ms,
+/// broadcast 12.8 → 6.8 ms; at 16 MiB, where the buffers stay in its large
+/// cache, streaming lost 5–25%.
+const STREAM_OUTPUT_MIN: usize = 32 << 20;
+/// ... for copy steps of at least this many bytes.
+const STREAM_STEP_MIN: usize = 64 << 10;
 
 /// Every rank's (input, output) regions, mapped into this process.
 pub(crate) struct RankBufs<'a> {
     pub(crate) bufs: &'a [(Region, Region)],
     pub(crate) dtype: DataType,
+    /// Bytes of this rank's output.
+    pub(crate) own_output_len: usize,
 }
 
 impl RankBufs<'_> {
@@ -55,12 +66,25 @@ pub(crate) unsafe fn run(
 ) -> Result<(), String> {
     let es = b.dtype.size();
     let piece = (PIECE / es).max(1);
+    let stream = b.own_output_len >= STREAM_OUTPUT_MIN;
     tmp.ensure(piece * es);
     for step in steps {
         match step {
             ZcStep::Copy { src, dst, count } => {
                 let (s, d) = (b.range(*src, *count)?, b.range(*dst, *count)?);
-                if s.ptr != d.ptr && s.len > 0 {
+                let apart = s.ptr as usize + s.len <= d.ptr as usize
+                    || d.ptr as usize + d.len <= s.ptr as usize;
+                if stream && s.len >= STREAM_STEP_MIN && apart {
+                    // SAFETY: two checked, disjoint ranges of regions valid
+                    // per the contract; nobody else touches them meanwhile.
+                    let (src, dst) = unsafe {
+                        (
+                            std::slice::from_raw_parts(s.ptr.cast_const(), s.len),
+                            std::slice::from_raw_parts_mut(d.ptr, d.len),
+                        )
+                    };
+                    reduce::copy_streaming(dst, src);
+                } else if s.ptr != d.ptr && s.len > 0 {
                     // SAFETY: both ranges are checked parts of regions valid
                     // per the contract; `copy` tolerates overlap.
                     unsafe { std::ptr::copy(s.ptr, d.ptr, s.len) };

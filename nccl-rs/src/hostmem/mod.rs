@@ -69,7 +69,7 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
             fd,
             0,
         )

@@ -108,7 +108,7 @@ impl PeerMaps {
                     std::ptr::null_mut(),
                     r.alloc_len,
                     libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
                     fd,
                     0,
                 )

@@ -48,9 +48,12 @@
 
 mod narrow;
 mod ops;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod wide;
+
+pub(crate) use stream::copy_streaming;
 
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};
