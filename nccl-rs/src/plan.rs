@@ -298,7 +298,7 @@ impl Planner {
             Coll::AllGather { send_count } => schedule::all_gather(n, r, send_count, chunk),
             Coll::Broadcast { count, root } => schedule::broadcast(n, r, root, count, chunk),
             Coll::Reduce { count, root } => schedule::reduce(n, r, root, count, chunk),
-            Coll::AllToAll { count } => schedule::all_to_all(n, r, count),
+            Coll::AllToAll { count } => schedule::all_to_all(n, r, count, chunk),
             Coll::Gather { count, root } => schedule::gather(n, r, root, count),
             Coll::Scatter { count, root } => schedule::scatter(n, r, root, count),
         }

@@ -11,16 +11,6 @@ use crate::schedule::{ZcAt, ZcBuf, ZcStep};
 
 /// Bytes reduced per piece (fits L1 next to the operands' lines).
 const PIECE: usize = 16 << 10;
-/// A rank whose output has at least this many bytes copies with streaming
-/// stores (the output will not stay in the caches anyway). Measured at 2
-/// ranks on the development machine (`ncclrun -n 2 <tool> -b S -e S -R 1`):
-/// at 64 MiB all-gather 14.8 → 10.1 ms, all-to-all 15.7 → 12–13 ms,
-/// broadcast 12.8 → 6.8 ms; at 16 MiB, where the buffers stay in its large
-/// cache, streaming lost 5–25%.
-const STREAM_OUTPUT_MIN: usize = 32 << 20;
-/// ... for copy steps of at least this many bytes.
-const STREAM_STEP_MIN: usize = 64 << 10;
-
 /// Every rank's (input, output) regions, mapped into this process.
 pub(crate) struct RankBufs<'a> {
     pub(crate) bufs: &'a [(Region, Region)],
@@ -66,7 +56,7 @@ pub(crate) unsafe fn run(
 ) -> Result<(), String> {
     let es = b.dtype.size();
     let piece = (PIECE / es).max(1);
-    let stream = b.own_output_len >= STREAM_OUTPUT_MIN;
+    let stream = b.own_output_len >= reduce::STREAM_OUTPUT_MIN;
     tmp.ensure(piece * es);
     for step in steps {
         match step {
@@ -74,7 +64,7 @@ pub(crate) unsafe fn run(
                 let (s, d) = (b.range(*src, *count)?, b.range(*dst, *count)?);
                 let apart = s.ptr as usize + s.len <= d.ptr as usize
                     || d.ptr as usize + d.len <= s.ptr as usize;
-                if stream && s.len >= STREAM_STEP_MIN && apart {
+                if stream && s.len >= reduce::STREAM_COPY_MIN && apart {
                     // SAFETY: two checked, disjoint ranges of regions valid
                     // per the contract; nobody else touches them meanwhile.
                     let (src, dst) = unsafe {

@@ -53,7 +53,7 @@ mod stream;
 mod tests;
 mod wide;
 
-pub(crate) use stream::copy_streaming;
+pub(crate) use stream::{copy_streaming, STREAM_COPY_MIN, STREAM_OUTPUT_MIN};
 
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};

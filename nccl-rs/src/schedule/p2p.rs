@@ -4,28 +4,42 @@
 
 use super::{Loc, Schedule, Step};
 
-/// Pairwise-exchange all-to-all: `count` elements to and from every rank.
-pub fn all_to_all(n: usize, r: usize, count: usize) -> Schedule {
-    let mut steps = vec![Step::Copy {
-        src: Loc::In(r * count),
-        dst: Loc::Out(r * count),
-        count,
-    }];
-    for s in 1..n {
-        let to = (r + s) % n;
-        steps.push(Step::Send {
-            to,
-            src: Loc::In(to * count),
-            count,
+/// Pairwise-exchange all-to-all: `count` elements to and from every rank,
+/// in rounds of at most `chunk` elements per pair. In each round a rank
+/// posts its sends, copies its own block's slice while they travel, then
+/// receives: the transfer starts at once and the local copy overlaps it,
+/// and per-pair messages keep the round order on both sides.
+pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    let chunk = chunk.max(1);
+    let mut steps = Vec::new();
+    let mut o = 0;
+    loop {
+        let c = chunk.min(count - o);
+        for s in 1..n {
+            let to = (r + s) % n;
+            steps.push(Step::Send {
+                to,
+                src: Loc::In(to * count + o),
+                count: c,
+            });
+        }
+        steps.push(Step::Copy {
+            src: Loc::In(r * count + o),
+            dst: Loc::Out(r * count + o),
+            count: c,
         });
-    }
-    for s in 1..n {
-        let from = (r + n - s) % n;
-        steps.push(Step::Recv {
-            from,
-            dst: Loc::Out(from * count),
-            count,
-        });
+        for s in 1..n {
+            let from = (r + n - s) % n;
+            steps.push(Step::Recv {
+                from,
+                dst: Loc::Out(from * count + o),
+                count: c,
+            });
+        }
+        o += c;
+        if o >= count {
+            break;
+        }
     }
     finish(steps)
 }

@@ -179,6 +179,18 @@ pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedu
     let mut w = Wave::default();
     for k in 0..rounds(send_count, chunk) {
         let (o, c) = slice(0, send_count, k, chunk);
+        // The send first, then the local copy while it travels.
+        if n > 1 {
+            w.push(
+                k,
+                0,
+                Step::Send {
+                    to: nx,
+                    src: Loc::In(o),
+                    count: c,
+                },
+            );
+        }
         w.push(
             k,
             0,
@@ -191,15 +203,6 @@ pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedu
         if n == 1 {
             continue;
         }
-        w.push(
-            k,
-            0,
-            Step::Send {
-                to: nx,
-                src: Loc::In(o),
-                count: c,
-            },
-        );
         for j in 1..n {
             let dst = Loc::Out(back(n, r, j) * send_count + o);
             let step = if j < n - 1 {
@@ -230,15 +233,7 @@ pub fn broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) ->
     for k in 0..rounds(count, chunk) {
         let (o, c) = slice(0, count, k, chunk);
         if pos == 0 {
-            w.push(
-                k,
-                0,
-                Step::Copy {
-                    src: Loc::In(o),
-                    dst: Loc::Out(o),
-                    count: c,
-                },
-            );
+            // The send first, then the local copy while it travels.
             if n > 1 {
                 w.push(
                     k,
@@ -250,6 +245,15 @@ pub fn broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) ->
                     },
                 );
             }
+            w.push(
+                k,
+                0,
+                Step::Copy {
+                    src: Loc::In(o),
+                    dst: Loc::Out(o),
+                    count: c,
+                },
+            );
         } else if pos < n - 1 {
             w.push(
                 k,

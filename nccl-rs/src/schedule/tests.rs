@@ -177,9 +177,27 @@ fn chain_broadcast_and_reduce_every_root() {
 fn pairwise_all_to_all_gather_scatter() {
     for &n in SIZES {
         for &c in COUNTS {
+            for chunk in [1, 3, c.max(1)] {
+                let b = run(
+                    n,
+                    |r| all_to_all(n, r, c, chunk),
+                    |r| (0..n * c).map(|i| v(r, i)).collect(),
+                    n * c,
+                );
+                for r in 0..n {
+                    expect(
+                        &b[r].output,
+                        |i| Val {
+                            ranks: 1 << (i / c),
+                            index: (r * c + i % c) as u64,
+                        },
+                        "all_to_all (chunked)",
+                    );
+                }
+            }
             let b = run(
                 n,
-                |r| all_to_all(n, r, c),
+                |r| all_to_all(n, r, c, usize::MAX),
                 |r| (0..n * c).map(|i| v(r, i)).collect(),
                 n * c,
             );
