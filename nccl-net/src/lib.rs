@@ -34,6 +34,9 @@
 
 use std::fmt;
 
+mod request_queue;
+pub use request_queue::RequestQueue;
+
 /// The largest connection handle a transport may produce (as NCCL's
 /// `NCCL_NET_HANDLE_MAXSIZE`).
 pub const MAX_HANDLE_BYTES: usize = 128;

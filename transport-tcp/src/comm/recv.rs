@@ -4,13 +4,11 @@ use super::{unknown_request, Fault, HDR};
 use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
-use nccl_net::{MemHandle, NetResult, RecvComm, Request};
-use std::collections::VecDeque;
+use nccl_net::{MemHandle, NetResult, RecvComm, Request, RequestQueue};
 use std::io;
 use std::os::fd::OwnedFd;
 
 struct RecvOp {
-    id: u64,
     data: *mut u8,
     cap: usize,
     tag: u32,
@@ -23,7 +21,6 @@ struct RecvOp {
     got0: usize,
     /// Pieces on other sockets not yet received.
     pieces_left: usize,
-    reported: bool,
 }
 
 impl RecvOp {
@@ -36,11 +33,9 @@ impl RecvOp {
 pub(crate) struct TcpRecvComm {
     fd: OwnedFd,
     peer: String,
-    q: VecDeque<RecvOp>,
+    q: RequestQueue<RecvOp>,
     /// Number of requests at the front of `q` whose socket-0 part is in.
     head0: usize,
-    next_id: u64,
-    max_requests: usize,
     fault: Option<Fault>,
     /// Header bytes of the next message read so far.
     stage: [u8; HDR],
@@ -68,10 +63,8 @@ impl TcpRecvComm {
         Ok(TcpRecvComm {
             fd,
             peer,
-            q: VecDeque::with_capacity(max_requests),
+            q: RequestQueue::with_capacity(max_requests),
             head0: 0,
-            next_id: 1,
-            max_requests,
             fault: None,
             stage: [0; HDR],
             staged: 0,
@@ -89,7 +82,7 @@ impl TcpRecvComm {
         if self.fault.is_none() {
             let q = &mut self.q;
             let r = self.lanes.progress(|id| {
-                if let Ok(i) = q.binary_search_by_key(&id, |op| op.id) {
+                if let Some(i) = q.position(id) {
                     q[i].pieces_left -= 1;
                 }
             });
@@ -114,6 +107,7 @@ impl TcpRecvComm {
         let mut l = [0u8; 8];
         l.copy_from_slice(&s[4..12]);
         let len = u64::from_le_bytes(l);
+        let id = self.q.id_at(self.head0);
         let op = &mut self.q[self.head0];
         if tag != op.tag {
             return Err(Fault::Tag {
@@ -130,7 +124,7 @@ impl TcpRecvComm {
                 })
             }
         };
-        let (id, data) = (op.id, op.data);
+        let data = op.data;
         let mut pieces_left = 0;
         let lanes = &mut self.lanes;
         let striped = self.striper.layout(len, |p| {
@@ -212,13 +206,6 @@ impl TcpRecvComm {
         }
         Ok(())
     }
-
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-            self.head0 = self.head0.saturating_sub(1);
-        }
-    }
 }
 
 impl RecvComm for TcpRecvComm {
@@ -240,13 +227,10 @@ impl RecvComm for TcpRecvComm {
         if let Some(f) = &self.fault {
             return Err(f.to_error(&self.peer));
         }
-        if self.q.len() >= self.max_requests {
+        if self.q.is_full() {
             return Ok(None);
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.q.push_back(RecvOp {
-            id,
+        let req = self.q.push(RecvOp {
             data,
             cap: len,
             tag,
@@ -255,23 +239,19 @@ impl RecvComm for TcpRecvComm {
             len0: 0,
             got0: 0,
             pieces_left: 0,
-            reported: false,
         });
-        Ok(Some(Request(id)))
+        Ok(Some(req))
     }
 
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
-        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
-            Ok(i) if !self.q[i].reported => i,
-            _ => return Err(unknown_request(req)),
-        };
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         // `progress` pops nothing, so `idx` stays valid.
         self.progress();
-        let op = &mut self.q[idx];
+        let op = &self.q[idx];
         if op.done() {
-            op.reported = true;
             let size = op.len.unwrap_or(0);
-            self.pop_reported();
+            let popped = self.q.report(idx);
+            self.head0 = self.head0.saturating_sub(popped);
             Ok(Some(size))
         } else if let Some(f) = &self.fault {
             Err(f.to_error(&self.peer))

@@ -4,8 +4,7 @@ use super::{empty_iov, unknown_request, Fault, HDR};
 use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
-use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
-use std::collections::VecDeque;
+use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::io;
 use std::os::fd::OwnedFd;
 
@@ -15,7 +14,6 @@ const MAX_IOV: usize = 32;
 const GATHER_BYTES: usize = 256 << 10;
 
 struct SendOp {
-    id: u64,
     hdr: [u8; HDR],
     /// The payload bytes that follow the header on socket 0.
     data0: *const u8,
@@ -24,7 +22,6 @@ struct SendOp {
     off: usize,
     /// Pieces on other sockets not yet written.
     pieces_left: usize,
-    reported: bool,
 }
 
 impl SendOp {
@@ -41,11 +38,9 @@ impl SendOp {
 pub(crate) struct TcpSendComm {
     fd: OwnedFd,
     peer: String,
-    q: VecDeque<SendOp>,
+    q: RequestQueue<SendOp>,
     /// Number of requests at the front of `q` whose socket-0 part is written.
     head0: usize,
-    next_id: u64,
-    max_requests: usize,
     fault: Option<Fault>,
     striper: Striper,
     lanes: Lanes,
@@ -71,10 +66,8 @@ impl TcpSendComm {
         Ok(TcpSendComm {
             fd,
             peer,
-            q: VecDeque::with_capacity(max_requests),
+            q: RequestQueue::with_capacity(max_requests),
             head0: 0,
-            next_id: 1,
-            max_requests,
             fault: None,
             striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Send, others, nthreads)?,
@@ -88,7 +81,7 @@ impl TcpSendComm {
         if self.fault.is_none() {
             let q = &mut self.q;
             let r = self.lanes.progress(|id| {
-                if let Ok(i) = q.binary_search_by_key(&id, |op| op.id) {
+                if let Some(i) = q.position(id) {
                     q[i].pieces_left -= 1;
                 }
             });
@@ -156,13 +149,6 @@ impl TcpSendComm {
             }
         }
     }
-
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-            self.head0 = self.head0.saturating_sub(1);
-        }
-    }
 }
 
 impl SendComm for TcpSendComm {
@@ -184,7 +170,7 @@ impl SendComm for TcpSendComm {
         if let Some(f) = &self.fault {
             return Err(f.to_error(&self.peer));
         }
-        if self.q.len() >= self.max_requests {
+        if self.q.is_full() {
             return Ok(None);
         }
         if len > crate::MAX_MESSAGE_BYTES {
@@ -196,8 +182,7 @@ impl SendComm for TcpSendComm {
         let mut hdr = [0u8; HDR];
         hdr[0..4].copy_from_slice(&tag.to_le_bytes());
         hdr[4..12].copy_from_slice(&(len as u64).to_le_bytes());
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.q.next_id();
         let mut pieces_left = 0;
         let lanes = &mut self.lanes;
         let striped = self.striper.layout(len, |p| {
@@ -215,29 +200,25 @@ impl SendComm for TcpSendComm {
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
         let op = SendOp {
-            id,
             hdr,
             data0,
             len0,
             off: 0,
             pieces_left,
-            reported: false,
         };
-        self.q.push_back(op);
+        let req = self.q.push(op);
+        debug_assert_eq!(req, Request(id));
         self.progress();
-        Ok(Some(Request(id)))
+        Ok(Some(req))
     }
 
     fn test(&mut self, req: Request) -> NetResult<bool> {
-        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
-            Ok(i) if !self.q[i].reported => i,
-            _ => return Err(unknown_request(req)),
-        };
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         // `progress` pops nothing, so `idx` stays valid.
         self.progress();
         if self.q[idx].done() {
-            self.q[idx].reported = true;
-            self.pop_reported();
+            let popped = self.q.report(idx);
+            self.head0 = self.head0.saturating_sub(popped);
             Ok(true)
         } else if let Some(f) = &self.fault {
             Err(f.to_error(&self.peer))

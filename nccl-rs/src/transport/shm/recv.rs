@@ -12,13 +12,11 @@ use super::peer::{pid_alive, PeerWatch};
 use super::ring::{decode_header, span_of, Consumer, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
 use super::segment::Segment;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
-use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request};
-use std::collections::VecDeque;
+use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request, RequestQueue};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
 struct RecvOp {
-    id: u64,
     data: *mut u8,
     cap: usize,
     tag: u32,
@@ -33,17 +31,15 @@ struct RecvOp {
     lend: bool,
     /// The lent pieces, once complete that way.
     lent: Option<[(*const u8, usize); 2]>,
-    reported: bool,
 }
 
 /// The receiving half: the consumer of the ring.
 pub(in crate::transport::shm) struct ShmRecvComm {
     cons: Consumer,
     watch: PeerWatch,
-    q: VecDeque<RecvOp>,
+    q: RequestQueue<RecvOp>,
     /// Number of completed requests at the front of `q`.
     ndone: usize,
-    next_id: u64,
     fault: Option<Fault>,
     /// Whether we told the sender it may send single-copy frames.
     cma_ok: bool,
@@ -78,9 +74,8 @@ impl ShmRecvComm {
         ShmRecvComm {
             cons: Consumer::new(ring_of(&seg)),
             watch: PeerWatch::new(peer_pid, peer_pidns),
-            q: VecDeque::with_capacity(MAX_REQUESTS),
+            q: RequestQueue::with_capacity(MAX_REQUESTS),
             ndone: 0,
-            next_id: 1,
             fault: None,
             cma_ok,
             may_lend,
@@ -193,6 +188,7 @@ impl ShmRecvComm {
                 moved = true;
             }
             let ShmRecvComm { cons, q, lent, .. } = self;
+            let id = q.id_at(i);
             let op = &mut q[i];
             let rest = op.span - op.pos;
             // A ring payload (not inline, not single-copy: those frames are
@@ -210,7 +206,7 @@ impl ShmRecvComm {
                 let [a, b] = cons.peek(op.len);
                 op.lent = Some([a, b]);
                 op.pos = op.span;
-                *lent = Some((op.id, rest));
+                *lent = Some((id, rest));
                 self.ndone += 1;
                 moved = true;
                 break Ok(());
@@ -278,13 +274,6 @@ impl ShmRecvComm {
             tracing::warn!(peer_pid = self.watch.pid(), fault = ?f, "SHM: receive failed");
         }
         self.fault = Some(f);
-    }
-
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-            self.ndone -= 1;
-        }
     }
 }
 
@@ -365,13 +354,10 @@ impl ShmRecvComm {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
-        if self.q.len() >= MAX_REQUESTS {
+        if self.q.is_full() {
             return Ok(None);
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.q.push_back(RecvOp {
-            id,
+        let req = self.q.push(RecvOp {
             data,
             cap: len,
             tag,
@@ -380,25 +366,21 @@ impl ShmRecvComm {
             pos: 0,
             lend,
             lent: None,
-            reported: false,
         });
-        Ok(Some(Request(id)))
+        Ok(Some(req))
     }
 
     fn test_any(&mut self, req: Request) -> NetResult<Option<Received>> {
-        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
-            Ok(i) if !self.q[i].reported => i,
-            _ => return Err(unknown_request(req)),
-        };
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         self.progress();
         if idx < self.ndone {
-            let op = &mut self.q[idx];
-            op.reported = true;
+            let op = &self.q[idx];
             let got = match op.lent {
                 Some([first, second]) => Received::Lent { first, second },
                 None => Received::Copied(op.len),
             };
-            self.pop_reported();
+            let popped = self.q.report(idx);
+            self.ndone -= popped;
             Ok(Some(got))
         } else if let Some(f) = self.fault {
             Err(f.to_error(self.watch.pid()))

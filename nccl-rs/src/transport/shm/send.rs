@@ -13,13 +13,11 @@ use super::peer::PeerWatch;
 use super::ring::{encode_header, span_of, Payload, Producer, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
 use super::segment::Segment;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
-use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
-use std::collections::VecDeque;
+use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
 struct SendOp {
-    id: u64,
     data: *const u8,
     len: usize,
     tag: u32,
@@ -32,19 +30,17 @@ struct SendOp {
     pos: usize,
     /// Stream position just past the frame, once its header is written.
     end: u64,
-    reported: bool,
 }
 
 /// The sending half: the producer of the ring.
 pub(in crate::transport::shm) struct ShmSendComm {
     prod: Producer,
     watch: PeerWatch,
-    q: VecDeque<SendOp>,
+    q: RequestQueue<SendOp>,
     /// Number of requests at the front of `q` whose frames are written.
     nwritten: usize,
     /// Number of completed requests at the front of `q` (`<= nwritten`).
     ndone: usize,
-    next_id: u64,
     fault: Option<Fault>,
     /// Messages of at least this many bytes go single-copy once the
     /// receiver says it can (`None`: never).
@@ -75,10 +71,9 @@ impl ShmSendComm {
         ShmSendComm {
             prod: Producer::new(ring_of(&seg)),
             watch: PeerWatch::new(peer_pid, peer_pidns),
-            q: VecDeque::with_capacity(MAX_REQUESTS),
+            q: RequestQueue::with_capacity(MAX_REQUESTS),
             nwritten: 0,
             ndone: 0,
-            next_id: 1,
             fault: None,
             cma_min,
             cma: if cma_min.is_some() {
@@ -246,14 +241,6 @@ impl ShmSendComm {
         tracing::warn!(peer_pid = self.watch.pid(), fault = ?f, "SHM: send failed");
         self.fault = Some(f);
     }
-
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-            self.ndone -= 1;
-            self.nwritten -= 1;
-        }
-    }
 }
 
 impl Drop for ShmSendComm {
@@ -289,13 +276,10 @@ impl SendComm for ShmSendComm {
                 "SHM: send of {len} bytes exceeds the {MAX_MESSAGE_BYTES} byte limit"
             )));
         }
-        if self.q.len() >= MAX_REQUESTS {
+        if self.q.is_full() {
             return Ok(None);
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.q.push_back(SendOp {
-            id,
+        let req = self.q.push(SendOp {
             data,
             len,
             tag,
@@ -303,21 +287,18 @@ impl SendComm for ShmSendComm {
             single_copy: self.single_copy_hint,
             pos: 0,
             end: 0,
-            reported: false,
         });
         self.progress();
-        Ok(Some(Request(id)))
+        Ok(Some(req))
     }
 
     fn test(&mut self, req: Request) -> NetResult<bool> {
-        let idx = match self.q.binary_search_by_key(&req.0, |op| op.id) {
-            Ok(i) if !self.q[i].reported => i,
-            _ => return Err(unknown_request(req)),
-        };
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         self.progress();
         if idx < self.ndone {
-            self.q[idx].reported = true;
-            self.pop_reported();
+            let popped = self.q.report(idx);
+            self.ndone -= popped;
+            self.nwritten -= popped;
             Ok(true)
         } else if let Some(f) = self.fault {
             Err(f.to_error(self.watch.pid()))
