@@ -31,7 +31,8 @@ use crate::engine::{AlignedBuf, CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::hostmem::{BufferDesc, PeerMaps, DESC_WORDS};
 use crate::plan::Coll;
-use crate::schedule::{zero_copy, ZcColl};
+use crate::schedule::{all_gather_direct, zero_copy, Schedule, ZcColl};
+use std::sync::Arc;
 
 /// Per-communicator state of the zero-copy path.
 pub(crate) struct ZeroCopy {
@@ -42,6 +43,8 @@ pub(crate) struct ZeroCopy {
     /// Whether all ranks once mapped all peers' buffers (then a later
     /// mapping failure fails the call instead of falling back).
     agreed: bool,
+    /// The descriptor exchange's schedule (always the same shape).
+    gather: Option<Arc<Schedule>>,
 }
 
 impl ZeroCopy {
@@ -52,6 +55,7 @@ impl ZeroCopy {
             descs: Vec::new(),
             tmp: AlignedBuf::default(),
             agreed: false,
+            gather: None,
         }
     }
 }
@@ -245,7 +249,17 @@ impl Core {
         tag: u32,
         what: OpLabel,
     ) -> Result<()> {
-        let sched = self.schedule(coll, DataType::Uint64);
+        let sched = match coll {
+            // The descriptors: one hop (a ring would take n - 1).
+            Coll::AllGather { send_count } => {
+                let (n, r) = (self.nranks, self.rank);
+                let zc = self.zero_copy.as_mut().expect("only on the zero-copy path");
+                zc.gather
+                    .get_or_insert_with(|| Arc::new(all_gather_direct(n, r, send_count)))
+                    .clone()
+            }
+            _ => self.schedule(coll, DataType::Uint64),
+        };
         let bytes = std::mem::size_of_val(words);
         let out = Region::new(words.as_mut_ptr().cast(), bytes);
         let count = match coll {

@@ -44,6 +44,35 @@ pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     finish(steps)
 }
 
+/// All-gather in one hop: every rank sends its `count` elements (the input)
+/// to every other rank and receives theirs into `Out[q * count..]`, then
+/// copies its own. For tiny exchanges, where a ring's `n - 1` hops of
+/// latency would dominate.
+pub fn all_gather_direct(n: usize, r: usize, count: usize) -> Schedule {
+    let mut steps = Vec::with_capacity(2 * n);
+    for s in 1..n {
+        steps.push(Step::Send {
+            to: (r + s) % n,
+            src: Loc::In(0),
+            count,
+        });
+    }
+    steps.push(Step::Copy {
+        src: Loc::In(0),
+        dst: Loc::Out(r * count),
+        count,
+    });
+    for s in 1..n {
+        let from = (r + n - s) % n;
+        steps.push(Step::Recv {
+            from,
+            dst: Loc::Out(from * count),
+            count,
+        });
+    }
+    finish(steps)
+}
+
 /// Gather `count` elements from every rank into `root`'s output.
 pub fn gather(n: usize, r: usize, root: usize, count: usize) -> Schedule {
     let steps = if r == root {

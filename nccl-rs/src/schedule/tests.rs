@@ -212,6 +212,22 @@ fn pairwise_all_to_all_gather_scatter() {
                     "all_to_all",
                 );
             }
+            let b = run(
+                n,
+                |r| all_gather_direct(n, r, c),
+                |r| (0..c).map(|i| v(r, r * c + i)).collect(),
+                n * c,
+            );
+            for r in 0..n {
+                expect(
+                    &b[r].output,
+                    |i| Val {
+                        ranks: 1 << (i / c),
+                        index: i as u64,
+                    },
+                    "all_gather_direct",
+                );
+            }
             for root in [0, n - 1] {
                 let b = run(
                     n,
