@@ -43,6 +43,45 @@ fn killed_rank_fails_every_survivor_within_seconds() {
 }
 
 #[test]
+fn killed_rank_fails_every_survivor_on_the_zero_copy_path() {
+    // 64 MiB all-reduces on shared buffers: ranks read and write each
+    // other's buffers; the survivors must still end with an error naming
+    // the dead rank, not hang or crash.
+    let (n, bad) = (3, 1);
+    let res = results("die_shared", bad, n);
+    assert_eq!(res.len(), n - 1, "every survivor reports: {res:?}");
+    for (rank, ok, ms, err) in &res {
+        assert_ne!(*rank, bad);
+        assert!(!ok, "rank {rank} should have failed");
+        assert!(*ms < 10_000, "rank {rank} took {ms} ms to notice");
+        assert!(
+            err.contains("rank 1"),
+            "rank {rank}: error does not name rank 1: {err}"
+        );
+    }
+}
+
+#[test]
+fn mismatched_collectives_on_shared_buffers_name_ranks_and_calls() {
+    let (n, bad) = (3, 2);
+    let res = results("mismatch_shared", bad, n);
+    assert_eq!(res.len(), n, "{res:?}");
+    for (rank, ok, ms, err) in &res {
+        assert!(!ok, "rank {rank} should have failed");
+        assert!(*ms < 10_000, "rank {rank} took {ms} ms");
+        assert!(err.contains("invalid usage"), "rank {rank}: {err}");
+        assert!(
+            err.contains("rank 2 called broadcast(count=65536, float, root=0)"),
+            "rank {rank}: {err}"
+        );
+        assert!(
+            err.contains("all_reduce(count=65536, float, sum)"),
+            "rank {rank}: {err}"
+        );
+    }
+}
+
+#[test]
 fn mismatched_collectives_name_ranks_and_calls() {
     let (n, bad) = (3, 1);
     let res = results("mismatch", bad, n);

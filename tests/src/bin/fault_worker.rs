@@ -3,12 +3,14 @@
 //!   all_reduce, as operation #3;
 //! - `die`: rank `FAULT_RANK` kills itself (SIGKILL) in the middle of a
 //!   64 MiB all-reduce;
+//! - `die_shared`, `mismatch_shared`: the same on shared buffers
+//!   (`ShmBuffer`), which take the zero-copy path;
 //! - `none`: everyone runs the same all-reduces.
 //!
 //! Every rank prints `RESULT <rank> ok|err <elapsed ms> <error>` and exits
 //! 0; the test reads the lines.
 
-use nccl_rs::{Communicator, Config, RedOp};
+use nccl_rs::{Communicator, Config, RedOp, ShmBuffer};
 use std::time::Instant;
 
 fn main() {
@@ -30,8 +32,25 @@ fn main() {
     let res = match fault.as_str() {
         "mismatch" if rank == bad => comm.broadcast_in_place(&mut small, 0),
         "mismatch" => comm.all_reduce_in_place(&mut small, RedOp::Sum),
-        "die" => {
-            let mut big = vec![1.0f32; 16 << 20];
+        "mismatch_shared" => {
+            let mut buf = ShmBuffer::<f32>::zeroed(1 << 16).expect("shared buffer");
+            comm.all_reduce_in_place(&mut buf, RedOp::Sum)
+                .expect("warm-up");
+            if rank == bad {
+                comm.broadcast_in_place(&mut buf, 0)
+            } else {
+                comm.all_reduce_in_place(&mut buf, RedOp::Sum)
+            }
+        }
+        "die" | "die_shared" => {
+            let mut heap = Vec::new();
+            let mut shared = None;
+            let big: &mut [f32] = if fault == "die" {
+                heap.resize(16 << 20, 1.0f32);
+                &mut heap
+            } else {
+                shared.insert(ShmBuffer::<f32>::zeroed(16 << 20).expect("shared buffer"))
+            };
             if rank == bad {
                 std::thread::spawn(|| {
                     std::thread::sleep(std::time::Duration::from_millis(30));
@@ -42,7 +61,7 @@ fn main() {
             }
             let mut r = Ok(());
             for _ in 0..50 {
-                r = comm.all_reduce_in_place(&mut big, RedOp::Sum);
+                r = comm.all_reduce_in_place(big, RedOp::Sum);
                 if r.is_err() {
                     break;
                 }
