@@ -6,6 +6,10 @@ use nccl_tests_suite::launch::run_ranks;
 use std::time::Duration;
 
 fn results(fault: &str, bad: usize, n: usize) -> Vec<(usize, bool, u64, String)> {
+    // One scenario at a time: each picks a free rendezvous port, and two
+    // picking at once could collide (each takes well under a second).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let worker = env!("CARGO_BIN_EXE_fault_worker");
     let env = [
         ("FAULT", fault.to_string()),
