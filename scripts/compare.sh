@@ -3,6 +3,10 @@
 # prints a markdown table of bus bandwidth (GB/s) and time per op.
 # nccl-rs runs three ways: shared memory and TCP on plain heap buffers, and
 # shared memory with -R 1 (buffers from ncclMemAlloc: zero-copy collectives).
+# nccl-rs rows record out-of-place and in-place times; the summary compares
+# broadcast in place (MPI_Bcast and torch's broadcast have one buffer) and
+# everything else out of place (as MPI's calls; torch's all_reduce is in
+# place, so that comparison is conservative).
 #   REPS=3 NS="2 4" OPS="allreduce allgather reduce_scatter broadcast alltoall" bash scripts/compare.sh
 # Needs the peers (bash ../shared/peers/setup.sh) and release binaries.
 set -u
@@ -28,7 +32,7 @@ for r in $(seq 1 "$REPS"); do
         for s in $SIZES; do
           iters=20; [ "$s" -le 1048576 ] && iters=200; [ "$s" -le 65536 ] && iters=2000
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
-            -b $s -e $s -n $iters -w 20 -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8}' >> "$OUT"
+            -b $s -e $s -n $iters -w 20 -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
         done
       done
       echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Medians over reps of scripts/compare.sh output, as a markdown table.
 
-Each cell: median time per op and median bus bandwidth (GB/s). The last
+Each cell: median time per op and median bus bandwidth (GB/s); nccl-rs's
+broadcast in place (the peers' broadcast has one buffer), the rest out of
+place. The last
 two columns compare, by time, the best peer with nccl-rs's best on heap
 buffers (shm or tcp) and with nccl-rs on ncclMemAlloc buffers (shm-R,
 zero copy)."""
@@ -16,9 +18,12 @@ for line in open(sys.argv[1]):
         cfg = (m.group(1), int(m.group(2)), m.group(3))
         continue
     f = line.split()
-    if cfg and len(f) == 4:
+    if cfg and len(f) in (4, 6):
+        # nccl-rs lines: size count time busbw time busbw (out of place, in
+        # place); broadcast is compared in place, as the peers' one-buffer calls.
+        t, b = (f[4], f[5]) if len(f) == 6 and cfg[2] == "broadcast" else (f[2], f[3])
         try:
-            d[(cfg, int(f[0]))].append((float(f[2]), float(f[3])))
+            d[(cfg, int(f[0]))].append((float(t), float(b)))
         except ValueError:
             pass
 
