@@ -20,9 +20,10 @@
 //!
 //! Every decision is taken from data all ranks share, so they all take the
 //! same path; otherwise (a buffer not shared, a mapping refused) they all
-//! fall back to the transport schedules of the same call. The extra cost is
-//! two tiny collectives (three the first time), which is why small calls
-//! skip it.
+//! fall back to the transport schedules of the same call, and after a
+//! refused first mapping they all stop trying on this communicator. The
+//! extra cost is two tiny collectives (three the first time), which is why
+//! small calls skip it.
 
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};
@@ -184,6 +185,9 @@ impl Core {
                 what,
             )?;
             if ok[0] == 0 {
+                // Every rank saw the same answer: all stop trying (the
+                // mapping rules do not change while the processes live).
+                self.zero_copy = None;
                 return Ok(false);
             }
             let zc = self.zero_copy.as_mut().expect("checked");
