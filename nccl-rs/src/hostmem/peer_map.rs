@@ -21,6 +21,10 @@ pub(crate) struct PeerMaps {
     pidfds: HashMap<i32, i32>,
     maps: HashMap<(i32, u64), Mapping>,
     clock: u64,
+    /// Map this process's own allocations through `pidfd_getfd` too (tests:
+    /// the same path as for another process, without one).
+    #[cfg(test)]
+    via_pidfd_always: bool,
 }
 
 // SAFETY: the raw pointers are mappings owned by this value; the file
@@ -42,7 +46,11 @@ impl PeerMaps {
         in_use: &[(i32, u64)],
     ) -> Result<*mut u8, String> {
         self.clock += 1;
-        let base = if pid == std::process::id() as i32 {
+        #[cfg(test)]
+        let own = pid == std::process::id() as i32 && !self.via_pidfd_always;
+        #[cfg(not(test))]
+        let own = pid == std::process::id() as i32;
+        let base = if own {
             base_of(r.serial).ok_or_else(|| format!("allocation {} is gone", r.serial))?
         } else if let Some(m) = self.maps.get_mut(&(pid, r.serial)) {
             if m.len != r.alloc_len {
@@ -152,5 +160,76 @@ impl Drop for PeerMaps {
             // SAFETY: our descriptors, closed once.
             unsafe { libc::close(fd) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hostmem::{locate, ShmBuffer};
+
+    fn desc(b: &ShmBuffer<u32>) -> RegionDesc {
+        let (serial, fd, alloc_len, offset) = locate(b.as_ptr().cast(), 4).unwrap();
+        RegionDesc {
+            serial,
+            fd,
+            alloc_len,
+            offset,
+            len: alloc_len,
+        }
+    }
+
+    #[test]
+    fn a_mapping_through_pidfd_shares_the_pages() {
+        let mut maps = PeerMaps::default();
+        maps.via_pidfd_always = true;
+        let pid = std::process::id() as i32;
+        let mut b = ShmBuffer::<u32>::zeroed(3000).unwrap();
+        b[2999] = 0xC0FFEE;
+        let d = desc(&b);
+        let p = maps.resolve(pid, &d, &[]).unwrap();
+        assert_ne!(
+            p,
+            b.as_ptr() as *mut u8,
+            "a second mapping, not the same address"
+        );
+        // SAFETY: `p` maps the same 12000 bytes as `b` (checked by size in
+        // `map`); this test is the only user of both.
+        let view = unsafe { std::slice::from_raw_parts_mut(p.cast::<u32>(), 3000) };
+        assert_eq!(view[2999], 0xC0FFEE);
+        view[7] = 42;
+        assert_eq!(b[7], 42, "writes through the peer mapping reach the owner");
+        // Cached: the same address the second time.
+        assert_eq!(maps.resolve(pid, &d, &[]).unwrap(), p);
+        // A wrong size is refused, not mapped.
+        let wrong = RegionDesc {
+            serial: d.serial + 1_000_000,
+            alloc_len: d.alloc_len + 4096,
+            ..d
+        };
+        assert!(maps
+            .resolve(pid, &wrong, &[])
+            .unwrap_err()
+            .contains("not allocation"));
+    }
+
+    #[test]
+    fn least_recently_used_mappings_go_first_but_never_those_in_use() {
+        let mut maps = PeerMaps::default();
+        maps.via_pidfd_always = true;
+        let pid = std::process::id() as i32;
+        let bufs: Vec<ShmBuffer<u32>> = (0..KEEP + 8)
+            .map(|_| ShmBuffer::zeroed(16).unwrap())
+            .collect();
+        let keep = (pid, desc(&bufs[0]).serial);
+        for b in &bufs {
+            maps.resolve(pid, &desc(b), &[keep]).unwrap();
+            // Touch the first one as in use every time.
+            assert!(maps.maps.contains_key(&keep));
+        }
+        assert_eq!(maps.maps.len(), KEEP);
+        // The oldest not in use (buffers 1..=8) went; the newest stayed.
+        assert!(!maps.maps.contains_key(&(pid, desc(&bufs[1]).serial)));
+        assert!(maps.maps.contains_key(&(pid, desc(&bufs[KEEP + 7]).serial)));
     }
 }
