@@ -59,3 +59,29 @@ impl AlignedBuf {
         self.0.as_mut_ptr().cast()
     }
 }
+
+/// Copies `src` into `dst` (same length): nothing when they are the same
+/// bytes, streaming stores when `stream` and the copy is large and the
+/// ranges are apart (see `reduce::copy_streaming`), else `memmove`.
+///
+/// # Safety
+/// Both regions must be valid (`src` for reads, `dst` for writes) and
+/// nothing else may access them during the call.
+pub(crate) unsafe fn copy_region(src: Region, dst: Region, stream: bool) {
+    debug_assert_eq!(src.len, dst.len);
+    let (s, d) = (src.ptr as usize, dst.ptr as usize);
+    let apart = s + src.len <= d || d + dst.len <= s;
+    if stream && apart && src.len >= crate::reduce::STREAM_COPY_MIN {
+        // SAFETY: disjoint, valid and unshared for the call (contract).
+        let (from, to) = unsafe {
+            (
+                std::slice::from_raw_parts(src.ptr.cast_const(), src.len),
+                std::slice::from_raw_parts_mut(dst.ptr, dst.len),
+            )
+        };
+        crate::reduce::copy_streaming(to, from);
+    } else if s != d && src.len > 0 {
+        // SAFETY: valid for the call (contract); `copy` tolerates overlap.
+        unsafe { std::ptr::copy(src.ptr, dst.ptr, src.len) };
+    }
+}

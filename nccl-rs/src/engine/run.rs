@@ -373,26 +373,10 @@ impl<'a> Run<'a> {
             }
             Step::Copy { src, dst, count } => {
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
-                let apart = src.ptr as usize + src.len <= dst.ptr as usize
-                    || dst.ptr as usize + dst.len <= src.ptr as usize;
-                if apart
-                    && src.len >= reduce::STREAM_COPY_MIN
-                    && self.bufs.output.len >= reduce::STREAM_OUTPUT_MIN
-                {
-                    // SAFETY: two bounds-checked, disjoint ranges of buffers
-                    // valid for this call, not touched by anyone else meanwhile.
-                    let (s, d) = unsafe {
-                        (
-                            std::slice::from_raw_parts(src.ptr.cast_const(), src.len),
-                            std::slice::from_raw_parts_mut(dst.ptr, dst.len),
-                        )
-                    };
-                    reduce::copy_streaming(d, s);
-                } else if src.ptr != dst.ptr && count > 0 {
-                    // SAFETY: both ranges are bounds-checked parts of buffers
-                    // valid for this call; `copy` allows overlap.
-                    unsafe { std::ptr::copy(src.ptr, dst.ptr, src.len) };
-                }
+                let stream = self.bufs.output.len >= reduce::STREAM_OUTPUT_MIN;
+                // SAFETY: both ranges are bounds-checked parts of buffers
+                // valid for this call that nothing else touches meanwhile.
+                unsafe { super::copy_region(src, dst, stream) };
                 Ok(())
             }
             Step::Reduce {

@@ -4,7 +4,7 @@
 //! read once from its rank's memory and every result written once to each
 //! destination, with no transport buffer in between.
 
-use super::{buffers::AlignedBuf, Region};
+use super::{buffers::AlignedBuf, copy_region, Region};
 use crate::datatype::{DataType, RedOp};
 use crate::reduce;
 use crate::schedule::{ZcAt, ZcBuf, ZcStep};
@@ -58,67 +58,67 @@ pub(crate) unsafe fn run(
     let piece = (PIECE / es).max(1);
     let stream = b.own_output_len >= reduce::STREAM_OUTPUT_MIN;
     tmp.ensure(piece * es);
+    // The current reduction's operand and destination ranges (one
+    // allocation per call, not per piece).
+    let (mut ins, mut outs) = (Vec::new(), Vec::new());
     for step in steps {
         match step {
             ZcStep::Copy { src, dst, count } => {
                 let (s, d) = (b.range(*src, *count)?, b.range(*dst, *count)?);
-                let apart = s.ptr as usize + s.len <= d.ptr as usize
-                    || d.ptr as usize + d.len <= s.ptr as usize;
-                if stream && s.len >= reduce::STREAM_COPY_MIN && apart {
-                    // SAFETY: two checked, disjoint ranges of regions valid
-                    // per the contract; nobody else touches them meanwhile.
-                    let (src, dst) = unsafe {
-                        (
-                            std::slice::from_raw_parts(s.ptr.cast_const(), s.len),
-                            std::slice::from_raw_parts_mut(d.ptr, d.len),
-                        )
-                    };
-                    reduce::copy_streaming(dst, src);
-                } else if s.ptr != d.ptr && s.len > 0 {
-                    // SAFETY: both ranges are checked parts of regions valid
-                    // per the contract; `copy` tolerates overlap.
-                    unsafe { std::ptr::copy(s.ptr, d.ptr, s.len) };
-                }
+                // SAFETY: both ranges are checked parts of regions valid per
+                // the contract, which also keeps everyone else out of them.
+                unsafe { copy_region(s, d, stream) };
             }
             ZcStep::Reduce { srcs, dsts, count } => {
+                // Bounds once per step; the pieces below stay inside.
+                ins.clear();
+                for s in srcs {
+                    ins.push(b.range(*s, *count)?);
+                }
+                outs.clear();
+                for d in dsts {
+                    outs.push(b.range(*d, *count)?);
+                }
+                let Some((first, rest)) = ins.split_first() else {
+                    return Err("a reduction without operands".into());
+                };
                 let mut start = 0;
                 while start < *count {
                     let c = piece.min(count - start);
-                    let bytes = c * es;
-                    let at = |a: &ZcAt| ZcAt {
-                        buf: a.buf,
-                        off: a.off + start,
+                    let (off, bytes) = (start * es, c * es);
+                    // SAFETY: `r` is a checked range of `count` elements and
+                    // `off + bytes` stays inside it; nobody writes the
+                    // operands during the call (contract).
+                    let part = |r: &Region| unsafe {
+                        std::slice::from_raw_parts(r.ptr.wrapping_add(off).cast_const(), bytes)
                     };
-                    let mut ins = Vec::with_capacity(srcs.len());
-                    for s in srcs {
-                        let r = b.range(at(s), c)?;
-                        // SAFETY: a checked, readable range that nobody
-                        // writes during the call (contract).
-                        ins.push(unsafe { std::slice::from_raw_parts(r.ptr.cast_const(), bytes) });
-                    }
                     // SAFETY: `tmp` holds at least `piece * es` bytes (ensured
                     // above) and is ours alone.
                     let acc = unsafe { std::slice::from_raw_parts_mut(tmp.as_mut_ptr(), bytes) };
-                    match ins.as_slice() {
-                        [] => return Err("a reduction without operands".into()),
-                        [a] => acc.copy_from_slice(a),
-                        [a, rest @ ..] => {
-                            reduce::reduce_copy(b.dtype, op, acc, a, rest[0]);
-                            for x in &rest[1..] {
-                                reduce::reduce_inplace(b.dtype, op, acc, x);
+                    match rest.split_first() {
+                        None => acc.copy_from_slice(part(first)),
+                        Some((second, more)) => {
+                            reduce::reduce_copy(b.dtype, op, acc, part(first), part(second));
+                            for x in more {
+                                reduce::reduce_inplace(b.dtype, op, acc, part(x));
                             }
                         }
                     }
                     if op == RedOp::Avg {
                         reduce::divide(b.dtype, acc, nranks);
                     }
-                    drop(ins);
-                    for d in dsts {
-                        let r = b.range(at(d), c)?;
+                    for d in &outs {
                         // SAFETY: a checked range of an output that only this
-                        // rank writes during the call; its operands were read
-                        // into `acc` above (in place, they were the same bytes).
-                        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), r.ptr, bytes) };
+                        // rank writes during the call, `off + bytes` inside it;
+                        // its operands were read into `acc` above (in place,
+                        // they were the same bytes).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                acc.as_ptr(),
+                                d.ptr.wrapping_add(off),
+                                bytes,
+                            )
+                        };
                     }
                     start += c;
                 }

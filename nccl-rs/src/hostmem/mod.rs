@@ -63,7 +63,23 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
     if unsafe { libc::ftruncate(fd, size) } != 0 {
         return Err(fail("ftruncate"));
     }
-    // SAFETY: a fresh shared mapping of the whole file; no fixed address.
+    let p = match map_shared(fd, len) {
+        Ok(p) => p.as_ptr(),
+        Err(_) => return Err(fail("mmap")),
+    };
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    registry().insert(p as usize, Entry { len, fd, serial });
+    Ok(p.cast())
+}
+
+/// Maps `len` bytes of the open file `fd` shared, read-write, at an address
+/// the kernel picks, prefaulted (`MAP_POPULATE`: the page tables are filled
+/// here, once, not by a fault per page inside a collective). The mapping
+/// keeps the file alive after `fd` is closed. Used for our allocations, the
+/// peers' allocations and the shared-memory transport's rings.
+pub(crate) fn map_shared(fd: libc::c_int, len: usize) -> std::io::Result<std::ptr::NonNull<u8>> {
+    // SAFETY: a fresh mapping at no fixed address: it cannot alias anything
+    // of ours; the kernel checks `fd` and `len`.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -75,11 +91,9 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(fail("mmap"));
+        return Err(std::io::Error::last_os_error());
     }
-    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-    registry().insert(p as usize, Entry { len, fd, serial });
-    Ok(p.cast())
+    std::ptr::NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
 }
 
 /// Frees memory from [`alloc_raw`]. Returns `false` (and does nothing) for a

@@ -109,22 +109,10 @@ impl PeerMaps {
                     r.fd, r.serial, st.st_size, r.alloc_len
                 ));
             }
-            // SAFETY: a new shared mapping of the whole file, at no fixed
-            // address; the file is the peer's memfd (size checked above).
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    r.alloc_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_POPULATE,
-                    fd,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(last_os("mmap"));
-            }
-            Ok(p.cast::<u8>())
+            // The peer's memfd (size checked above), mapped whole.
+            super::map_shared(fd, r.alloc_len)
+                .map(|p| p.as_ptr())
+                .map_err(|e| format!("mmap: {e}"))
         })();
         // SAFETY: our descriptor; the mapping (if any) keeps the file alive.
         unsafe { libc::close(fd) };

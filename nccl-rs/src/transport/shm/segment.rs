@@ -178,25 +178,10 @@ pub(super) fn new_nonce() -> NetResult<[u64; 2]> {
     Ok([random_u64()?, random_u64()?])
 }
 
-/// Maps `len` bytes of `fd` shared, read-write, prefaulted.
+/// Maps `len` bytes of `fd` shared, read-write, prefaulted, so the data path
+/// never takes a first-touch fault.
 fn map(fd: libc::c_int, len: usize) -> NetResult<NonNull<u8>> {
-    // SAFETY: a fresh mapping at an address the kernel picks; `fd` is open
-    // read-write and `len` is non-zero. MAP_POPULATE prefaults the pages
-    // now so the data path never takes a first-touch fault.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(os_err("mmap"));
-    }
-    NonNull::new(p.cast()).ok_or_else(|| NetError::Other("SHM: mmap returned null".into()))
+    crate::hostmem::map_shared(fd, len).map_err(|e| NetError::io("mmap", e))
 }
 
 fn close(fd: libc::c_int) {
