@@ -207,6 +207,8 @@ fn run_rank(
         }
         println!("# Collective test concluded: {prog}");
     }
+    // Nobody tears down while a peer's last transfer is unacknowledged.
+    comm.finalize()?;
     Ok(stats.errors == 0)
 }
 

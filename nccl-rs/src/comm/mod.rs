@@ -234,6 +234,21 @@ impl Communicator {
     }
 
     /// Waits for queued async operations (issue order), then locks the core.
+    /// Waits until every rank has finished all its operations (an
+    /// out-of-band barrier through the bootstrap, under
+    /// `NCCL_BOOTSTRAP_TIMEOUT`), as `ncclCommFinalize`: call it before
+    /// dropping the communicator, so that no rank tears its connections down
+    /// while a peer still waits for the acknowledgement of its last transfer
+    /// (seen over a lossy RDMA link: the receiver had the data and left, the
+    /// lost ACK could no longer be retransmitted).
+    pub fn finalize(&mut self) -> Result<()> {
+        let rank = self.rank;
+        let mut core = self.idle_core()?;
+        core.boot
+            .barrier()
+            .map_err(|source| Error::Bootstrap { rank, source })
+    }
+
     fn idle_core(&mut self) -> Result<MutexGuard<'_, Core>> {
         self.queue.drain();
         let core = self.lock_core();
