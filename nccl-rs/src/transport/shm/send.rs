@@ -17,6 +17,15 @@ use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
+/// The producer publishes its counter after every piece of this many
+/// payload bytes, so the receiver copies a piece out while the next is
+/// copied in. Measured at 2 ranks (`ncclrun -n 2 broadcast_perf -b 16K -e 4M
+/// -f 4 -n 300 -c 0`, two interleaved runs against publishing per slot):
+/// in-place broadcast 256 KiB 38-40 -> 28-29 us, 1 MiB 126-131 -> 99-109 us,
+/// 4 MiB 416-458 -> 376-388 us; all-gather and all-to-all within noise;
+/// 8 and 32 KiB pieces measured alike.
+const PUBLISH_PIECE: usize = 16 << 10;
+
 struct SendOp {
     data: *const u8,
     len: usize,
@@ -165,7 +174,10 @@ impl ShmSendComm {
                 if free == 0 {
                     break;
                 }
-                let n = free.min(prod.contiguous()).min(span - op.pos);
+                let n = free
+                    .min(prod.contiguous())
+                    .min(span - op.pos)
+                    .min(PUBLISH_PIECE);
                 // Payload bytes sit at frame offsets FRAME_ALIGN.. (a frame
                 // longer than one line never carries its payload inline).
                 let p = op.pos - FRAME_ALIGN;
@@ -178,6 +190,9 @@ impl ShmSendComm {
                     unsafe { ptr::copy_nonoverlapping(op.data.add(p), prod.head_ptr(), c) };
                 }
                 prod.advance(n);
+                // Publish piece by piece, so the receiver copies out the
+                // first piece while we copy in the next.
+                prod.publish();
                 op.pos += n;
                 moved = true;
             }
