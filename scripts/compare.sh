@@ -30,9 +30,12 @@ for r in $(seq 1 "$REPS"); do
         reg=0; [ $cfg = shm-R ] && reg=1
         echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
         for s in $SIZES; do
-          iters=20; [ "$s" -le 1048576 ] && iters=200; [ "$s" -le 65536 ] && iters=2000
+          # About as long as the peers' T seconds per size (short runs read high).
+          iters=20; [ "$s" -le 16777216 ] && iters=60; [ "$s" -le 1048576 ] && iters=2000
+          [ "$s" -le 65536 ] && iters=10000; [ "$s" -le 1024 ] && iters=20000
+          warm=$((iters / 20)); [ $warm -lt 20 ] && warm=20
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
-            -b $s -e $s -n $iters -w 20 -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
+            -b $s -e $s -n $iters -w $warm -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
         done
       done
       echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"

@@ -17,9 +17,10 @@
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
-//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | false; 1: large shared-memory messages single-copy by `process_vm_readv` where a probe allows |
+//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows |
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message (single copy is off anyway with more local ranks than CPUs) |
+//! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes this rank receives into its output) that goes single copy; larger ones use the ring |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
@@ -62,11 +63,14 @@ pub struct Config {
     pub ib_disable: bool,
     /// `NCCL_SHM_DISABLE`.
     pub shm_disable: bool,
-    /// `NCCL_SHM_USE_CMA`: single-copy (cross-memory attach) for large
-    /// shared-memory messages.
+    /// `NCCL_SHM_USE_CMA`: single-copy (cross-memory attach) for
+    /// shared-memory messages of copy-only calls.
     pub shm_use_cma: bool,
     /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
     pub shm_cma_min_bytes: usize,
+    /// `NCCL_SHM_CMA_MAX_BYTES`: largest call (output bytes of this rank)
+    /// whose messages may go single-copy.
+    pub shm_cma_max_bytes: usize,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
@@ -98,8 +102,9 @@ impl Default for Config {
             net: None,
             ib_disable: false,
             shm_disable: false,
-            shm_use_cma: false,
+            shm_use_cma: true,
             shm_cma_min_bytes: 16 << 10,
+            shm_cma_max_bytes: 2 << 20,
             shm_direct_reduce: true,
             local_register: true,
             zero_copy_min_bytes: 32 << 10,
@@ -144,13 +149,19 @@ impl Config {
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
-            shm_use_cma: flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
             shm_direct_reduce: text("NCCL_SHM_DIRECT_REDUCE").is_none()
                 || flag(&text, "NCCL_SHM_DIRECT_REDUCE")?,
             shm_cma_min_bytes: num(
                 &text,
                 "NCCL_SHM_CMA_MIN_BYTES",
                 d.shm_cma_min_bytes,
+                0..=usize::MAX,
+            )?,
+            shm_cma_max_bytes: num(
+                &text,
+                "NCCL_SHM_CMA_MAX_BYTES",
+                d.shm_cma_max_bytes,
                 0..=usize::MAX,
             )?,
             local_register: text("NCCL_LOCAL_REGISTER").is_none()
@@ -246,7 +257,8 @@ mod tests {
         assert_eq!(c.buffsize, 1 << 20);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.socket_family, Some(AddrFamily::V6));
-        assert!(!c.shm_use_cma);
+        assert!(c.shm_use_cma);
+        assert_eq!(c.shm_cma_max_bytes, 2 << 20);
         assert!(c.shm_direct_reduce);
         assert!(c.local_register);
         assert_eq!(c.zero_copy_min_bytes, 32 << 10);
@@ -265,10 +277,12 @@ mod tests {
         let c = cfg(&[
             ("NCCL_SHM_USE_CMA", "0"),
             ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
+            ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
         ])
         .unwrap();
         assert!(!c.shm_use_cma);
         assert_eq!(c.shm_cma_min_bytes, 4096);
+        assert_eq!(c.shm_cma_max_bytes, 65536);
         assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
         assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
     }

@@ -147,6 +147,39 @@ fn matrix_8_ranks_tcp() {
     matrix_with(8, &[TCP]);
 }
 
+/// Rank 0's INFO line when its shared-memory receives may go single copy.
+const CMA_ON: &str = "SHM: single copy by process_vm_readv";
+
+/// Single copy (cross-memory attach) for every message of every call that
+/// does not reduce, down to 64-byte messages: the matrix stays exact. As
+/// root (as in CI) the kernel always lets a process read a sibling, so the
+/// log must say single copy was on; otherwise the probe may refuse it and
+/// the ring carries everything.
+#[test]
+fn matrix_2_ranks_single_copy() {
+    let outs = matrix_with(
+        2,
+        &[
+            INFO,
+            ("NCCL_SHM_CMA_MIN_BYTES", "64"),
+            ("NCCL_SHM_CMA_MAX_BYTES", "1099511627776"),
+        ],
+    );
+    let log = rank0_log(&outs);
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    });
+    if root {
+        assert!(
+            log.contains(CMA_ON),
+            "single copy never enabled on rank 0:\n{log}"
+        );
+    } else if !log.contains(CMA_ON) {
+        println!("single copy refused by the kernel here; the ring carried everything");
+    }
+}
+
 /// Every buffer passed to a collective is an `nccl_rs::ShmBuffer`.
 const SHARED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "shared");
 /// Shared buffers everywhere but on rank 1: all ranks must fall back.

@@ -137,7 +137,7 @@ impl Communicator {
         } else {
             shm.as_ref().expect("checked").properties()
         };
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             rank,
             nranks,
             send,
@@ -146,6 +146,7 @@ impl Communicator {
             config.steps,
             config.timeout,
         );
+        engine.single_copy_max_bytes = config.shm_cma_max_bytes;
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;

@@ -53,6 +53,9 @@ pub(crate) struct Engine {
     book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
+    /// Largest call (bytes of this rank's output) whose sends may go
+    /// single-copy (`NCCL_SHM_CMA_MAX_BYTES`); see [`copy_hint`].
+    pub(crate) single_copy_max_bytes: usize,
 }
 
 /// The staging slots' memory, computed once.
@@ -98,6 +101,7 @@ impl Engine {
             book: run::Bookkeeping::default(),
             timeout,
             abort: AbortHandle::default(),
+            single_copy_max_bytes: usize::MAX,
         }
     }
 
@@ -122,7 +126,7 @@ impl Engine {
                 .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
                 .collect();
         }
-        let single_copy = copy_hint::single_copy_allowed(&call);
+        let single_copy = copy_hint::single_copy_allowed(&call, &bufs, self.single_copy_max_bytes);
         for comm in self.send.iter_mut().flatten() {
             comm.hint_single_copy(single_copy);
         }

@@ -42,10 +42,11 @@
 //!
 //! Each side keeps its own counter locally and caches the other's, reloading
 //! it only when the cached value does not show enough data or room, so the
-//! counter lines move between cores only when needed. Counters are published
-//! when a slot fills or empties, and at the end of every poll: messages
-//! larger than a slot are pipelined slot by slot, and messages larger than
-//! the whole ring stream through it as slots free up. A counter out of range
+//! counter lines move between cores only when needed. The producer publishes
+//! after every 16 KiB piece it copies in (so the consumer copies a message
+//! out while the rest is still being copied in), the consumer when a slot
+//! empties and at the end of every poll: messages larger than the whole ring
+//! stream through it as slots free up. A counter out of range
 //! (a corrupt or hostile peer) is a [`NetError::Protocol`] error, never an
 //! out-of-bounds access.
 //!
@@ -70,21 +71,22 @@
 //! ([`ShmOptions::direct_reduce`]). Measured at 2 ranks: all-reduce of
 //! 1-16 MiB 16-25% faster than copying into a staging slot first.
 //!
-//! # Single copy (opt-in)
-//! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA=1`), a message of at least
-//! [`ShmOptions::cma_min_bytes`] travels as a one-line descriptor frame
-//! (mark `CMA1`, the sender's buffer address) and the receiver copies it
-//! with `process_vm_readv` straight from the sender's buffer (see the
-//! `cma` module). Whether that is allowed is probed once per connection at
-//! accept; it falls back to the ring when the probe fails. The engine allows
-//! it only for calls that do not reduce and where the sender also receives
-//! ([`nccl_net::SendComm::hint_single_copy`], `engine::copy_hint`). Off by
-//! default:
-//! on the 2-core development machine it made 2-rank all-gather and
-//! all-to-all of 1-16 MiB 15-20% faster in one quiet A/B run, but
-//! broadcast (one direction: the ring splits the copy over two cores, single
-//! copy does it all on the receiver) and 16 MiB all-reduce slower, and
-//! oversubscribed ranks much slower.
+//! # Single copy
+//! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA`, on by default), a message
+//! of at least [`ShmOptions::cma_min_bytes`] travels as a one-line
+//! descriptor frame (mark `CMA1`, the sender's buffer address) and the
+//! receiver copies it with `process_vm_readv` straight from the sender's
+//! buffer (see the `cma` module). Whether that is allowed is probed once per
+//! connection at accept; it falls back to the ring when the probe fails, and
+//! it is off when local ranks outnumber CPUs (a sender waiting for a
+//! descheduled reader). The engine allows it per call
+//! ([`nccl_net::SendComm::hint_single_copy`], `engine::copy_hint`): only
+//! for calls that do not reduce and move at most `NCCL_SHM_CMA_MAX_BYTES`
+//! (2 MiB; half that on a rank that only sends). On the 2-core development
+//! machine, 2 ranks, that made all-gather and all-to-all of 64 KiB-2 MiB
+//! 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us: one copy of
+//! data the reader still has in its cache); beyond 2 MiB the ring wins, as
+//! it splits the copying between both cores.
 //!
 //! # Progress and peer death
 //! `isend` queues the request and writes as much as fits; `irecv` only
@@ -156,7 +158,8 @@ pub struct ShmOptions {
     /// messages.
     pub slots: usize,
     /// Whether large messages may go single-copy by cross-memory attach
-    /// (`NCCL_SHM_USE_CMA`; default false). Used only where a probe at
+    /// (`NCCL_SHM_USE_CMA`, on in the default `Config`; false in
+    /// `ShmOptions::default()`). Used only where a probe at
     /// connection time shows that the receiver may read the sender.
     pub cma: bool,
     /// Messages of at least this many bytes go single-copy
