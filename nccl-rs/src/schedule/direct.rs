@@ -54,3 +54,54 @@ pub fn all_reduce_direct(n: usize, r: usize, count: usize) -> Schedule {
         scratch: n * count,
     }
 }
+
+/// Reduce-scatter by exchange: every rank sends block `q` of its input to
+/// rank `q`, and reduces the `n` contributions to its own block in rank
+/// order (`Out = Scratch(0) ⊕ … ⊕ Scratch(n-1)`). Its own block goes to
+/// scratch first: in place, `Out` is that block of `In`.
+pub fn reduce_scatter_direct(n: usize, r: usize, recv_count: usize) -> Schedule {
+    let count = recv_count;
+    if count == 0 {
+        return Schedule::default();
+    }
+    let at = |p: usize| Loc::Scratch(p * count);
+    let mut steps = Vec::with_capacity(2 * n + 1);
+    for s in 1..n {
+        let to = (r + s) % n;
+        steps.push(Step::Send {
+            to,
+            src: Loc::In(to * count),
+            count,
+        });
+    }
+    steps.push(Step::Copy {
+        src: Loc::In(r * count),
+        dst: at(r),
+        count,
+    });
+    for s in 1..n {
+        let from = (r + n - s) % n;
+        steps.push(Step::Recv {
+            from,
+            dst: at(from),
+            count,
+        });
+    }
+    steps.push(Step::Copy {
+        src: at(0),
+        dst: Loc::Out(0),
+        count,
+    });
+    for p in 1..n {
+        steps.push(Step::Reduce {
+            src: at(p),
+            dst: Loc::Out(0),
+            count,
+            finalize: p == n - 1,
+        });
+    }
+    Schedule {
+        steps,
+        scratch: n * count,
+    }
+}

@@ -103,6 +103,31 @@ fn ring_reduce_scatter() {
 }
 
 #[test]
+fn direct_reduce_scatter() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            let b = run(
+                n,
+                |r| reduce_scatter_direct(n, r, c),
+                |r| (0..n * c).map(|i| v(r, i)).collect(),
+                c,
+            );
+            for r in 0..n {
+                let what = format!("reduce_scatter_direct n={n} c={c} rank {r}");
+                expect(
+                    &b[r].output,
+                    |i| Val {
+                        ranks: all(n),
+                        index: (r * c + i) as u64,
+                    },
+                    &what,
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn ring_all_gather() {
     for &n in SIZES {
         for &c in COUNTS {
