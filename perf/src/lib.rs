@@ -9,6 +9,7 @@
 //! buffers are in GPU memory; see [`device`].
 
 pub mod args;
+pub mod bind;
 pub mod check;
 pub mod coll;
 pub mod data;

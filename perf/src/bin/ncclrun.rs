@@ -11,7 +11,12 @@
 //! and ncclrun exits with that rank's status (128 + signal for a signal).
 //! `--timeout SECS` (0 = none, the default) kills all ranks and exits 124.
 //! Ranks are killed too if ncclrun itself dies (`PR_SET_PDEATHSIG`).
+//!
+//! `--bind core` (the default) binds each rank to one of ncclrun's CPUs, or
+//! neighbouring ranks to one CPU when there are more ranks than CPUs
+//! (`nccl_perf::bind`); `--bind none` leaves them unbound.
 
+use nccl_perf::bind::{self, Bind};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
@@ -41,14 +46,16 @@ const FOREIGN: &[&str] = &[
 struct Opts {
     n: usize,
     timeout: Option<Duration>,
+    bind: Bind,
     cmd: Vec<String>,
 }
 
-const USAGE: &str = "usage: ncclrun -n N [--timeout SECS] [--] cmd [args...]\n";
+const USAGE: &str = "usage: ncclrun -n N [--timeout SECS] [--bind core|none] [--] cmd [args...]\n";
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
     let mut n = None;
     let mut timeout = None;
+    let mut bind = Bind::Core;
     let mut cmd = Vec::new();
     while let Some(a) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or_else(|| format!("{name} needs a value"));
@@ -71,6 +78,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
                     .ok_or_else(|| format!("bad timeout '{v}'"))?;
                 timeout = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
             }
+            "--bind" => bind = Bind::parse(&value(&a)?)?,
             "-h" | "--help" => return Err(String::new()),
             "--" => {
                 cmd.extend(argv);
@@ -90,7 +98,12 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
     if cmd.is_empty() {
         return Err("missing command".into());
     }
-    Ok(Opts { n, timeout, cmd })
+    Ok(Opts {
+        n,
+        timeout,
+        bind,
+        cmd,
+    })
 }
 
 /// A port that was free when we looked (the OS picks it for port 0).
@@ -139,6 +152,23 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Binds the child to `cpu` before it runs the command.
+fn bind_to(cmd: &mut Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
+    let set = bind::single_cpu_set(cpu);
+    // SAFETY: the closure runs in the forked child before exec and makes one
+    // async-signal-safe system call on a set built before the fork; it
+    // allocates nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn kill_all(children: &mut [(usize, Child)]) {
     for (_, c) in children.iter_mut() {
         let _ = c.kill(); // SIGKILL; an already-exited child is not an error here
@@ -167,6 +197,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let cpus = bind::allowed_cpus();
     let start = Instant::now();
     let mut running: Vec<(usize, Child)> = Vec::with_capacity(opts.n);
     for rank in 0..opts.n {
@@ -182,6 +213,9 @@ fn main() -> ExitCode {
             cmd.env_remove(v);
         }
         die_with_parent(&mut cmd);
+        if let Some(cpu) = bind::cpu_for(opts.bind, rank, opts.n, &cpus) {
+            bind_to(&mut cmd, cpu);
+        }
         match cmd.spawn() {
             Ok(c) => running.push((rank, c)),
             Err(e) => {
@@ -280,6 +314,12 @@ mod tests {
         assert!(p(&["-n", "0", "prog"]).is_err());
         assert!(p(&["-n", "2"]).is_err());
         assert!(p(&["-n", "2", "--bogus", "prog"]).is_err());
+        assert_eq!(p(&["-n", "2", "a"]).unwrap().bind, Bind::Core);
+        assert_eq!(
+            p(&["--bind", "none", "-n", "2", "a"]).unwrap().bind,
+            Bind::None
+        );
+        assert!(p(&["--bind", "numa", "-n", "2", "a"]).is_err());
         assert_eq!(p(&["-h"]).err(), Some(String::new()));
     }
 
