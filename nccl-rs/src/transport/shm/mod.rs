@@ -202,7 +202,7 @@ impl ShmNet {
     /// processes.
     pub fn new(mut opts: ShmOptions) -> NetResult<ShmNet> {
         let geom = Geometry::new(opts.buffsize, opts.slots)?;
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = online_cpus();
         if opts.cma && opts.local_ranks > cpus {
             tracing::info!(
                 local_ranks = opts.local_ranks,
@@ -261,4 +261,14 @@ impl Net for ShmNet {
 /// Fuzzing: decodes a shared-memory connection handle.
 pub(crate) fn fuzz_handle(data: &[u8]) {
     let _ = handle::ShmHandle::decode(data);
+}
+
+/// CPUs online on this host: the measure of oversubscription for single
+/// copy. Not this process's affinity mask (`available_parallelism`): a
+/// launcher that binds each rank to one CPU would make every rank look
+/// alone on a 1-CPU machine.
+pub(super) fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }

@@ -214,7 +214,7 @@ fn receiver_dropped_before_the_read_gives_closed() {
 
 #[test]
 fn more_local_ranks_than_cpus_uses_the_ring() {
-    let cpus = std::thread::available_parallelism().unwrap().get();
+    let cpus = super::online_cpus();
     let net = ShmNet::new(ShmOptions {
         local_ranks: cpus + 1,
         cma: true,
