@@ -153,6 +153,7 @@ pub fn select(cases: &[Case], seed: u64, full: bool, large_every: u64) -> Vec<Ca
 
 /// Runs `case` on `comm`; returns the number of wrong elements.
 pub fn run(comm: &mut Communicator, case: &Case, seed: u64) -> nccl_rs::Result<usize> {
+    CASES_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match case.dtype {
         DataType::Int8 => run_typed::<i8>(comm, case, seed),
         DataType::Uint8 => run_typed::<u8>(comm, case, seed),
@@ -172,7 +173,9 @@ pub fn run(comm: &mut Communicator, case: &Case, seed: u64) -> nccl_rs::Result<u
 /// Where `run` allocates the buffers it passes to collectives, from
 /// `NCCL_RS_TEST_BUFFERS` (read once): `vec` (default), `shared` (every
 /// buffer an [`ShmBuffer`], so co-located ranks take the zero-copy path) or
-/// `mixed` (shared on every rank but rank 1, which forces the fallback).
+/// `mixed` (shared on every rank but rank 1, which forces the fallback), or
+/// `mixed-then-shared` (`mixed` for the first [`MIXED_CASES`] cases, then
+/// `shared`: the zero-copy path must come back after its fallbacks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferMode {
     /// `Vec<T>` on every rank.
@@ -181,7 +184,16 @@ pub enum BufferMode {
     Shared,
     /// `ShmBuffer<T>` on every rank except rank 1 (`Vec<T>`).
     Mixed,
+    /// `Mixed` for the first [`MIXED_CASES`] cases run, then `Shared`.
+    MixedThenShared,
 }
+
+/// Cases run in `MixedThenShared` mode before every rank goes shared.
+pub const MIXED_CASES: usize = 100;
+
+/// Cases started by [`run`] in this process (every rank runs the same ones
+/// in the same order).
+static CASES_STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl BufferMode {
     /// The mode named by `NCCL_RS_TEST_BUFFERS`, read on first use.
@@ -197,7 +209,10 @@ impl BufferMode {
                 "" | "vec" => BufferMode::Vec,
                 "shared" | "shm" => BufferMode::Shared,
                 "mixed" => BufferMode::Mixed,
-                other => panic!("NCCL_RS_TEST_BUFFERS={other:?}: expected vec, shared or mixed"),
+                "mixed-then-shared" => BufferMode::MixedThenShared,
+                other => panic!(
+                    "NCCL_RS_TEST_BUFFERS={other:?}: expected vec, shared, mixed or mixed-then-shared"
+                ),
             }
         })
     }
@@ -208,6 +223,9 @@ impl BufferMode {
             BufferMode::Vec => false,
             BufferMode::Shared => true,
             BufferMode::Mixed => rank != 1,
+            BufferMode::MixedThenShared => {
+                rank != 1 || CASES_STARTED.load(std::sync::atomic::Ordering::Relaxed) > MIXED_CASES
+            }
         }
     }
 }

@@ -248,6 +248,19 @@ fn matrix_3_ranks_zero_copy_mixed() {
     zero_copy_matrix(3, &[MIXED, ZC_ALL], false);
 }
 
+#[test]
+fn matrix_3_ranks_zero_copy_resumes_after_heap_calls() {
+    // Rank 1's buffers are `Vec`s for the first 100 cases, so every rank
+    // falls back and skips the path for ever longer runs of calls; then all
+    // buffers are shared and zero copy must run again (every rank skipping
+    // the same calls, or the descriptor exchange would mismatch).
+    zero_copy_matrix(
+        3,
+        &[("NCCL_RS_TEST_BUFFERS", "mixed-then-shared"), ZC_ALL],
+        true,
+    );
+}
+
 /// `NCCL_LOCAL_REGISTER=0` turns the zero-copy path off (a few cases of
 /// the reducing collectives are enough to see it).
 #[test]

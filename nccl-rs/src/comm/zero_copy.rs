@@ -24,6 +24,15 @@
 //! refused first mapping they all stop trying on this communicator. The
 //! extra cost is two tiny collectives (three the first time), which is why
 //! small calls skip it.
+//!
+//! A communicator used with heap buffers would pay the descriptor exchange
+//! on every call for nothing (at 2 ranks, 64 KiB all-gather: 3.5 µs without
+//! it, 4.5 µs with it). So after an exchange shows a rank's buffers not
+//! shared (all-to-all aside, whose in-place form never is), every rank skips
+//! the path for the next 1, 2, 4, … up to [`MAX_SKIP`] eligible calls,
+//! doubling while it keeps failing and starting over once it runs. All
+//! ranks saw the same descriptors and count the same eligible calls, so
+//! they skip the same ones.
 
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};
@@ -46,7 +55,13 @@ pub(crate) struct ZeroCopy {
     agreed: bool,
     /// The descriptor exchange's schedule (always the same shape).
     gather: Option<Arc<Schedule>>,
+    /// Eligible calls still to skip, and the length of the last skip.
+    skip: u32,
+    backoff: u32,
 }
+
+/// Longest run of eligible calls skipped after finding a buffer not shared.
+pub(crate) const MAX_SKIP: u32 = 64;
 
 impl ZeroCopy {
     pub(crate) fn new(min_bytes: usize) -> ZeroCopy {
@@ -57,6 +72,8 @@ impl ZeroCopy {
             tmp: AlignedBuf::default(),
             agreed: false,
             gather: None,
+            skip: 0,
+            backoff: 0,
         }
     }
 }
@@ -103,6 +120,10 @@ impl Core {
         if elems * dtype.size() < zc.min_bytes.max(1) {
             return Ok(false);
         }
+        if zc.skip > 0 {
+            self.zero_copy.as_mut().expect("checked").skip -= 1;
+            return Ok(false);
+        }
         // In-place all-to-all has no plan: a rank would overwrite input its
         // peers still read. Describe nothing, so every rank falls back.
         let inplace_a2a =
@@ -133,11 +154,17 @@ impl Core {
         );
         let all: Option<Vec<BufferDesc>> =
             descs.chunks(DESC_WORDS).map(BufferDesc::decode).collect();
-        self.zero_copy.as_mut().expect("checked").descs = descs;
+        let zc = self.zero_copy.as_mut().expect("checked");
+        zc.descs = descs;
         gathered?;
         let Some(all) = all else {
+            if !matches!(zcoll, ZcColl::AllToAll { .. }) {
+                zc.backoff = (zc.backoff * 2).clamp(1, MAX_SKIP);
+                zc.skip = zc.backoff;
+            }
             return Ok(false);
         };
+        zc.backoff = 0;
 
         // 2. Map every peer's buffers; agree.
         let zc = self.zero_copy.as_mut().expect("checked");
