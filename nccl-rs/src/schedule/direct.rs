@@ -12,10 +12,9 @@ pub fn all_reduce_direct(n: usize, r: usize, count: usize) -> Schedule {
     if count == 0 {
         return Schedule::default();
     }
-    let at = |p: usize| Loc::Scratch(p * count);
     let mut steps = vec![Step::Copy {
         src: Loc::In(0),
-        dst: at(r),
+        dst: scratch(r, count),
         count,
     }];
     // Send from the scratch copy, not from `In`: in place, `In` is `Out`,
@@ -24,35 +23,11 @@ pub fn all_reduce_direct(n: usize, r: usize, count: usize) -> Schedule {
     for s in 1..n {
         steps.push(Step::Send {
             to: (r + s) % n,
-            src: at(r),
+            src: scratch(r, count),
             count,
         });
     }
-    for s in 1..n {
-        let from = (r + n - s) % n;
-        steps.push(Step::Recv {
-            from,
-            dst: at(from),
-            count,
-        });
-    }
-    steps.push(Step::Copy {
-        src: at(0),
-        dst: Loc::Out(0),
-        count,
-    });
-    for p in 1..n {
-        steps.push(Step::Reduce {
-            src: at(p),
-            dst: Loc::Out(0),
-            count,
-            finalize: p == n - 1,
-        });
-    }
-    Schedule {
-        steps,
-        scratch: n * count,
-    }
+    gather_and_reduce(&mut steps, n, r, count)
 }
 
 /// Reduce-scatter by exchange: every rank sends block `q` of its input to
@@ -64,7 +39,6 @@ pub fn reduce_scatter_direct(n: usize, r: usize, recv_count: usize) -> Schedule 
     if count == 0 {
         return Schedule::default();
     }
-    let at = |p: usize| Loc::Scratch(p * count);
     let mut steps = Vec::with_capacity(2 * n + 1);
     for s in 1..n {
         let to = (r + s) % n;
@@ -76,32 +50,43 @@ pub fn reduce_scatter_direct(n: usize, r: usize, recv_count: usize) -> Schedule 
     }
     steps.push(Step::Copy {
         src: Loc::In(r * count),
-        dst: at(r),
+        dst: scratch(r, count),
         count,
     });
+    gather_and_reduce(&mut steps, n, r, count)
+}
+
+/// Scratch slot `p` (rank `p`'s contribution) of `count` elements.
+fn scratch(p: usize, count: usize) -> Loc {
+    Loc::Scratch(p * count)
+}
+
+/// Appends the receives of every peer's contribution into its scratch slot
+/// and the reduction of all `n` slots, in rank order, into `Out`.
+fn gather_and_reduce(steps: &mut Vec<Step>, n: usize, r: usize, count: usize) -> Schedule {
     for s in 1..n {
         let from = (r + n - s) % n;
         steps.push(Step::Recv {
             from,
-            dst: at(from),
+            dst: scratch(from, count),
             count,
         });
     }
     steps.push(Step::Copy {
-        src: at(0),
+        src: scratch(0, count),
         dst: Loc::Out(0),
         count,
     });
     for p in 1..n {
         steps.push(Step::Reduce {
-            src: at(p),
+            src: scratch(p, count),
             dst: Loc::Out(0),
             count,
             finalize: p == n - 1,
         });
     }
     Schedule {
-        steps,
+        steps: std::mem::take(steps),
         scratch: n * count,
     }
 }

@@ -75,54 +75,30 @@ fn ring_all_reduce_every_element_reduced_once() {
     }
 }
 
-#[test]
-fn ring_reduce_scatter() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| reduce_scatter(n, r, c, ch),
-                    |r| (0..n * c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for r in 0..n {
-                    let what = format!("reduce_scatter n={n} c={c} chunk={ch} rank {r}");
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: (r * c + i) as u64,
-                        },
-                        &what,
-                    );
-                }
-            }
-        }
+/// Checks that `sched` leaves every rank `r` of `n` with block `r` of the
+/// sum of all inputs (`c` elements).
+fn check_reduce_scatter(n: usize, c: usize, what: &str, sched: impl Fn(usize) -> Schedule) {
+    let b = run(n, sched, |r| (0..n * c).map(|i| v(r, i)).collect(), c);
+    for r in 0..n {
+        let want = |i: usize| Val {
+            ranks: all(n),
+            index: (r * c + i) as u64,
+        };
+        expect(&b[r].output, want, &format!("{what} n={n} c={c} rank {r}"));
     }
 }
 
 #[test]
-fn direct_reduce_scatter() {
+fn ring_and_direct_reduce_scatter() {
     for &n in SIZES {
         for &c in COUNTS {
-            let b = run(
-                n,
-                |r| reduce_scatter_direct(n, r, c),
-                |r| (0..n * c).map(|i| v(r, i)).collect(),
-                c,
-            );
-            for r in 0..n {
-                let what = format!("reduce_scatter_direct n={n} c={c} rank {r}");
-                expect(
-                    &b[r].output,
-                    |i| Val {
-                        ranks: all(n),
-                        index: (r * c + i) as u64,
-                    },
-                    &what,
-                );
+            for &ch in CHUNKS {
+                let what = format!("reduce_scatter chunk={ch}");
+                check_reduce_scatter(n, c, &what, |r| reduce_scatter(n, r, c, ch));
             }
+            check_reduce_scatter(n, c, "reduce_scatter_direct", |r| {
+                reduce_scatter_direct(n, r, c)
+            });
         }
     }
 }
