@@ -219,3 +219,29 @@ fn finish(mut steps: Vec<Step>) -> Schedule {
     steps.retain(|s| s.count() > 0);
     Schedule { steps, scratch: 0 }
 }
+
+/// Broadcast in one hop: the root sends its `count` elements to every other
+/// rank (and copies them to its own output); the others receive.
+pub fn broadcast_direct(n: usize, r: usize, root: usize, count: usize) -> Schedule {
+    let steps = if r == root {
+        let sends = (1..n).map(|s| Step::Send {
+            to: (root + s) % n,
+            src: Loc::In(0),
+            count,
+        });
+        sends
+            .chain(std::iter::once(Step::Copy {
+                src: Loc::In(0),
+                dst: Loc::Out(0),
+                count,
+            }))
+            .collect()
+    } else {
+        vec![Step::Recv {
+            from: root,
+            dst: Loc::Out(0),
+            count,
+        }]
+    };
+    finish(steps)
+}

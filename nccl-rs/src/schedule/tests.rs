@@ -217,6 +217,16 @@ fn pairwise_all_to_all_gather_scatter() {
             for root in [0, n - 1] {
                 let b = run(
                     n,
+                    |r| broadcast_direct(n, r, root, c),
+                    |r| (0..c).map(|i| v(r, i)).collect(),
+                    c,
+                );
+                for (r, out) in b.iter().enumerate() {
+                    let what = format!("broadcast_direct n={n} c={c} root={root} rank {r}");
+                    expect(&out.output, |i| v(root, i).unwrap(), &what);
+                }
+                let b = run(
+                    n,
                     |r| gather(n, r, root, c),
                     |r| (0..c).map(|i| v(r, r * c + i)).collect(),
                     n * c,
