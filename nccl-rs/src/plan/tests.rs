@@ -1,0 +1,136 @@
+//! The planner's choices: the tuning model, `NCCL_ALGO`, `NCCL_PROTO` and
+//! the one-hop paths for small calls.
+
+use super::*;
+
+#[test]
+fn model_prefers_direct_small_ring_large() {
+    let p = Planner::new("Socket", None, None).unwrap();
+    assert_eq!(p.all_reduce_algo(4, 8), Algo::Direct);
+    assert_eq!(p.all_reduce_algo(4, 64 << 20), Algo::Ring);
+    assert_eq!(p.all_reduce_algo(2, 64 << 20), Algo::Ring);
+}
+
+#[test]
+fn nccl_algo_overrides() {
+    let p = Planner::new("Socket", Some("allreduce:tree;broadcast:ring"), None).unwrap();
+    assert_eq!(p.all_reduce_algo(8, 8), Algo::Tree);
+    assert_eq!(p.all_reduce_algo(8, 1 << 30), Algo::Tree);
+    let p = Planner::new("Socket", Some("ring"), None).unwrap();
+    assert_eq!(p.all_reduce_algo(8, 8), Algo::Ring);
+    let p = Planner::new("Socket", Some("^ring,direct"), None).unwrap();
+    assert_eq!(p.all_reduce_algo(8, 1 << 30), Algo::Tree);
+    assert!(Planner::new("Socket", Some("allreduce:bogus"), None).is_err());
+    assert!(Planner::new("Socket", Some("NVLS,ring"), None).is_ok());
+}
+
+#[test]
+fn model_prefers_halving_doubling_at_middle_sizes() {
+    for transport in ["Socket", "SHM"] {
+        let p = Planner::new(transport, None, None).unwrap();
+        assert_eq!(p.all_reduce_algo(8, 8), Algo::Direct, "{transport}");
+        assert_eq!(
+            p.all_reduce_algo(8, 64 << 10),
+            Algo::HalvingDoubling,
+            "{transport}"
+        );
+        assert_eq!(p.all_reduce_algo(8, 64 << 20), Algo::Ring, "{transport}");
+    }
+    let p = Planner::new("Socket", None, None).unwrap();
+    assert_eq!(p.all_reduce_algo(16, 128 << 10), Algo::HalvingDoubling);
+    // At 2 ranks it sends what the ring sends; the ring keeps the job.
+    for bytes in [8, 64 << 10, 1 << 20, 64 << 20] {
+        assert_ne!(p.all_reduce_algo(2, bytes), Algo::HalvingDoubling);
+    }
+    // The fold of the extra ranks costs a whole buffer more.
+    let m = Model::for_transport("Socket");
+    let (pow2, folded) = (
+        m.predict(Algo::HalvingDoubling, 8, 1 << 20),
+        m.predict(Algo::HalvingDoubling, 9, 1 << 20),
+    );
+    assert!(folded > pow2 + (1 << 20) as f64 / (HD_BW * m.beta) * 0.99);
+}
+
+#[test]
+fn nccl_algo_names_halving_doubling() {
+    for spec in [
+        "allreduce:halvingdoubling",
+        "HalvingDoubling",
+        "hd",
+        "allreduce:ring,hd;broadcast:tree",
+    ] {
+        let p = Planner::new("Socket", Some(spec), None).unwrap();
+        assert_eq!(
+            p.all_reduce_algo(8, 64 << 10),
+            Algo::HalvingDoubling,
+            "{spec}"
+        );
+    }
+    let p = Planner::new("Socket", Some("allreduce:hd"), None).unwrap();
+    assert_eq!(p.all_reduce_algo(8, 8), Algo::HalvingDoubling);
+    assert_eq!(p.all_reduce_algo(3, 1 << 30), Algo::HalvingDoubling);
+    for spec in ["^hd", "allreduce:^halvingdoubling"] {
+        let p = Planner::new("Socket", Some(spec), None).unwrap();
+        for bytes in [8, 128 << 10, 1 << 30] {
+            assert_ne!(p.all_reduce_algo(8, bytes), Algo::HalvingDoubling, "{spec}");
+        }
+    }
+    let s = Planner::new("Socket", Some("hd"), None).unwrap().plan(
+        Coll::AllReduce { count: 100 },
+        3,
+        0,
+        DataType::Float32,
+        16,
+    );
+    assert_eq!(s, schedule::all_reduce_halving_doubling(3, 0, 100, 16));
+}
+
+#[test]
+fn small_all_gather_and_reduce_scatter_exchange_directly() {
+    let p = Planner::new("SHM", None, None).unwrap();
+    let f32 = DataType::Float32;
+    let ag = |p: &Planner, n, count| p.plan(Coll::AllGather { send_count: count }, n, 1, f32, 1024);
+    let rs =
+        |p: &Planner, n, count| p.plan(Coll::ReduceScatter { recv_count: count }, n, 1, f32, 1024);
+    // 1 KiB of output at 4 ranks: one exchange; 64 KiB: the ring.
+    assert_eq!(ag(&p, 4, 64), schedule::all_gather_direct(4, 1, 64));
+    assert_eq!(ag(&p, 4, 4096), schedule::all_gather(4, 1, 4096, 1024));
+    assert_eq!(rs(&p, 4, 64), schedule::reduce_scatter_direct(4, 1, 64));
+    assert_eq!(rs(&p, 4, 4096), schedule::reduce_scatter(4, 1, 4096, 1024));
+    let bc = |p: &Planner, n, count| p.plan(Coll::Broadcast { count, root: 2 }, n, 1, f32, 1024);
+    assert_eq!(bc(&p, 4, 2), schedule::broadcast_direct(4, 1, 2, 2));
+    assert_eq!(bc(&p, 4, 4096), schedule::broadcast(4, 1, 2, 4096, 1024));
+    let ring_bc = Planner::new("SHM", Some("broadcast:ring"), None).unwrap();
+    assert_eq!(bc(&ring_bc, 4, 2), schedule::broadcast(4, 1, 2, 2, 1024));
+    // At 2 ranks the ring is already one exchange.
+    assert_eq!(ag(&p, 2, 64), schedule::all_gather(2, 1, 64, 1024));
+    assert_eq!(rs(&p, 2, 64), schedule::reduce_scatter(2, 1, 64, 1024));
+    // NCCL_ALGO naming the ring for them, or NCCL_PROTO=Simple, keep it.
+    for (algo, proto) in [
+        (Some("allgather:ring;reducescatter:ring"), None),
+        (Some("ring"), None),
+        (None, Some("Simple")),
+    ] {
+        let q = Planner::new("SHM", algo, proto).unwrap();
+        assert_eq!(
+            ag(&q, 4, 64),
+            schedule::all_gather(4, 1, 64, 1024),
+            "{algo:?} {proto:?}"
+        );
+        assert_eq!(
+            rs(&q, 4, 64),
+            schedule::reduce_scatter(4, 1, 64, 1024),
+            "{algo:?} {proto:?}"
+        );
+    }
+}
+
+#[test]
+fn nccl_proto() {
+    let simple = Planner::new("Socket", None, Some("Simple")).unwrap();
+    assert_ne!(simple.all_reduce_algo(4, 8), Algo::Direct);
+    let ll = Planner::new("Socket", None, Some("LL")).unwrap();
+    assert_eq!(ll.all_reduce_algo(4, 1 << 20), Algo::Direct);
+    let not_ll = Planner::new("Socket", None, Some("^LL")).unwrap();
+    assert_ne!(not_ll.all_reduce_algo(4, 8), Algo::Direct);
+}
