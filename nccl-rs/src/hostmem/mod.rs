@@ -230,6 +230,16 @@ pub(crate) struct BufferDesc {
 }
 
 impl BufferDesc {
+    /// Whether the input and output overlap (an in-place call).
+    pub(crate) fn in_place(&self) -> bool {
+        let (i, o) = (&self.input, &self.output);
+        i.serial == o.serial
+            && i.len > 0
+            && o.len > 0
+            && i.offset < o.offset + o.len
+            && o.offset < i.offset + i.len
+    }
+
     /// Describes this process's `input` and `output` ranges, if both are in
     /// shared allocations (an empty range counts as its output's).
     pub(crate) fn of(input: (*const u8, usize), output: (*const u8, usize)) -> Option<BufferDesc> {
@@ -316,6 +326,9 @@ mod tests {
         assert_eq!(d.input.serial, serial);
         assert_eq!(BufferDesc::decode(&BufferDesc::encode(Some(d))), Some(d));
         assert_eq!(BufferDesc::decode(&BufferDesc::encode(None)), None);
+        assert!(d.in_place());
+        let halves = BufferDesc::of((p, 2000), (p.wrapping_add(2000), 2000)).unwrap();
+        assert!(!halves.in_place());
         let v = vec![0u8; 64];
         assert!(BufferDesc::of((v.as_ptr(), 64), (p, 4)).is_none());
         drop(b);
