@@ -6,7 +6,7 @@
 //! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
 //! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
 //! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
-//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots |
+//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each) |
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
