@@ -15,14 +15,15 @@
 //!   405–461 µs; all-to-all 64 KiB 9.4–9.9 → 7.5–8.5 µs, 1 MiB 126–127 →
 //!   76–88 µs, 2 MiB 243–255 → 223–229 µs, 16 MiB 3.6–3.7 → 4.5–4.7 ms;
 //! - a rank that only sends (a broadcast root) idles while the receiver does
-//!   all the copying, where the ring splits it between two cores: in-place
-//!   broadcast gains up to 1 MiB (64 KiB 9.4 → 5.9 µs with `-n 100000`;
-//!   1 MiB 93–95 → 79–86 µs) and loses from 2 MiB (193–198 → 240–283 µs;
-//!   16 MiB 1.5 → 2.2 ms).
+//!   all the copying, where the ring splits it between two cores. With the
+//!   ranks bound to CPUs (`ncclrun`), three interleaved runs of `-n 5000`,
+//!   in place: 64 KiB 5.5–5.6 → 3.9–4.0 µs, 128 KiB 8.8–10.1 → 6.4 µs,
+//!   512 KiB 33–38 → 20–21 µs, but 1 MiB 83–86 → 98–111 µs, 2 MiB 193–198 →
+//!   240–283 µs, 16 MiB 1.5 → 2.2 ms.
 //!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
-//! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or half that on a rank that
-//! receives nothing. Each rank decides for its own sends; the receiver takes
+//! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
+//! (512 KiB) on a rank that receives nothing. Each rank decides for its own sends; the receiver takes
 //! either kind of message.
 
 use super::{Call, CallBufs, OpLabel};
@@ -37,7 +38,7 @@ pub(super) fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, max_bytes: u
         OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
     };
     let receives = call.sched.steps.iter().any(|s| s.recv_peer().is_some());
-    let cap = if receives { max_bytes } else { max_bytes / 2 };
+    let cap = if receives { max_bytes } else { max_bytes / 4 };
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
     !reduces && bytes <= cap
 }
