@@ -102,20 +102,34 @@ pub fn gather(n: usize, r: usize, root: usize, count: usize) -> Schedule {
 
 /// Scatter `count` elements from `root`'s input to every rank.
 pub fn scatter(n: usize, r: usize, root: usize, count: usize) -> Schedule {
+    fan_out(n, r, root, count, |p| Loc::In(p * count))
+}
+
+/// Broadcast in one hop: the root sends its `count` elements to every other
+/// rank (and copies them to its own output); the others receive.
+pub fn broadcast_direct(n: usize, r: usize, root: usize, count: usize) -> Schedule {
+    fan_out(n, r, root, count, |_| Loc::In(0))
+}
+
+/// The root sends `count` elements from `src(p)` to every other rank `p`,
+/// then copies `src(root)` to its own output; every other rank receives
+/// into its output.
+fn fan_out(n: usize, r: usize, root: usize, count: usize, src: impl Fn(usize) -> Loc) -> Schedule {
     let steps = if r == root {
-        (0..n)
-            .map(|p| match p == root {
-                true => Step::Copy {
-                    src: Loc::In(p * count),
-                    dst: Loc::Out(0),
+        (1..n)
+            .map(|s| {
+                let to = (root + s) % n;
+                Step::Send {
+                    to,
+                    src: src(to),
                     count,
-                },
-                false => Step::Send {
-                    to: p,
-                    src: Loc::In(p * count),
-                    count,
-                },
+                }
             })
+            .chain(std::iter::once(Step::Copy {
+                src: src(root),
+                dst: Loc::Out(0),
+                count,
+            }))
             .collect()
     } else {
         vec![Step::Recv {
@@ -218,30 +232,4 @@ pub fn p2p_group(me: usize, ops: &[P2pOp]) -> Result<Schedule, String> {
 fn finish(mut steps: Vec<Step>) -> Schedule {
     steps.retain(|s| s.count() > 0);
     Schedule { steps, scratch: 0 }
-}
-
-/// Broadcast in one hop: the root sends its `count` elements to every other
-/// rank (and copies them to its own output); the others receive.
-pub fn broadcast_direct(n: usize, r: usize, root: usize, count: usize) -> Schedule {
-    let steps = if r == root {
-        let sends = (1..n).map(|s| Step::Send {
-            to: (root + s) % n,
-            src: Loc::In(0),
-            count,
-        });
-        sends
-            .chain(std::iter::once(Step::Copy {
-                src: Loc::In(0),
-                dst: Loc::Out(0),
-                count,
-            }))
-            .collect()
-    } else {
-        vec![Step::Recv {
-            from: root,
-            dst: Loc::Out(0),
-            count,
-        }]
-    };
-    finish(steps)
 }
