@@ -23,8 +23,8 @@
 //!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
 //! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
-//! (512 KiB) on a rank that receives nothing. Each rank decides for its own sends; the receiver takes
-//! either kind of message.
+//! (512 KiB) on a rank that receives nothing. Each rank decides for its own
+//! sends; the receiver takes either kind of message.
 
 use super::{Call, CallBufs, OpLabel};
 

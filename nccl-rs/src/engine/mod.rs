@@ -53,7 +53,7 @@ pub(crate) struct Engine {
     book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
-    /// Largest call (bytes of this rank's output) whose sends may go
+    /// Largest call (bytes of its buffers on this rank) whose sends may go
     /// single-copy (`NCCL_SHM_CMA_MAX_BYTES`); see [`copy_hint`].
     pub(crate) single_copy_max_bytes: usize,
 }
