@@ -111,6 +111,18 @@ static void rooted_and_alltoall(ncclComm_t comm) {
   CHECK(ncclAlltoAll(in, out, C, ncclInt64, comm, NULL));
   for (int p = 0; p < nranks; p++)
     for (int i = 0; i < C; i++) EXPECT(out[p * C + i] == 100000 * p + rank * C + i, "alltoall");
+  /* In place, larger than the transports' buffers, twice (the second call
+   * reuses the staged copy's memory). */
+  enum { BIG = 1 << 18 };
+  int64_t* both = buf_alloc(nranks * BIG * sizeof *both);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < nranks * BIG; i++) both[i] = 10000000 * rank + i + k;
+    CHECK(ncclAlltoAll(both, both, BIG, ncclInt64, comm, NULL));
+    for (int p = 0; p < nranks; p++)
+      for (int i = 0; i < BIG; i++)
+        EXPECT(both[p * BIG + i] == 10000000 * p + rank * BIG + i + k, "alltoall in place");
+  }
+  buf_free(both);
   int root = nranks - 1;
   CHECK(ncclGather(in, rank == root ? out : NULL, C, ncclInt64, root, comm, NULL));
   if (rank == root)

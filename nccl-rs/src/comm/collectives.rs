@@ -225,10 +225,17 @@ impl Communicator {
         )
     }
 
-    /// In-place all-to-all (through a temporary copy of the input).
+    /// In-place all-to-all (through a copy of the input in a staging buffer
+    /// the communicator keeps for the next call).
     pub fn all_to_all_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
-        let copy = buf.to_vec();
-        self.all_to_all(&copy, buf)
+        let c = self.equal_parts("all_to_all", buf.len())?;
+        let r = rw(buf);
+        self.collective(
+            Coll::AllToAll { count: c },
+            T::DTYPE,
+            RedOp::Sum,
+            bufs(r, r),
+        )
     }
 
     /// Gathers every rank's `send` into `root`'s `recv`.

@@ -13,7 +13,7 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{Call, CallBufs, Engine, OpLabel};
+use crate::engine::{copy_region, AlignedBuf, Call, CallBufs, Engine, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
 use crate::schedule::Schedule;
@@ -43,6 +43,9 @@ pub(crate) struct Core {
     /// The zero-copy path, where every rank shares this host over shared
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
+    /// A copy of an in-place all-to-all's input, reused from call to call
+    /// (see [`Core::stage_overlapping_input`]).
+    staging: AlignedBuf,
 }
 
 impl Core {
@@ -64,6 +67,7 @@ impl Core {
             planner,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
             zero_copy: None,
+            staging: AlignedBuf::default(),
         }
     }
 
@@ -119,8 +123,32 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
+        let bufs = self.stage_overlapping_input(coll, bufs);
         let sched = self.schedule(coll, dtype);
         self.execute(&sched, dtype, op, tag, label, bufs)
+    }
+
+    /// An all-to-all whose input overlaps its output (in place) sends every
+    /// block before it can receive into it, so its schedule reads a copy of
+    /// the input: in this communicator's staging buffer, which stays
+    /// allocated (as the engine's scratch does), because a fresh copy per
+    /// call pays the first touch of every page (2 ranks, 64 MiB in place:
+    /// 50 ms with a new `Vec` per call, against 15 ms out of place).
+    fn stage_overlapping_input(&mut self, coll: Coll, mut bufs: CallBufs) -> CallBufs {
+        let (input, output) = (bufs.input, bufs.output);
+        let (i, o) = (input.ptr as usize, output.ptr as usize);
+        let overlap = input.len > 0 && i < o + output.len && o < i + input.len;
+        if matches!(coll, Coll::AllToAll { .. }) && overlap {
+            self.staging.ensure(input.len);
+            let copy = Region::new(self.staging.as_mut_ptr(), input.len);
+            let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;
+            // SAFETY: `input` is readable for the call (the `CallBufs`
+            // invariant) and `copy` is this communicator's own buffer of at
+            // least `input.len` bytes, which nothing else uses meanwhile.
+            unsafe { copy_region(input, copy, stream) };
+            bufs.input = Region::read_only(copy.ptr, copy.len);
+        }
+        bufs
     }
 
     pub(crate) fn execute(

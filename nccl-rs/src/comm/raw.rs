@@ -121,10 +121,9 @@ impl Communicator {
                 )));
             }
         }
-        let mut input = Region::read_only(a.send, sb);
+        let input = Region::read_only(a.send, sb);
         let output = Region::new(a.recv, rb);
         let c = a.count;
-        let mut tmp = Vec::new();
         let coll = match a.coll {
             RawColl::AllReduce => Coll::AllReduce { count: c },
             RawColl::Broadcast => Coll::Broadcast {
@@ -145,14 +144,8 @@ impl Communicator {
                 count: c,
                 root: a.root,
             },
-            RawColl::AllToAll => {
-                if sb > 0 && overlaps(a.send, sb, a.recv, rb) {
-                    // SAFETY: the caller guarantees `send` is readable for `sb` bytes.
-                    tmp.extend_from_slice(unsafe { std::slice::from_raw_parts(a.send, sb) });
-                    input = Region::read_only(tmp.as_ptr(), sb);
-                }
-                Coll::AllToAll { count: c }
-            }
+            // In place, `Core` stages a copy of the input.
+            RawColl::AllToAll => Coll::AllToAll { count: c },
         };
         self.collective(
             coll,
@@ -199,9 +192,4 @@ impl Communicator {
         }
         self.run_group(g)
     }
-}
-
-fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
-    let (a, b) = (a as usize, b as usize);
-    a < b + blen && b < a + alen
 }
