@@ -19,7 +19,7 @@ use crate::bootstrap::{Bootstrap, UniqueId};
 
 use crate::config::Config;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{AbortHandle as Abort, CallBufs, Engine, OpLabel};
+use crate::engine::{AbortHandle as Abort, CallBufs, Engine, OpLabel, SingleCopyPolicy};
 use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
 use crate::plan::{Coll, Planner};
@@ -138,7 +138,6 @@ impl Communicator {
                 slots,
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
-                local_ranks,
                 direct_reduce: config.shm_direct_reduce,
             };
             match ShmNet::new(opts) {
@@ -176,7 +175,18 @@ impl Communicator {
             config.steps,
             config.timeout,
         );
-        engine.single_copy_max_bytes = config.shm_cma_max_bytes;
+        let local_ranks = local.iter().filter(|&&l| l).count();
+        let cpus = crate::transport::shm::online_cpus();
+        engine.single_copy = SingleCopyPolicy {
+            max_bytes: config.shm_cma_max_bytes,
+            oversubscribed: local_ranks > cpus,
+        };
+        if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
+            info!(
+                local_ranks,
+                cpus, "SHM: more local ranks than CPUs; single copy for all-to-all only"
+            );
+        }
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;

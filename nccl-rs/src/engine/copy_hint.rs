@@ -21,16 +21,69 @@
 //!   512 KiB 33–38 → 20–21 µs, but 1 MiB 83–86 → 98–111 µs, 2 MiB 193–198 →
 //!   240–283 µs, 16 MiB 1.5 → 2.2 ms.
 //!
+//! With more local ranks than CPUs (4 ranks bound in pairs to the 2 CPUs,
+//! `ncclrun -n 4 <tool> -c 0`, single sizes, three interleaved runs, out of
+//! place / in place, single copy off → on): all-to-all gains from 256 KiB to
+//! 4 MiB, as each byte is copied once instead of twice by cores that are all
+//! busy (256 KiB 53–59 → 26 µs / 62–67 → 58–60 µs, 1 MiB 286 → 201–235 µs /
+//! 357–364 → 346–394 µs, 4 MiB 1.11–1.13 → 0.96–1.00 ms / 1.68–1.76 →
+//! 1.62–1.68 ms); at 64 KiB it is even out of place and loses in place
+//! (16–17 → 22–24 µs); at 16 and 64 MiB even out of place (5.9–6.1 ms,
+//! 28–29 ms) and 10% slower in place. All-gather and broadcast, relayed
+//! along the ring, lose everywhere (64 KiB 12 → 18–19 µs and 8–9 → 17–19 µs,
+//! 16 MiB 4.5 → 5.7 ms and 4.8–4.9 → 5.0–5.6 ms).
+//!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
 //! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
-//! (512 KiB) on a rank that receives nothing. Each rank decides for its own
-//! sends; the receiver takes either kind of message.
+//! (512 KiB) on a rank that receives nothing; with more local ranks than
+//! CPUs, to all-to-all only, of more than 64 KiB and at most twice
+//! `max_bytes`. Each rank decides for its own sends; the receiver takes
+//! either kind of message.
 
 use super::{Call, CallBufs, OpLabel};
+use crate::plan::Coll;
 
-/// Whether `call`'s sends may go single-copy, given the bytes of its
-/// buffers and the largest call allowed (`max_bytes`).
-pub(super) fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, max_bytes: usize) -> bool {
+/// With more local ranks than CPUs, the smallest all-to-all (bytes of this
+/// rank's buffers) that goes single-copy is one byte more than this.
+pub(crate) const OVERSUBSCRIBED_MIN_BYTES: usize = 64 << 10;
+
+/// When a call's sends may go single-copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SingleCopyPolicy {
+    /// Largest call (bytes of its buffers on this rank) allowed
+    /// (`NCCL_SHM_CMA_MAX_BYTES`).
+    pub(crate) max_bytes: usize,
+    /// More ranks on this host than CPUs: all-to-all only, of more than
+    /// [`OVERSUBSCRIBED_MIN_BYTES`] and at most `2 * max_bytes`.
+    pub(crate) oversubscribed: bool,
+}
+
+impl Default for SingleCopyPolicy {
+    fn default() -> Self {
+        SingleCopyPolicy {
+            max_bytes: usize::MAX,
+            oversubscribed: false,
+        }
+    }
+}
+
+/// Whether `call`'s sends may go single-copy under `policy`, given the
+/// bytes of its buffers.
+pub(super) fn single_copy_allowed(
+    call: &Call<'_>,
+    bufs: &CallBufs,
+    policy: SingleCopyPolicy,
+) -> bool {
+    let coll = match call.what {
+        OpLabel::Coll { coll, .. } => Some(coll),
+        _ => None,
+    };
+    let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
+    if policy.oversubscribed {
+        let window =
+            OVERSUBSCRIBED_MIN_BYTES < bytes && bytes <= policy.max_bytes.saturating_mul(2);
+        return matches!(coll, Some(Coll::AllToAll { .. })) && window;
+    }
     let reduces = match call.what {
         OpLabel::Coll { coll, .. } => coll.reduces(),
         OpLabel::Group { .. } => false,
@@ -38,7 +91,106 @@ pub(super) fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, max_bytes: u
         OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
     };
     let receives = call.sched.steps.iter().any(|s| s.recv_peer().is_some());
-    let cap = if receives { max_bytes } else { max_bytes / 4 };
-    let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
+    let cap = if receives {
+        policy.max_bytes
+    } else {
+        policy.max_bytes / 4
+    };
     !reduces && bytes <= cap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::{DataType, RedOp};
+    use crate::engine::Region;
+    use crate::schedule::{Loc, Schedule, Step};
+
+    const MIB: usize = 1 << 20;
+
+    fn allowed(coll: Option<Coll>, receives: bool, out_bytes: usize, p: SingleCopyPolicy) -> bool {
+        let mut steps = vec![Step::Send {
+            to: 1,
+            src: Loc::In(0),
+            count: 1,
+        }];
+        if receives {
+            steps.push(Step::Recv {
+                from: 1,
+                dst: Loc::Out(0),
+                count: 1,
+            });
+        }
+        let sched = Schedule { steps, scratch: 0 };
+        let what = match coll {
+            Some(coll) => OpLabel::Coll {
+                coll,
+                dtype: DataType::Uint8,
+                op: RedOp::Sum,
+                seq: 1,
+            },
+            None => OpLabel::Group { ops: 2 },
+        };
+        let call = Call {
+            sched: &sched,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            tag: 1,
+            what,
+        };
+        let bufs = CallBufs {
+            input: Region::empty(),
+            output: Region::new(std::ptr::null_mut(), out_bytes),
+            group: Vec::new(),
+        };
+        single_copy_allowed(&call, &bufs, p)
+    }
+
+    #[test]
+    fn copy_only_calls_up_to_the_cap() {
+        let p = SingleCopyPolicy {
+            max_bytes: 2 * MIB,
+            oversubscribed: false,
+        };
+        let ag = Some(Coll::AllGather { send_count: 1 });
+        let a2a = Some(Coll::AllToAll { count: 1 });
+        let ar = Some(Coll::AllReduce { count: 1 });
+        let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+        assert!(allowed(ag, true, 2 * MIB, p));
+        assert!(!allowed(ag, true, 2 * MIB + 1, p));
+        assert!(!allowed(a2a, true, 16 * MIB, p));
+        assert!(!allowed(ar, true, 1024, p), "reductions never");
+        assert!(
+            allowed(bc, false, MIB / 2, p),
+            "a root: a quarter of the cap"
+        );
+        assert!(!allowed(bc, false, MIB, p));
+        assert!(allowed(None, true, MIB, p), "send/recv groups");
+    }
+
+    #[test]
+    fn oversubscribed_all_to_all_only_in_its_window() {
+        let p = SingleCopyPolicy {
+            max_bytes: 2 * MIB,
+            oversubscribed: true,
+        };
+        let a2a = Some(Coll::AllToAll { count: 1 });
+        assert!(allowed(a2a, true, 4 * MIB, p));
+        assert!(!allowed(a2a, true, 4 * MIB + 1, p));
+        assert!(allowed(a2a, true, (64 << 10) + 1, p));
+        assert!(!allowed(a2a, true, 64 << 10, p));
+        assert!(!allowed(
+            Some(Coll::AllGather { send_count: 1 }),
+            true,
+            64 << 10,
+            p
+        ));
+        assert!(!allowed(
+            Some(Coll::Broadcast { count: 1, root: 0 }),
+            false,
+            64 << 10,
+            p
+        ));
+        assert!(!allowed(None, true, 64 << 10, p), "send/recv groups");
+    }
 }

@@ -19,6 +19,7 @@ pub(crate) use run::{Call, Run};
 use crate::error::{Error, Result};
 use crate::transport::{RecvComm, SendComm};
 pub(crate) use buffers::AlignedBuf;
+pub(crate) use copy_hint::SingleCopyPolicy;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,9 +54,8 @@ pub(crate) struct Engine {
     book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
-    /// Largest call (bytes of its buffers on this rank) whose sends may go
-    /// single-copy (`NCCL_SHM_CMA_MAX_BYTES`); see [`copy_hint`].
-    pub(crate) single_copy_max_bytes: usize,
+    /// Which calls' sends may go single-copy; see [`copy_hint`].
+    pub(crate) single_copy: SingleCopyPolicy,
 }
 
 /// The staging slots' memory, computed once.
@@ -101,7 +101,7 @@ impl Engine {
             book: run::Bookkeeping::default(),
             timeout,
             abort: AbortHandle::default(),
-            single_copy_max_bytes: usize::MAX,
+            single_copy: SingleCopyPolicy::default(),
         }
     }
 
@@ -126,7 +126,7 @@ impl Engine {
                 .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
                 .collect();
         }
-        let single_copy = copy_hint::single_copy_allowed(&call, &bufs, self.single_copy_max_bytes);
+        let single_copy = copy_hint::single_copy_allowed(&call, &bufs, self.single_copy);
         for comm in self.send.iter_mut().flatten() {
             comm.hint_single_copy(single_copy);
         }

@@ -77,12 +77,12 @@
 //! descriptor frame (mark `CMA1`, the sender's buffer address) and the
 //! receiver copies it with `process_vm_readv` straight from the sender's
 //! buffer (see the `cma` module). Whether that is allowed is probed once per
-//! connection at accept; it falls back to the ring when the probe fails, and
-//! it is off when local ranks outnumber CPUs (a sender waiting for a
-//! descheduled reader). The engine allows it per call
+//! connection at accept; it falls back to the ring when the probe fails.
+//! The engine allows it per call
 //! ([`nccl_net::SendComm::hint_single_copy`], `engine::copy_hint`): only
 //! for calls that do not reduce and move at most `NCCL_SHM_CMA_MAX_BYTES`
-//! (2 MiB; 512 KiB on a rank that only sends). On the 2-core development
+//! (2 MiB; 512 KiB on a rank that only sends), and only for all-to-all when
+//! local ranks outnumber CPUs. On the 2-core development
 //! machine, 2 ranks, that made all-gather and all-to-all of 64 KiB-2 MiB
 //! 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us: one copy of
 //! data the reader still has in its cache); beyond 2 MiB the ring wins, as
@@ -165,11 +165,6 @@ pub struct ShmOptions {
     /// Messages of at least this many bytes go single-copy
     /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
     pub cma_min_bytes: usize,
-    /// Ranks of this communicator on this host, 0 if unknown. With more
-    /// local ranks than CPUs single copy is turned off: a sender would wait
-    /// for a descheduled receiver to read (measured at 4 ranks on 2 cores:
-    /// all-gather 1.3-2× slower than through the ring).
-    pub local_ranks: usize,
     /// Whether a receive whose data is only reduced may be read in place in
     /// the ring instead of copied out first (`NCCL_SHM_DIRECT_REDUCE`;
     /// default true).
@@ -183,7 +178,6 @@ impl Default for ShmOptions {
             slots: DEFAULT_SLOTS,
             cma: false,
             cma_min_bytes: DEFAULT_CMA_MIN_BYTES,
-            local_ranks: 0,
             direct_reduce: true,
         }
     }
@@ -200,17 +194,8 @@ pub struct ShmNet {
 impl ShmNet {
     /// Checks `opts` and removes stale segments left in `/dev/shm` by dead
     /// processes.
-    pub fn new(mut opts: ShmOptions) -> NetResult<ShmNet> {
+    pub fn new(opts: ShmOptions) -> NetResult<ShmNet> {
         let geom = Geometry::new(opts.buffsize, opts.slots)?;
-        let cpus = online_cpus();
-        if opts.cma && opts.local_ranks > cpus {
-            tracing::info!(
-                local_ranks = opts.local_ranks,
-                cpus,
-                "SHM: more local ranks than CPUs; single copy off, copying through the ring"
-            );
-            opts.cma = false;
-        }
         let removed = segment::sweep_stale();
         if removed > 0 {
             tracing::info!(removed, "SHM: removed stale segments");
@@ -264,10 +249,10 @@ pub(crate) fn fuzz_handle(data: &[u8]) {
 }
 
 /// CPUs online on this host: the measure of oversubscription for single
-/// copy. Not this process's affinity mask (`available_parallelism`): a
-/// launcher that binds each rank to one CPU would make every rank look
-/// alone on a 1-CPU machine.
-pub(super) fn online_cpus() -> usize {
+/// copy (`engine::copy_hint`). Not this process's affinity mask
+/// (`available_parallelism`): a launcher that binds each rank to one CPU
+/// would make every rank look alone on a 1-CPU machine.
+pub(crate) fn online_cpus() -> usize {
     // SAFETY: sysconf only reads a system value.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)

@@ -213,26 +213,6 @@ fn receiver_dropped_before_the_read_gives_closed() {
 }
 
 #[test]
-fn more_local_ranks_than_cpus_uses_the_ring() {
-    let cpus = super::online_cpus();
-    let net = ShmNet::new(ShmOptions {
-        local_ranks: cpus + 1,
-        cma: true,
-        ..ShmOptions::default()
-    })
-    .unwrap();
-    assert!(!net.options().cma);
-    let (mut s, mut r, _) = pair(&net);
-    let data = pattern(1 << 20, 13);
-    let q = isend(s.as_mut(), &data, 2);
-    assert!(
-        completes_alone(s.as_mut(), q, 1000),
-        "copied through the ring"
-    );
-    recv_check(r.as_mut(), &[1 << 20], 13, 2);
-}
-
-#[test]
 fn receiver_without_single_copy_gets_the_ring() {
     // The receiver has single copy off, the sender on: the receiver's
     // verdict wins.
