@@ -75,6 +75,9 @@ impl AsyncQueue {
     /// Waits until every queued operation has run (each has its own
     /// deadline, so this ends).
     pub(crate) fn drain(&self) {
+        if self.tx.is_none() {
+            return; // no async operation was ever issued
+        }
         let (count, cv) = &*self.pending;
         let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
         while *n > 0 {

@@ -163,10 +163,12 @@ impl Engine {
             });
         }
         let mut run = self.start(call, bufs)?;
-        let start = Instant::now();
+        // The clock is first read when a poll moves nothing: a small call
+        // that completes while it keeps moving never reads it.
+        let mut start: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
         let mut polls = 0u32;
-        let mut last_health = start;
+        let mut last_health: Option<Instant> = None;
         loop {
             let (done, moved) = run.poll()?;
             if done {
@@ -177,6 +179,8 @@ impl Engine {
                 continue;
             }
             let now = Instant::now();
+            let start = *start.get_or_insert(now);
+            let last_health = last_health.get_or_insert(now);
             let idle = now - *idle_since.get_or_insert(now);
             polls = polls.wrapping_add(1);
             if idle < YIELD {
@@ -190,8 +194,8 @@ impl Engine {
                     op: what.to_string(),
                 });
             }
-            if idle >= HEALTH_EVERY && now - last_health >= HEALTH_EVERY {
-                last_health = now;
+            if idle >= HEALTH_EVERY && now - *last_health >= HEALTH_EVERY {
+                *last_health = now;
                 if let Some(e) = health() {
                     return Err(e);
                 }
