@@ -115,9 +115,13 @@ mod send;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_bench;
+#[cfg(test)]
 mod tests_cma;
 #[cfg(test)]
 mod tests_lend;
+#[cfg(test)]
+mod tests_process;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
