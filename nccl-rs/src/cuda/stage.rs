@@ -51,94 +51,28 @@
 //! they are allocated on first use, grown when needed, and kept by the
 //! [`Stager`] (one per communicator).
 
-use super::driver::{self, copy_async, Ctx, CtxGuard, Event, Pinned};
+use super::driver::{self, copy_async, Ctx, CtxGuard};
 use super::pointer::{self, PtrInfo};
 use super::CudaError;
-use crate::comm::raw::{RawArgs, RawColl, RawP2p};
+use crate::comm::raw::{RawArgs, RawColl};
 use crate::datatype::scale_in_place;
 use crate::error::{Error, Result};
 use crate::Communicator;
 use cudarc::driver::sys::{CUcontext, CUstream};
 
+#[path = "stage_buf.rs"]
+mod buf;
 #[path = "stage_gpu.rs"]
 mod gpu;
 #[path = "stage_options.rs"]
 mod options;
+#[path = "stage_p2p.rs"]
+mod p2p;
 #[path = "stage_retired.rs"]
 mod retired;
+use buf::{Buf, Slot};
 pub use options::{StagingOptions, Stream};
 use retired::Retired;
-
-/// One pinned buffer with the event recorded after the last copy that
-/// uses it, and whether that copy may still be running.
-#[derive(Default)]
-struct Buf {
-    mem: Option<Pinned>,
-    ev: Option<Event>,
-    pending: bool,
-}
-
-impl Buf {
-    /// Waits for the last copy using this buffer.
-    fn settle(&mut self) -> std::result::Result<(), CudaError> {
-        if self.pending {
-            if let Some(ev) = &self.ev {
-                ev.wait()?;
-            }
-            self.pending = false;
-        }
-        Ok(())
-    }
-
-    /// At least `bytes` of pinned memory, not in use by a copy. A buffer
-    /// too small is replaced by one at least twice its size, and the old
-    /// one goes to `retired` (never freed here: see [`Retired`]).
-    fn reserve(
-        &mut self,
-        bytes: usize,
-        retired: &mut Retired,
-    ) -> std::result::Result<*mut u8, CudaError> {
-        self.settle()?;
-        if self.ev.is_none() {
-            self.ev = Some(Event::new()?);
-        }
-        self.grow(bytes, retired)?;
-        Ok(self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr))
-    }
-
-    /// At least `bytes` of pinned memory (maybe still used by a copy: the
-    /// old buffer is retired, not freed).
-    fn grow(&mut self, bytes: usize, retired: &mut Retired) -> std::result::Result<(), CudaError> {
-        let old = self.mem.as_ref().map_or(0, Pinned::cap);
-        if self.mem.is_none() || old < bytes {
-            let new = Pinned::new(bytes.max(old.saturating_mul(2)))?;
-            if let Some(m) = self.mem.replace(new) {
-                retired.pinned(m);
-            }
-        }
-        Ok(())
-    }
-
-    fn ptr(&self) -> *mut u8 {
-        self.mem.as_ref().map_or(std::ptr::null_mut(), Pinned::ptr)
-    }
-
-    /// Records this buffer's event on `s` after the copies just enqueued.
-    fn mark(&mut self, s: CUstream) -> std::result::Result<(), CudaError> {
-        if let Some(ev) = &self.ev {
-            ev.record(s)?;
-            self.pending = true;
-        }
-        Ok(())
-    }
-}
-
-/// One pipeline slot: staged input and output of a chunk.
-#[derive(Default)]
-struct Slot {
-    inp: Buf,
-    out: Buf,
-}
 
 /// Stages device buffers through pinned host memory for one communicator
 /// (or several, used one at a time). Keeps its pinned buffers and events
@@ -307,46 +241,6 @@ impl Stager {
             b.ev = None;
         }
         self.gpu.release(old, &mut self.retired);
-    }
-
-    /// Grows the pinned staging buffers for a collective whose send and
-    /// receive buffers hold `send_bytes` and `recv_bytes` (host path: at
-    /// most one chunk of each is staged at a time), in the context of
-    /// `stream` and `bufs`. The C ABI calls it before gating the call's
-    /// stream (`ffi/src/gate.rs`), while the proxy is not running a call:
-    /// the CUDA Programming Guide counts page-locked host allocations among
-    /// the operations that synchronize streams implicitly, so allocating
-    /// while a stream waits for the proxy is best avoided. Best effort:
-    /// what a call still needs grows then (see `Retired`).
-    pub fn reserve(
-        &mut self,
-        send_bytes: usize,
-        recv_bytes: usize,
-        stream: Stream,
-        bufs: &[*const u8],
-    ) -> std::result::Result<(), CudaError> {
-        let infos: Vec<PtrInfo> = bufs.iter().map(|p| pointer::info(*p)).collect();
-        if !infos.iter().any(PtrInfo::is_device) {
-            return Ok(());
-        }
-        let step = |b: usize| match self.opts.pipeline {
-            true => b.min(self.opts.chunk_bytes),
-            false => b,
-        };
-        let (inp, out) = (step(send_bytes), step(recv_bytes));
-        let slots = match self.opts.pipeline && send_bytes.max(recv_bytes) > inp.max(out) {
-            true => 2,
-            false => 1,
-        };
-        let ctx = op_ctx(stream, &infos)?;
-        let _g = CtxGuard::bind(ctx)?;
-        // The context our memory is freed in, if no call sets it first.
-        self.ctx.get_or_insert(ctx);
-        for slot in &mut self.slots[..slots] {
-            slot.inp.grow(inp, &mut self.retired)?;
-            slot.out.grow(out, &mut self.retired)?;
-        }
-        Ok(())
     }
 
     /// Runs one collective of `comm` with NCCL's meanings of `a`, on any
@@ -546,87 +440,6 @@ impl Stager {
                 if queued {
                     slot.out.mark(s).map_err(&err)?;
                 }
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs a group of sends and receives, any of them on device memory,
-    /// each ordered on its stream. `run` is called once with the host
-    /// view of the group: device buffers replaced by pinned staging
-    /// buffers (sends already filled); it runs the exchange (for the C ABI
-    /// including sends to self).
-    ///
-    /// # Safety
-    /// As [`Communicator::run_group_raw`], except that buffers may be
-    /// device memory, valid until the copies enqueued on their streams by
-    /// this call have run.
-    pub unsafe fn p2p(
-        &mut self,
-        rank: usize,
-        ops: &[(RawP2p, Stream)],
-        run: impl FnOnce(&[RawP2p]) -> Result<()>,
-    ) -> Result<()> {
-        let infos: Vec<PtrInfo> = ops
-            .iter()
-            .map(|(o, _)| {
-                if o.bytes > 0 {
-                    pointer::info(o.ptr)
-                } else {
-                    PtrInfo::HOST
-                }
-            })
-            .collect();
-        let Some(first) = infos.iter().position(PtrInfo::is_device) else {
-            let plain: Vec<RawP2p> = ops.iter().map(|(o, _)| *o).collect();
-            return run(&plain);
-        };
-        for (o, _) in ops {
-            if o.bytes > 0 && o.ptr.is_null() {
-                return Err(Error::InvalidArgument(format!(
-                    "NULL buffer for {} bytes with peer {}",
-                    o.bytes, o.peer
-                )));
-            }
-        }
-        let err = cuda(rank);
-        let ctx = op_ctx(ops[first].1, &infos[first..=first]).map_err(&err)?;
-        let _g = self.enter(ctx).map_err(&err)?;
-        if self.p2p.len() < ops.len() {
-            self.p2p.resize_with(ops.len(), Buf::default);
-        }
-        let mut host: Vec<RawP2p> = Vec::with_capacity(ops.len());
-        for (i, ((o, st), info)) in ops.iter().zip(&infos).enumerate() {
-            if !info.is_device() {
-                host.push(*o);
-                continue;
-            }
-            let buf = &mut self.p2p[i];
-            let p = buf.reserve(o.bytes, &mut self.retired).map_err(&err)?;
-            if o.is_send {
-                let s = st.effective();
-                // SAFETY: the send buffer is valid for `bytes` once the
-                // stream reaches this point (contract); `p` is ours.
-                unsafe { copy_async(p, o.ptr, o.bytes, s) }.map_err(&err)?;
-                buf.mark(s).map_err(&err)?;
-            }
-            host.push(RawP2p { ptr: p, ..*o });
-        }
-        for (i, ((o, _), info)) in ops.iter().zip(&infos).enumerate() {
-            if o.is_send && info.is_device() {
-                self.p2p[i].settle().map_err(&err)?;
-            }
-        }
-        run(&host)?;
-        for (i, ((o, st), info)) in ops.iter().zip(&infos).enumerate() {
-            if !o.is_send && info.is_device() {
-                let s = st.effective();
-                let buf = &mut self.p2p[i];
-                // SAFETY: the receive buffer is valid for `bytes` until the
-                // stream ran this copy (contract); the staging buffer is
-                // kept until its event completes.
-                unsafe { copy_async(o.ptr, buf.ptr(), o.bytes, s) }.map_err(&err)?;
-                buf.mark(s).map_err(&err)?;
             }
         }
         Ok(())

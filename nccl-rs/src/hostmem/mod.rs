@@ -5,8 +5,8 @@
 //! allocation is in a process-wide registry (address range → file
 //! descriptor and serial number), so a collective can tell whether its
 //! buffers are shareable and describe them to its peers
-//! ([`BufferDesc`]). A peer maps the same pages with `pidfd_getfd` and
-//! `mmap` ([`PeerMaps`]); then the collective runs without any transport
+//! (`BufferDesc`). A peer maps the same pages with `pidfd_getfd` and
+//! `mmap` (`PeerMaps`); then the collective runs without any transport
 //! copy: each rank reads its peers' inputs and writes their outputs
 //! directly (see `comm::zero_copy`). Buffers from anywhere else (a `Vec`,
 //! `malloc`) simply take the transport path.
