@@ -10,7 +10,7 @@
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
-//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 4 (TCP data sockets per thread) |
+//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 3 (TCP data sockets per thread) |
 //! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 1 (no TCP helper threads; measured in `transport-tcp`) |
 //! | `NCCL_ALGO` | `algo` | tuning model |
 //! | `NCCL_PROTO` | `proto` | tuning model |

@@ -20,7 +20,7 @@
 //!   the thread calling `test`.
 //!
 //! # Sockets and helper threads: measurements and defaults
-//! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 4
+//! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3
 //! data sockets serviced by the thread calling `test` (no helper threads),
 //! were chosen by `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2
 //! all_reduce_perf -b S -e S -n 20 -w 5 -c 0` (release build), the
@@ -57,6 +57,23 @@
 //! artefact, not a property of the transport. On hosts with more cores
 //! than ranks, `NCCL_SOCKET_NTHREADS=2..4` is worth measuring.
 //!
+//! Four sockets were the default until the data path got faster (64 MiB
+//! all-reduce 48 → 24 ms); measured again on the later code, every
+//! collective at 16 and 64 MiB, three interleaved rounds at 2 ranks
+//! (`-n 40` / `-n 15`) and two at 4 ranks (`-n 300` / `-n 20`), medians:
+//!
+//! | ranks, op, size | 1:1 | 2:1 | 3:1 | 4:1 |
+//! |------|-----|-----|-----|-----|
+//! | 2, broadcast (in place) 64 MiB | 10.4–13.4 ms | 12.1–13.8 ms | 11.7–12.4 ms | 16.1–17.2 ms |
+//! | 2, all-to-all 64 MiB | 14.4–19.3 ms | 14.2–15.3 ms | 14.5–23.8 ms | 14.9–15.6 ms |
+//! | 2, all-reduce 16 MiB | 5.0–5.4 ms | 4.2–4.4 ms | 4.3–4.4 ms | 4.4–4.5 ms |
+//! | 2, all-gather 64 MiB | 15.4–16.8 ms | 11.9–12.3 ms | 11.7–12.1 ms | 11.6–18.1 ms |
+//! | 4, all-reduce 16 MiB | | 27.9–29.0 ms | 24.7–26.2 ms | 29.4–30.8 ms |
+//! | 4, broadcast 16 MiB | | 12.3–13.7 ms | 11.1–12.6 ms | 13.7–14.9 ms |
+//! | 4, all-gather 16 MiB | | 13.8–15.4 ms | 10.9–12.1 ms | 13.6–14.5 ms |
+//!
+//! (64 KiB–1 MiB alike within noise.) Hence three.
+//!
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
 
@@ -78,7 +95,7 @@ use std::net::IpAddr;
 
 /// Default data sockets per helper thread (`NCCL_NSOCKS_PERTHREAD`); see
 /// the crate docs for the measurement behind it.
-pub const DEFAULT_NSOCKS_PERTHREAD: usize = 4;
+pub const DEFAULT_NSOCKS_PERTHREAD: usize = 3;
 /// Default helper threads per comm (`NCCL_SOCKET_NTHREADS`); see the crate
 /// docs for the measurement behind it.
 pub const DEFAULT_NTHREADS: usize = 1;
@@ -293,7 +310,7 @@ mod tests {
     fn options_and_properties() {
         let o = TcpOptions::default();
         assert_eq!(o.socket_buf_bytes, 4 << 20);
-        assert_eq!(o.nsocks, 4);
+        assert_eq!(o.nsocks, 3);
         assert_eq!(o.nthreads, 1);
         let ip = "127.0.0.1".parse().unwrap();
         for (nsocks, nthreads) in [(0, 1), (MAX_SOCKS + 1, 1), (4, MAX_SOCKS + 1)] {
