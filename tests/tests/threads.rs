@@ -220,3 +220,39 @@ fn abort_unblocks_a_stuck_collective() {
         ));
     });
 }
+
+#[test]
+fn all_to_all_message_cuts_agree_when_single_copy_differs_per_rank() {
+    // Rank 0 has single copy off, rank 1 on: whole-block all-to-all would
+    // cut rank 1's messages unlike rank 0's receives (a size mismatch);
+    // the ranks agree at init to send in chunks instead.
+    let cfg = config();
+    let id = UniqueId::new(&cfg).unwrap();
+    let n = 2;
+    let count = 2 << 20; // u32 per peer: 8 MiB blocks, 16 chunks each
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let mut cfg = cfg.clone();
+            cfg.shm_use_cma = r == 1;
+            std::thread::spawn(move || {
+                let mut comm = Communicator::init(&id, n, r, &cfg).unwrap();
+                let send: Vec<u32> = (0..n * count).map(|i| (r * n * count + i) as u32).collect();
+                let mut recv = vec![0u32; n * count];
+                comm.all_to_all(&send, &mut recv).unwrap();
+                for p in 0..n {
+                    for i in [0, 1, count / 2, count - 1] {
+                        let want = (p * n * count + r * count + i) as u32;
+                        assert_eq!(recv[p * count + i], want, "rank {r} from {p} at {i}");
+                    }
+                }
+                assert!(recv
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &v)| v == ((k / count) * n * count + r * count + k % count) as u32));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

@@ -5,6 +5,7 @@
 //! the deadline passes.
 
 use crate::bootstrap::Bootstrap;
+use crate::engine::SingleCopyPolicy;
 use crate::error::{Error, Result};
 use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_BYTES};
 use std::sync::Arc;
@@ -34,6 +35,28 @@ pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> 
         .all_gather(&me)
         .map_err(|source| Error::Bootstrap { rank, source })?;
     Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
+}
+
+/// Exchanges every rank's single-copy policy; `uniform` stays set only if
+/// it is set on every rank and all policies are equal (so that all ranks
+/// cut all-to-all messages alike). Everyone contributes before anyone
+/// returns, so it is also a barrier.
+pub(crate) fn agree_single_copy(
+    boot: &mut Bootstrap,
+    rank: usize,
+    mine: SingleCopyPolicy,
+) -> Result<SingleCopyPolicy> {
+    let encode = |p: &SingleCopyPolicy| {
+        let mut b = vec![u8::from(p.uniform), u8::from(p.oversubscribed)];
+        b.extend_from_slice(&(p.max_bytes as u64).to_le_bytes());
+        b
+    };
+    let me = encode(&mine);
+    let all = boot
+        .all_gather(&me)
+        .map_err(|source| Error::Bootstrap { rank, source })?;
+    let uniform = mine.uniform && all.iter().all(|b| *b == me);
+    Ok(SingleCopyPolicy { uniform, ..mine })
 }
 
 /// Connects `rank` to every other rank, through `net(peer)`.

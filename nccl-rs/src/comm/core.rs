@@ -81,8 +81,13 @@ impl Core {
         }
     }
 
+    /// The schedule of `coll`, pipelined in the engine's chunks.
     pub(super) fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
         let chunk = self.engine.chunk_elems(dtype.size());
+        self.schedule_chunked(coll, dtype, chunk)
+    }
+
+    fn schedule_chunked(&mut self, coll: Coll, dtype: DataType, chunk: usize) -> Arc<Schedule> {
         let key = (coll, dtype, chunk);
         if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
             return self.cache[i].1.clone();
@@ -124,7 +129,13 @@ impl Core {
             return Ok(());
         }
         let bufs = self.stage_overlapping_input(coll, bufs);
-        let sched = self.schedule(coll, dtype);
+        let sched = match coll {
+            // One message per peer when it goes single-copy (all ranks agree).
+            Coll::AllToAll { count } if self.engine.single_copy.whole_blocks(bufs.output.len) => {
+                self.schedule_chunked(coll, dtype, count.max(1))
+            }
+            _ => self.schedule(coll, dtype),
+        };
         self.execute(&sched, dtype, op, tag, label, bufs)
     }
 

@@ -158,9 +158,16 @@ impl Communicator {
         };
         let (send, recv) =
             connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
-        boot.barrier()
-            .map_err(|source| Error::Bootstrap { rank, source })?;
         let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
+        let local_ranks = local.iter().filter(|&&l| l).count();
+        let cpus = crate::transport::shm::online_cpus();
+        let single_copy = SingleCopyPolicy {
+            max_bytes: config.shm_cma_max_bytes,
+            oversubscribed: local_ranks > cpus,
+            uniform: !remote && config.shm_use_cma,
+        };
+        // Also the barrier after connecting: every rank contributes.
+        let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;
         let props = if remote || shm.is_none() {
             net.properties()
         } else {
@@ -175,12 +182,7 @@ impl Communicator {
             config.steps,
             config.timeout,
         );
-        let local_ranks = local.iter().filter(|&&l| l).count();
-        let cpus = crate::transport::shm::online_cpus();
-        engine.single_copy = SingleCopyPolicy {
-            max_bytes: config.shm_cma_max_bytes,
-            oversubscribed: local_ranks > cpus,
-        };
+        engine.single_copy = single_copy;
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,

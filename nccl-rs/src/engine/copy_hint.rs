@@ -22,22 +22,41 @@
 //!   240–283 µs, 16 MiB 1.5 → 2.2 ms.
 //!
 //! With more local ranks than CPUs (4 ranks bound in pairs to the 2 CPUs,
-//! `ncclrun -n 4 <tool> -c 0`, single sizes, three interleaved runs, out of
-//! place / in place, single copy off → on): all-to-all gains from 256 KiB to
-//! 4 MiB, as each byte is copied once instead of twice by cores that are all
-//! busy (256 KiB 53–59 → 26 µs / 62–67 → 58–60 µs, 1 MiB 286 → 201–235 µs /
-//! 357–364 → 346–394 µs, 4 MiB 1.11–1.13 → 0.96–1.00 ms / 1.68–1.76 →
-//! 1.62–1.68 ms); at 64 KiB it is even out of place and loses in place
-//! (16–17 → 22–24 µs); at 16 and 64 MiB even out of place (5.9–6.1 ms,
-//! 28–29 ms) and 10% slower in place. All-gather and broadcast, relayed
-//! along the ring, lose everywhere (64 KiB 12 → 18–19 µs and 8–9 → 17–19 µs,
-//! 16 MiB 4.5 → 5.7 ms and 4.8–4.9 → 5.0–5.6 ms).
+//! `ncclrun -n 4 <tool> -c 0`, single sizes, interleaved runs), all-gather
+//! and broadcast, relayed along the ring, lose everywhere with single copy
+//! (64 KiB 12 → 18–19 µs and 8–9 → 17–19 µs, 16 MiB 4.5 → 5.7 ms and
+//! 4.8–4.9 → 5.0–5.6 ms), while all-to-all gains: each byte is copied once
+//! instead of twice by cores that are all busy.
+//!
+//! All-to-all gains most when each peer's block goes as one message rather
+//! than in the engine's 512 KiB chunks ([`SingleCopyPolicy::whole_blocks`]):
+//! single-copy messages take no ring space, and each costs a handshake with
+//! a reader that may be descheduled. Single copy off → on, whole blocks,
+//! two interleaved runs, out of place / in place:
+//! - 2 ranks: 256 KiB 18–19 → 8 µs / 23–24 → 25 µs, 1 MiB 105–125 → 42 µs /
+//!   129–130 → 107–113 µs, 4 MiB 481–483 → 331–332 µs / 791–802 →
+//!   627–632 µs, 16 MiB 1.98–2.00 → 1.35 ms / 3.23 → 2.59–2.60 ms, 64 MiB
+//!   11.6–11.7 → 10.3–11.3 ms / 19.6–20.7 → 20.0–20.1 ms (in chunks, single
+//!   copy lost beyond 2 MiB: 16 MiB 3.6–3.7 → 4.5–4.7 ms);
+//! - 4 ranks: 256 KiB 52–54 → 25–32 µs / 60 → 56–58 µs, 1 MiB 265–272 →
+//!   181–184 µs / 336–340 → 302–311 µs, 4 MiB 1.09 → 0.72–0.73 ms /
+//!   1.69–1.76 → 1.30–1.32 ms, 16 MiB 5.3–5.8 → 3.9–4.2 ms / 8.8–9.0 →
+//!   7.1 ms, 64 MiB 28.5–28.7 → 24.5–24.6 ms / 44.0–44.7 → 46.0–46.5 ms
+//!   (in chunks it gained only up to 4 MiB); at 64 KiB it is even out of
+//!   place and loses in place (16–17 → 22–24 µs).
+//!
+//! Sender and receiver must cut messages alike, so whole blocks need every
+//! rank on one host with the same policy, which the ranks agree on at init
+//! (`uniform`); otherwise all-to-all goes single-copy in chunks within the
+//! windows where that gained (up to `max_bytes`, or 64 KiB–2 × `max_bytes`
+//! with more local ranks than CPUs).
 //!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
 //! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
 //! (512 KiB) on a rank that receives nothing; with more local ranks than
-//! CPUs, to all-to-all only, of more than 64 KiB and at most twice
-//! `max_bytes`. Each rank decides for its own sends; the receiver takes
+//! CPUs, to all-to-all only; and to all-to-all of any size (more than
+//! 64 KiB with more local ranks than CPUs) in whole blocks when every rank
+//! is on this host. Each rank decides for its own sends; the receiver takes
 //! either kind of message.
 
 use super::{Call, CallBufs, OpLabel};
@@ -54,8 +73,36 @@ pub(crate) struct SingleCopyPolicy {
     /// (`NCCL_SHM_CMA_MAX_BYTES`).
     pub(crate) max_bytes: usize,
     /// More ranks on this host than CPUs: all-to-all only, of more than
-    /// [`OVERSUBSCRIBED_MIN_BYTES`] and at most `2 * max_bytes`.
+    /// [`OVERSUBSCRIBED_MIN_BYTES`] (and at most `2 * max_bytes` unless
+    /// `uniform`).
     pub(crate) oversubscribed: bool,
+    /// Every rank is on this host with single copy on and this same policy
+    /// (agreed at init): all-to-all then goes single-copy at any size, in
+    /// whole blocks.
+    pub(crate) uniform: bool,
+}
+
+impl SingleCopyPolicy {
+    /// Whether an all-to-all with `bytes` of buffers on this rank may go
+    /// single-copy.
+    pub(crate) fn all_to_all(&self, bytes: usize) -> bool {
+        let max = self.max_bytes;
+        match (self.uniform, self.oversubscribed) {
+            (true, true) => OVERSUBSCRIBED_MIN_BYTES < bytes,
+            (true, false) => true,
+            (false, true) => OVERSUBSCRIBED_MIN_BYTES < bytes && bytes <= max.saturating_mul(2),
+            (false, false) => bytes <= max,
+        }
+    }
+
+    /// Whether such an all-to-all sends each peer's block as one message
+    /// instead of in the engine's chunks (see `Core::collective`): a
+    /// single-copy message takes no ring space, and every chunk costs a
+    /// handshake with a reader that may not be running. Only when
+    /// `uniform`, since sender and receiver must cut messages alike.
+    pub(crate) fn whole_blocks(&self, bytes: usize) -> bool {
+        self.uniform && self.all_to_all(bytes)
+    }
 }
 
 impl Default for SingleCopyPolicy {
@@ -63,6 +110,7 @@ impl Default for SingleCopyPolicy {
         SingleCopyPolicy {
             max_bytes: usize::MAX,
             oversubscribed: false,
+            uniform: false,
         }
     }
 }
@@ -79,10 +127,11 @@ pub(super) fn single_copy_allowed(
         _ => None,
     };
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
+    if let Some(Coll::AllToAll { .. }) = coll {
+        return policy.all_to_all(bytes);
+    }
     if policy.oversubscribed {
-        let window =
-            OVERSUBSCRIBED_MIN_BYTES < bytes && bytes <= policy.max_bytes.saturating_mul(2);
-        return matches!(coll, Some(Coll::AllToAll { .. })) && window;
+        return false;
     }
     let reduces = match call.what {
         OpLabel::Coll { coll, .. } => coll.reduces(),
@@ -151,6 +200,7 @@ mod tests {
         let p = SingleCopyPolicy {
             max_bytes: 2 * MIB,
             oversubscribed: false,
+            uniform: false,
         };
         let ag = Some(Coll::AllGather { send_count: 1 });
         let a2a = Some(Coll::AllToAll { count: 1 });
@@ -173,24 +223,42 @@ mod tests {
         let p = SingleCopyPolicy {
             max_bytes: 2 * MIB,
             oversubscribed: true,
+            uniform: false,
         };
         let a2a = Some(Coll::AllToAll { count: 1 });
         assert!(allowed(a2a, true, 4 * MIB, p));
         assert!(!allowed(a2a, true, 4 * MIB + 1, p));
         assert!(allowed(a2a, true, (64 << 10) + 1, p));
         assert!(!allowed(a2a, true, 64 << 10, p));
+        let ag = Some(Coll::AllGather { send_count: 1 });
+        assert!(!allowed(ag, true, 64 << 10, p));
+        let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+        assert!(!allowed(bc, false, 64 << 10, p));
+        assert!(!allowed(None, true, 64 << 10, p), "send/recv groups");
+        assert!(!p.whole_blocks(MIB), "not agreed by every rank");
+    }
+
+    #[test]
+    fn one_host_all_to_all_at_any_size_in_whole_blocks() {
+        let mut p = SingleCopyPolicy {
+            max_bytes: 2 * MIB,
+            oversubscribed: false,
+            uniform: true,
+        };
+        let a2a = Some(Coll::AllToAll { count: 1 });
+        assert!(allowed(a2a, true, 1 << 30, p));
+        assert!(allowed(a2a, true, 1024, p));
+        assert!(p.whole_blocks(1 << 30));
         assert!(!allowed(
             Some(Coll::AllGather { send_count: 1 }),
             true,
-            64 << 10,
+            4 * MIB,
             p
         ));
-        assert!(!allowed(
-            Some(Coll::Broadcast { count: 1, root: 0 }),
-            false,
-            64 << 10,
-            p
-        ));
-        assert!(!allowed(None, true, 64 << 10, p), "send/recv groups");
+        p.oversubscribed = true;
+        assert!(allowed(a2a, true, 1 << 30, p));
+        assert!(!allowed(a2a, true, 64 << 10, p));
+        assert!(!p.whole_blocks(64 << 10));
+        assert!(p.whole_blocks(1 << 30));
     }
 }
