@@ -134,6 +134,9 @@ impl Core {
             Coll::AllToAll { count } if self.engine.single_copy.whole_blocks(bufs.output.len) => {
                 self.schedule_chunked(coll, dtype, count.max(1))
             }
+            Coll::AllGather { send_count } if self.engine.single_copy.whole_block_all_gather() => {
+                self.schedule_chunked(coll, dtype, send_count.max(1))
+            }
             _ => self.schedule(coll, dtype),
         };
         self.execute(&sched, dtype, op, tag, label, bufs)

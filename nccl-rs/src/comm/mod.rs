@@ -165,6 +165,7 @@ impl Communicator {
             max_bytes: config.shm_cma_max_bytes,
             oversubscribed: local_ranks > cpus,
             uniform: !remote && config.shm_use_cma,
+            pair: nranks == 2,
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;
