@@ -28,7 +28,15 @@ const HISTORY: usize = 64;
 /// few shapes; rebuilding the schedule would cost more than a small call).
 const CACHED_SCHEDULES: usize = 16;
 
-type CacheKey = (Coll, DataType, usize);
+/// A schedule's shape: the planner's choice, pipelined in chunks of that
+/// many elements, or the one-hop all-gather.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Chunked(usize),
+    DirectAllGather,
+}
+
+type CacheKey = (Coll, DataType, Shape);
 
 pub(crate) struct Core {
     pub(crate) rank: usize,
@@ -88,19 +96,32 @@ impl Core {
     }
 
     fn schedule_chunked(&mut self, coll: Coll, dtype: DataType, chunk: usize) -> Arc<Schedule> {
-        let key = (coll, dtype, chunk);
+        self.schedule_shaped(coll, dtype, Shape::Chunked(chunk))
+            .expect("a chunked schedule always exists")
+    }
+
+    /// The schedule of `coll` in `shape` (cached); `None` if the planner
+    /// rules that shape out.
+    fn schedule_shaped(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        shape: Shape,
+    ) -> Option<Arc<Schedule>> {
+        let key = (coll, dtype, shape);
         if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
-            return self.cache[i].1.clone();
+            return Some(self.cache[i].1.clone());
         }
-        let sched = Arc::new(
-            self.planner
-                .plan(coll, self.nranks, self.rank, dtype, chunk),
-        );
+        let (n, r) = (self.nranks, self.rank);
+        let sched = Arc::new(match shape {
+            Shape::Chunked(chunk) => self.planner.plan(coll, n, r, dtype, chunk),
+            Shape::DirectAllGather => self.planner.plan_direct_all_gather(coll, n, r)?,
+        });
         if self.cache.len() == CACHED_SCHEDULES {
             self.cache.pop_front();
         }
         self.cache.push_back((key, sched.clone()));
-        sched
+        Some(sched)
     }
 
     /// Plans and runs one collective on raw buffers: the one path of every
@@ -129,14 +150,16 @@ impl Core {
             return Ok(());
         }
         let bufs = self.stage_overlapping_input(coll, bufs);
+        // One message per peer where it goes single-copy (all ranks agree).
+        let policy = self.engine.single_copy;
+        let bytes = bufs.output.len;
         let sched = match coll {
-            // One message per peer when it goes single-copy (all ranks agree).
-            Coll::AllToAll { count } if self.engine.single_copy.whole_blocks(bufs.output.len) => {
+            Coll::AllToAll { count } if policy.whole_blocks(bytes) => {
                 self.schedule_chunked(coll, dtype, count.max(1))
             }
-            Coll::AllGather { send_count } if self.engine.single_copy.whole_block_all_gather() => {
-                self.schedule_chunked(coll, dtype, send_count.max(1))
-            }
+            Coll::AllGather { .. } if policy.whole_block_all_gather(bytes) => self
+                .schedule_shaped(coll, dtype, Shape::DirectAllGather)
+                .unwrap_or_else(|| self.schedule(coll, dtype)),
             _ => self.schedule(coll, dtype),
         };
         self.execute(&sched, dtype, op, tag, label, bufs)

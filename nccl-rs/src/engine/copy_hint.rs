@@ -23,10 +23,10 @@
 //!
 //! With more local ranks than CPUs (4 ranks bound in pairs to the 2 CPUs,
 //! `ncclrun -n 4 <tool> -c 0`, single sizes, interleaved runs), all-gather
-//! and broadcast, relayed along the ring, lose everywhere with single copy
-//! (64 KiB 12 → 18–19 µs and 8–9 → 17–19 µs, 16 MiB 4.5 → 5.7 ms and
-//! 4.8–4.9 → 5.0–5.6 ms), while all-to-all gains: each byte is copied once
-//! instead of twice by cores that are all busy.
+//! and broadcast relayed along the ring lose with single copy (64 KiB 12 →
+//! 18–19 µs and 8–9 → 17–19 µs, 16 MiB 4.5 → 5.7 ms and 4.8–4.9 → 5.0–5.6
+//! ms), while all-to-all gains: each byte is copied once instead of twice
+//! by cores that are all busy.
 //!
 //! All-to-all gains most when each peer's block goes as one message rather
 //! than in the engine's 512 KiB chunks ([`SingleCopyPolicy::whole_blocks`]):
@@ -45,14 +45,25 @@
 //!   (in chunks it gained only up to 4 MiB); at 64 KiB it is even out of
 //!   place and loses in place (16–17 → 22–24 µs).
 //!
-//! The same holds for all-gather between two ranks (one hop, each rank's
-//! block as one message; 2 ranks, two interleaved runs, out of place / in
-//! place, ring → whole-block single copy): 4 MiB 427–433 → 371–395 µs /
-//! 369–422 → 203–223 µs, 16 MiB 1.71–1.72 → 1.63–1.70 ms / 1.48–1.49 →
-//! 1.05 ms, 64 MiB 9.8–9.9 → 9.6–9.7 ms / 7.1–7.6 → 6.1–6.8 ms. Broadcast
-//! keeps its cap: its root only sends, and with the reader doing all the
-//! copying it loses beyond 1 MiB even in whole blocks (in place, 16 MiB
-//! 1.25–1.29 → 1.82–1.99 ms).
+//! All-gather moves as much as all-to-all, and gains the same way when it
+//! runs in one hop, each rank's block to every other rank as one message
+//! (`Planner::plan_direct_all_gather`, [`SingleCopyPolicy::whole_block_all_gather`]),
+//! ring → one-hop single copy, two interleaved runs, out of place / in
+//! place:
+//! - 2 ranks (where the ring is one hop too): 4 MiB 427–433 → 371–395 µs /
+//!   369–422 → 203–223 µs, 16 MiB 1.71–1.72 → 1.63–1.70 ms / 1.48–1.49 →
+//!   1.05 ms, 64 MiB 9.8–9.9 → 9.6–9.7 ms / 7.1–7.6 → 6.1–6.8 ms;
+//! - 4 ranks: 64 KiB 11.7–12.2 µs alike, 256 KiB 45 → 27 µs / 42–43 →
+//!   24 µs, 1 MiB 212–214 → 144–156 µs / 185–189 → 113–114 µs, 4 MiB
+//!   0.97–1.00 → 0.80 ms / 0.86–0.94 → 0.60–0.68 ms, 16 MiB 4.15–4.17 →
+//!   3.11–3.34 ms / 3.66–3.68 → 2.84–2.97 ms, 64 MiB 25.2–25.3 → 19.3–20.7
+//!   ms / 20.2–21.5 → 20.1–20.8 ms (one hop without single copy: 16 MiB
+//!   4.9–5.6 ms).
+//!
+//! Broadcast keeps its cap: its root only sends, and with the readers
+//! doing all the copying it loses in place beyond 1 MiB even in whole
+//! blocks (2 ranks, 16 MiB 1.25–1.29 → 1.82–1.99 ms; 4 ranks one hop, 1 MiB
+//! 195–203 → 245–250 µs, 16 MiB 3.6–3.7 → 4.1 ms).
 //!
 //! Sender and receiver must cut messages alike, so whole blocks need every
 //! rank on one host with the same policy, which the ranks agree on at init
@@ -63,10 +74,11 @@
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
 //! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
 //! (512 KiB) on a rank that receives nothing; with more local ranks than
-//! CPUs, to all-to-all only; and to all-to-all of any size (more than
-//! 64 KiB with more local ranks than CPUs) in whole blocks when every rank
-//! is on this host, and likewise to all-gather between two such ranks. Each rank decides for its own sends; the receiver takes
-//! either kind of message.
+//! CPUs, to all-to-all only; and, when every rank is on this host, to
+//! all-to-all and one-hop all-gather of any size (more than 64 KiB with
+//! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
+//! local ranks than CPUs) in whole blocks. Each rank decides for its own
+//! sends; the receiver takes either kind of message.
 
 use super::{Call, CallBufs, OpLabel};
 use crate::plan::Coll;
@@ -115,11 +127,16 @@ impl SingleCopyPolicy {
         self.uniform && self.all_to_all(bytes)
     }
 
-    /// Whether an all-gather goes single-copy at any size, each rank's
-    /// block as one message: between two ranks that are not
-    /// oversubscribed, on one host.
-    pub(crate) fn whole_block_all_gather(&self) -> bool {
-        self.uniform && self.pair && !self.oversubscribed
+    /// Whether an all-gather with `bytes` of output on this rank goes
+    /// single-copy, one hop, each rank's block as one message: on one host,
+    /// between two ranks, or above [`OVERSUBSCRIBED_MIN_BYTES`] with more
+    /// local ranks than CPUs.
+    pub(crate) fn whole_block_all_gather(&self, bytes: usize) -> bool {
+        let fits = match self.oversubscribed {
+            true => OVERSUBSCRIBED_MIN_BYTES < bytes,
+            false => self.pair,
+        };
+        self.uniform && fits
     }
 }
 
@@ -148,7 +165,7 @@ pub(super) fn single_copy_allowed(
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
     match coll {
         Some(Coll::AllToAll { .. }) => return policy.all_to_all(bytes),
-        Some(Coll::AllGather { .. }) if policy.whole_block_all_gather() => return true,
+        Some(Coll::AllGather { .. }) if policy.whole_block_all_gather(bytes) => return true,
         _ => {}
     }
     if policy.oversubscribed {
@@ -287,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn two_ranks_on_one_host_all_gather_at_any_size() {
+    fn one_host_all_gather_in_one_hop() {
         let mut p = SingleCopyPolicy {
             max_bytes: 2 * MIB,
             oversubscribed: false,
@@ -295,12 +312,22 @@ mod tests {
             pair: true,
         };
         let ag = Some(Coll::AllGather { send_count: 1 });
-        assert!(p.whole_block_all_gather());
+        assert!(p.whole_block_all_gather(1024));
         assert!(allowed(ag, true, 1 << 30, p));
         let bc = Some(Coll::Broadcast { count: 1, root: 0 });
         assert!(!allowed(bc, false, 4 * MIB, p), "broadcast keeps its cap");
+        p.pair = false;
+        assert!(
+            !p.whole_block_all_gather(4 * MIB),
+            "3+ ranks, not oversubscribed"
+        );
+        assert!(!allowed(ag, true, 4 * MIB, p));
+        p.oversubscribed = true;
+        assert!(p.whole_block_all_gather((64 << 10) + 1));
+        assert!(!p.whole_block_all_gather(64 << 10));
+        assert!(allowed(ag, true, 1 << 30, p));
         p.uniform = false;
-        assert!(!p.whole_block_all_gather());
+        assert!(!p.whole_block_all_gather(4 * MIB));
         assert!(!allowed(ag, true, 4 * MIB, p));
     }
 }

@@ -315,6 +315,23 @@ impl Planner {
         n >= 3 && bytes <= max && self.allowed(coll).contains(&Algo::Direct)
     }
 
+    /// The one-hop all-gather (each rank's block to every other rank as one
+    /// message), for calls whose messages go single-copy; `None` where
+    /// `NCCL_ALGO` or `NCCL_PROTO` rule the direct path out.
+    pub(crate) fn plan_direct_all_gather(
+        &self,
+        coll: Coll,
+        nranks: usize,
+        rank: usize,
+    ) -> Option<Schedule> {
+        match coll {
+            Coll::AllGather { send_count } if self.allowed(coll).contains(&Algo::Direct) => {
+                Some(schedule::all_gather_direct(nranks, rank, send_count))
+            }
+            _ => None,
+        }
+    }
+
     /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the
     /// staging slot size in elements.
     pub(crate) fn plan(

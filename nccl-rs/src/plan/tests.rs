@@ -134,3 +134,27 @@ fn nccl_proto() {
     let not_ll = Planner::new("Socket", None, Some("^LL")).unwrap();
     assert_ne!(not_ll.all_reduce_algo(4, 8), Algo::Direct);
 }
+
+#[test]
+fn direct_all_gather_for_single_copy_honours_nccl_algo() {
+    let ag = Coll::AllGather {
+        send_count: 1 << 20,
+    };
+    let p = Planner::new("SHM", None, None).unwrap();
+    assert_eq!(
+        p.plan_direct_all_gather(ag, 4, 1),
+        Some(schedule::all_gather_direct(4, 1, 1 << 20))
+    );
+    assert_eq!(
+        p.plan_direct_all_gather(Coll::AllToAll { count: 1 }, 4, 1),
+        None
+    );
+    for (algo, proto) in [(Some("allgather:ring"), None), (None, Some("Simple"))] {
+        let q = Planner::new("SHM", algo, proto).unwrap();
+        assert_eq!(
+            q.plan_direct_all_gather(ag, 4, 1),
+            None,
+            "{algo:?} {proto:?}"
+        );
+    }
+}
