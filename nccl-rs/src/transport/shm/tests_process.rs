@@ -5,7 +5,7 @@ use super::tests::{
     irecv, isend, net, pattern, poll, recv_check, send_all, CHILD_ENV, DEADLINE, DIR_ENV,
 };
 use super::*;
-use nccl_net::NetError;
+use nccl_net::{NetError, RecvComm};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -108,14 +108,15 @@ fn child_peer() {
     }
 }
 
-#[test]
-fn cross_process_both_directions() {
+/// Listens, starts the peer process in `mode` and accepts its connection:
+/// the test's directory, the transport, the peer and the receiving comm.
+fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     let dir = test_dir();
     let net = net();
     let mut l = net.listen().unwrap();
     write_handle(&dir.join("parent.handle"), l.handle());
-    let mut child = Reap(Some(spawn_child("echo", &dir)));
-    let mut r = poll("accept", || {
+    let mut child = Reap(Some(spawn_child(mode, &dir)));
+    let r = poll("accept", || {
         assert!(
             child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
             "peer exited early"
@@ -123,6 +124,12 @@ fn cross_process_both_directions() {
         l.accept()
     })
     .unwrap();
+    (dir, net, child, r)
+}
+
+#[test]
+fn cross_process_both_directions() {
+    let (dir, net, mut child, mut r) = start_peer("echo");
     let h = read_handle(&dir.join("child.handle"), child.0.as_mut());
     let mut c = net.connect(&h).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
@@ -140,20 +147,8 @@ fn cross_process_both_directions() {
 
 #[test]
 fn cross_process_sigkill_gives_closed() {
-    let dir = test_dir();
-    let net = net();
-    let mut l = net.listen().unwrap();
-    write_handle(&dir.join("parent.handle"), l.handle());
-    let mut child = Reap(Some(spawn_child("stream", &dir)));
+    let (dir, _net, mut child, mut r) = start_peer("stream");
     let pid = child.0.as_ref().unwrap().id();
-    let mut r = poll("accept", || {
-        assert!(
-            child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
-            "peer exited early"
-        );
-        l.accept()
-    })
-    .unwrap();
     for _ in 0..2 {
         recv_check(r.as_mut(), &[16 << 20], 77, 0);
     }
