@@ -151,6 +151,20 @@ impl Default for SingleCopyPolicy {
     }
 }
 
+/// Whether `sched` sends at most one message to each peer and forwards
+/// nothing it received.
+fn one_message_per_peer(sched: &crate::schedule::Schedule) -> bool {
+    let mut peers: Vec<usize> = Vec::new();
+    for step in &sched.steps {
+        match step {
+            crate::schedule::Step::Send { to, .. } if !peers.contains(to) => peers.push(*to),
+            s if s.send_peer().is_some() => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Whether `call`'s sends may go single-copy under `policy`, given the
 /// bytes of its buffers.
 pub(super) fn single_copy_allowed(
@@ -165,7 +179,13 @@ pub(super) fn single_copy_allowed(
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
     match coll {
         Some(Coll::AllToAll { .. }) => return policy.all_to_all(bytes),
-        Some(Coll::AllGather { .. }) if policy.whole_block_all_gather(bytes) => return true,
+        // Only in the shape it was measured in: one message to each peer
+        // (not the ring that `NCCL_ALGO` may keep).
+        Some(Coll::AllGather { .. })
+            if policy.whole_block_all_gather(bytes) && one_message_per_peer(call.sched) =>
+        {
+            return true
+        }
         _ => {}
     }
     if policy.oversubscribed {
@@ -316,6 +336,36 @@ mod tests {
         assert!(allowed(ag, true, 1 << 30, p));
         let bc = Some(Coll::Broadcast { count: 1, root: 0 });
         assert!(!allowed(bc, false, 4 * MIB, p), "broadcast keeps its cap");
+        let send = Step::Send {
+            to: 1,
+            src: Loc::In(0),
+            count: 1,
+        };
+        let chunked = Schedule {
+            steps: vec![send, send],
+            scratch: 0,
+        };
+        let call = Call {
+            sched: &chunked,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            tag: 1,
+            what: OpLabel::Coll {
+                coll: Coll::AllGather { send_count: 2 },
+                dtype: DataType::Uint8,
+                op: RedOp::Sum,
+                seq: 1,
+            },
+        };
+        let bufs = CallBufs {
+            input: Region::empty(),
+            output: Region::new(std::ptr::null_mut(), 4 * MIB),
+            group: Vec::new(),
+        };
+        assert!(
+            !single_copy_allowed(&call, &bufs, p),
+            "the ring in chunks keeps the cap"
+        );
         p.pair = false;
         assert!(
             !p.whole_block_all_gather(4 * MIB),
