@@ -142,6 +142,7 @@ impl Engine {
             scratch,
             slots,
             &mut self.book,
+            &self.abort,
         )
     }
 
@@ -155,8 +156,7 @@ impl Engine {
         health: &mut dyn FnMut() -> Option<Error>,
     ) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what);
-        let abort = self.abort.clone();
-        if abort.is_aborted() {
+        if self.abort.is_aborted() {
             return Err(Error::Aborted {
                 rank,
                 op: what.to_string(),
@@ -188,7 +188,7 @@ impl Engine {
             } else {
                 std::thread::sleep(SLEEP);
             }
-            if abort.is_aborted() {
+            if run.aborted() {
                 return Err(Error::Aborted {
                     rank,
                     op: what.to_string(),

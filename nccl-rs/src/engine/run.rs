@@ -62,6 +62,8 @@ pub(crate) struct Run<'a> {
     /// A send the transport had no room for yet; retried before any
     /// further step executes, so per-peer order is kept.
     blocked: Option<(usize, Region)>,
+    /// The engine's abort flag (borrowed: no reference count per call).
+    abort: &'a super::AbortHandle,
 }
 
 impl<'a> Run<'a> {
@@ -76,6 +78,7 @@ impl<'a> Run<'a> {
         scratch: Region,
         slots: &'a [Region],
         book: &'a mut Bookkeeping,
+        abort: &'a super::AbortHandle,
     ) -> Result<Run<'a>> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
@@ -100,7 +103,13 @@ impl<'a> Run<'a> {
             window,
             sends: &mut book.sends,
             blocked: None,
+            abort,
         })
+    }
+
+    /// Whether the communicator was aborted.
+    pub(crate) fn aborted(&self) -> bool {
+        self.abort.is_aborted()
     }
 
     fn net_err(&self, peer: usize, source: NetError) -> Error {
