@@ -24,8 +24,9 @@ use std::time::Duration;
 
 /// How many operation descriptions are kept for mismatch reports.
 const HISTORY: usize = 64;
-/// How many recent schedules are kept for reuse (training loops repeat a
-/// few shapes; rebuilding the schedule would cost more than a small call).
+/// How many recent schedules are kept for reuse, least recently used out
+/// first (training loops repeat a few shapes; rebuilding the schedule would
+/// cost more than a small call).
 const CACHED_SCHEDULES: usize = 16;
 
 /// A schedule's shape: the planner's choice, pipelined in chunks of that
@@ -108,20 +109,36 @@ impl Core {
         dtype: DataType,
         shape: Shape,
     ) -> Option<Arc<Schedule>> {
+        let entry = self.take_cached(coll, dtype, shape)?;
+        let sched = entry.1.clone();
+        self.cache.push_back(entry);
+        Some(sched)
+    }
+
+    /// Takes the cache entry of `coll` in `shape` out of the cache (planning
+    /// it if absent, evicting the least recently used entry if full); the
+    /// caller puts it back at the most recently used end. `None` if the
+    /// planner rules that shape out.
+    fn take_cached(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        shape: Shape,
+    ) -> Option<(CacheKey, Arc<Schedule>)> {
         let key = (coll, dtype, shape);
-        if let Some(i) = self.cache.iter().position(|(k, _)| *k == key) {
-            return Some(self.cache[i].1.clone());
+        // Usually the last entry: a loop repeats its call.
+        if let Some(i) = self.cache.iter().rposition(|(k, _)| *k == key) {
+            return self.cache.remove(i);
         }
         let (n, r) = (self.nranks, self.rank);
         let sched = Arc::new(match shape {
             Shape::Chunked(chunk) => self.planner.plan(coll, n, r, dtype, chunk),
             Shape::DirectAllGather => self.planner.plan_direct_all_gather(coll, n, r)?,
         });
-        if self.cache.len() == CACHED_SCHEDULES {
+        if self.cache.len() >= CACHED_SCHEDULES {
             self.cache.pop_front();
         }
-        self.cache.push_back((key, sched.clone()));
-        Some(sched)
+        Some((key, sched))
     }
 
     /// Plans and runs one collective on raw buffers: the one path of every
@@ -153,16 +170,25 @@ impl Core {
         // One message per peer where it goes single-copy (all ranks agree).
         let policy = self.engine.single_copy;
         let bytes = bufs.output.len;
-        let sched = match coll {
-            Coll::AllToAll { count } if policy.whole_blocks(bytes) => {
-                self.schedule_chunked(coll, dtype, count.max(1))
+        let chunked = Shape::Chunked(self.engine.chunk_elems(dtype.size()));
+        let shape = match coll {
+            Coll::AllToAll { count } if policy.whole_blocks(bytes) => Shape::Chunked(count.max(1)),
+            Coll::AllGather { .. } if policy.whole_block_all_gather(bytes) => {
+                Shape::DirectAllGather
             }
-            Coll::AllGather { .. } if policy.whole_block_all_gather(bytes) => self
-                .schedule_shaped(coll, dtype, Shape::DirectAllGather)
-                .unwrap_or_else(|| self.schedule(coll, dtype)),
-            _ => self.schedule(coll, dtype),
+            _ => chunked,
         };
-        self.execute(&sched, dtype, op, tag, label, bufs)
+        let entry = match self.take_cached(coll, dtype, shape) {
+            Some(e) => e,
+            None => self
+                .take_cached(coll, dtype, chunked)
+                .expect("a chunked schedule always exists"),
+        };
+        // Run straight from the cache entry, moved out and back: cloning
+        // the `Arc` would count a reference per call.
+        let res = self.execute(&entry.1, dtype, op, tag, label, bufs);
+        self.cache.push_back(entry);
+        res
     }
 
     /// An all-to-all whose input overlaps its output (in place) sends every
