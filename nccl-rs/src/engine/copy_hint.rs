@@ -228,7 +228,15 @@ mod tests {
                 count: 1,
             });
         }
-        let sched = Schedule { steps, scratch: 0 };
+        allowed_for(&Schedule { steps, scratch: 0 }, coll, out_bytes, p)
+    }
+
+    fn allowed_for(
+        sched: &Schedule,
+        coll: Option<Coll>,
+        out_bytes: usize,
+        p: SingleCopyPolicy,
+    ) -> bool {
         let what = match coll {
             Some(coll) => OpLabel::Coll {
                 coll,
@@ -239,7 +247,7 @@ mod tests {
             None => OpLabel::Group { ops: 2 },
         };
         let call = Call {
-            sched: &sched,
+            sched,
             dtype: DataType::Uint8,
             op: RedOp::Sum,
             tag: 1,
@@ -345,25 +353,8 @@ mod tests {
             steps: vec![send, send],
             scratch: 0,
         };
-        let call = Call {
-            sched: &chunked,
-            dtype: DataType::Uint8,
-            op: RedOp::Sum,
-            tag: 1,
-            what: OpLabel::Coll {
-                coll: Coll::AllGather { send_count: 2 },
-                dtype: DataType::Uint8,
-                op: RedOp::Sum,
-                seq: 1,
-            },
-        };
-        let bufs = CallBufs {
-            input: Region::empty(),
-            output: Region::new(std::ptr::null_mut(), 4 * MIB),
-            group: Vec::new(),
-        };
         assert!(
-            !single_copy_allowed(&call, &bufs, p),
+            !allowed_for(&chunked, ag, 4 * MIB, p),
             "the ring in chunks keeps the cap"
         );
         p.pair = false;
