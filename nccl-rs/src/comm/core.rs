@@ -93,10 +93,6 @@ impl Core {
     /// The schedule of `coll`, pipelined in the engine's chunks.
     pub(super) fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
         let chunk = self.engine.chunk_elems(dtype.size());
-        self.schedule_chunked(coll, dtype, chunk)
-    }
-
-    fn schedule_chunked(&mut self, coll: Coll, dtype: DataType, chunk: usize) -> Arc<Schedule> {
         self.schedule_shaped(coll, dtype, Shape::Chunked(chunk))
             .expect("a chunked schedule always exists")
     }
@@ -198,10 +194,12 @@ impl Core {
     /// call pays the first touch of every page (2 ranks, 64 MiB in place:
     /// 50 ms with a new `Vec` per call, against 15 ms out of place).
     fn stage_overlapping_input(&mut self, coll: Coll, mut bufs: CallBufs) -> CallBufs {
+        if !matches!(coll, Coll::AllToAll { .. }) {
+            return bufs;
+        }
         let (input, output) = (bufs.input, bufs.output);
         let (i, o) = (input.ptr as usize, output.ptr as usize);
-        let overlap = input.len > 0 && i < o + output.len && o < i + input.len;
-        if matches!(coll, Coll::AllToAll { .. }) && overlap {
+        if input.len > 0 && i < o + output.len && o < i + input.len {
             self.staging.ensure(input.len);
             let copy = Region::new(self.staging.as_mut_ptr(), input.len);
             let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;

@@ -187,7 +187,7 @@ impl Communicator {
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,
-                cpus, "SHM: more local ranks than CPUs; single copy for all-to-all only"
+                cpus, "SHM: more local ranks than CPUs; single copy for all-to-all and one-hop all-gather only"
             );
         }
         let abort = engine.abort.clone();

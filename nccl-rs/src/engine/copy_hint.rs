@@ -93,9 +93,9 @@ pub(crate) struct SingleCopyPolicy {
     /// Largest call (bytes of its buffers on this rank) allowed
     /// (`NCCL_SHM_CMA_MAX_BYTES`).
     pub(crate) max_bytes: usize,
-    /// More ranks on this host than CPUs: all-to-all only, of more than
-    /// [`OVERSUBSCRIBED_MIN_BYTES`] (and at most `2 * max_bytes` unless
-    /// `uniform`).
+    /// More ranks on this host than CPUs: only all-to-all (and one-hop
+    /// all-gather when `uniform`), of more than [`OVERSUBSCRIBED_MIN_BYTES`]
+    /// (all-to-all at most `2 * max_bytes` unless `uniform`).
     pub(crate) oversubscribed: bool,
     /// Every rank is on this host with single copy on and this same policy
     /// (agreed at init): all-to-all then goes single-copy at any size, in
