@@ -278,17 +278,29 @@ pub trait SendComm: Send {
     /// Never blocks. Once it returned `Ok(true)` the request is gone.
     fn test(&mut self, req: Request) -> NetResult<bool>;
 
-    /// A hint for the sends posted from now on: whether the receiver may
-    /// copy them straight out of our buffer (a single copy, as the
-    /// shared-memory transport's cross-memory attach) rather than through
-    /// the transport's own buffers. The caller says `false` when the
-    /// receiver will reduce the data (it reduces straight out of the
-    /// transport's buffers instead) or when this rank would sit idle while
-    /// the receiver copies. Transports without a single-copy path ignore
-    /// it; the default does nothing. Never affects correctness.
-    fn hint_single_copy(&mut self, allowed: bool) {
-        let _ = allowed;
+    /// A hint for the sends posted from now on (see [`CopyHint`]).
+    /// Transports without a single-copy path ignore it; the default does
+    /// nothing. Never affects correctness.
+    fn hint_copy(&mut self, hint: CopyHint) {
+        let _ = hint;
     }
+}
+
+/// How the sends posted from now on may travel: a hint from the caller,
+/// who knows what the data is for and what else this rank has to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyHint {
+    /// The receiver may copy them straight out of our buffer (a single
+    /// copy, as the shared-memory transport's cross-memory attach) rather
+    /// than through the transport's own buffers. The caller says `false`
+    /// when the receiver will reduce the data (it reduces straight out of
+    /// the transport's buffers instead) or when this rank would sit idle
+    /// while the receiver copies.
+    pub single_copy: bool,
+    /// This rank has nothing else to do while the receiver reads them, so
+    /// the transport may spend its time copying part of each message into
+    /// the receiver itself.
+    pub sender_idle: bool,
 }
 
 /// The receiving half of an established connection. Dropping it closes it.

@@ -222,6 +222,46 @@ fn abort_unblocks_a_stuck_collective() {
 }
 
 #[test]
+fn broadcast_message_cuts_agree_when_splitting_differs_per_rank() {
+    // Rank 1 splits single-copy messages, rank 0 does not: a root that
+    // splits would send its broadcast as one message while rank 0, as
+    // root or receiver, cuts it in chunks; the ranks agree at init to
+    // chunk. Both roots, in place and out of place.
+    let cfg = config();
+    let id = UniqueId::new(&cfg).unwrap();
+    let n = 2;
+    let count = 4 << 20; // 16 MiB of u32: 32 chunks
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let mut cfg = cfg.clone();
+            cfg.shm_cma_split = r == 1;
+            std::thread::spawn(move || {
+                let mut comm = Communicator::init(&id, n, r, &cfg).unwrap();
+                for root in 0..n {
+                    let want = |i: usize| (root * count + i) as u32 ^ 0x5a5a_0000;
+                    let send: Vec<u32> = (0..count).map(want).collect();
+                    let mut recv = vec![0u32; count];
+                    comm.broadcast(&send, &mut recv, root).unwrap();
+                    assert!(
+                        recv.iter().enumerate().all(|(i, &v)| v == want(i)),
+                        "root {root}"
+                    );
+                    let mut buf = if r == root { send } else { vec![0u32; count] };
+                    comm.broadcast_in_place(&mut buf, root).unwrap();
+                    assert!(
+                        buf.iter().enumerate().all(|(i, &v)| v == want(i)),
+                        "root {root} in place"
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
 fn all_to_all_message_cuts_agree_when_single_copy_differs_per_rank() {
     // Rank 0 has single copy off, rank 1 on: whole-block all-to-all would
     // cut rank 1's messages unlike rank 0's receives (a size mismatch);

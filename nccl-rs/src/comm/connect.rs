@@ -39,7 +39,8 @@ pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> 
 
 /// Exchanges every rank's single-copy policy; `uniform` stays set only if
 /// it is set on every rank and all policies are equal (so that all ranks
-/// cut all-to-all messages alike). Everyone contributes before anyone
+/// cut all-to-all messages alike, and a broadcast root sends single-copy
+/// only to receivers that split it). Everyone contributes before anyone
 /// returns, so it is also a barrier.
 pub(crate) fn agree_single_copy(
     boot: &mut Bootstrap,
@@ -47,7 +48,11 @@ pub(crate) fn agree_single_copy(
     mine: SingleCopyPolicy,
 ) -> Result<SingleCopyPolicy> {
     let encode = |p: &SingleCopyPolicy| {
-        let mut b = vec![u8::from(p.uniform), u8::from(p.oversubscribed)];
+        let mut b = vec![
+            u8::from(p.uniform),
+            u8::from(p.oversubscribed),
+            u8::from(p.split),
+        ];
         b.extend_from_slice(&(p.max_bytes as u64).to_le_bytes());
         b
     };

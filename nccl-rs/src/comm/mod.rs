@@ -138,6 +138,7 @@ impl Communicator {
                 slots,
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
+                cma_split: config.shm_cma_split,
                 direct_reduce: config.shm_direct_reduce,
             };
             match ShmNet::new(opts) {
@@ -166,6 +167,7 @@ impl Communicator {
             oversubscribed: local_ranks > cpus,
             uniform: !remote && config.shm_use_cma,
             pair: nranks == 2,
+            split: config.shm_cma_split,
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;

@@ -1,7 +1,8 @@
 //! Whether a call's sends may go single-copy (the receiver copies straight
 //! out of the sender's buffer: the shared-memory transport's cross-memory
-//! attach, `NCCL_SHM_USE_CMA`), passed to every connection through
-//! [`SendComm::hint_single_copy`](crate::transport::SendComm::hint_single_copy).
+//! attach, `NCCL_SHM_USE_CMA`), and whether this rank idles while they are
+//! read, passed to every connection through
+//! [`SendComm::hint_copy`](crate::transport::SendComm::hint_copy).
 //!
 //! Measured on this 2-core machine, 2 ranks, single copy on against off
 //! (`ncclrun -n 2 <tool> -c 0`, interleaved runs; the per-op times of short
@@ -60,10 +61,26 @@
 //!   ms / 20.2–21.5 → 20.1–20.8 ms (one hop without single copy: 16 MiB
 //!   4.9–5.6 ms).
 //!
-//! Broadcast keeps its cap: its root only sends, and with the readers
-//! doing all the copying it loses in place beyond 1 MiB even in whole
-//! blocks (2 ranks, 16 MiB 1.25–1.29 → 1.82–1.99 ms; 4 ranks one hop, 1 MiB
-//! 195–203 → 245–250 µs, 16 MiB 3.6–3.7 → 4.1 ms).
+//! A broadcast root only sends: with the readers doing all the copying,
+//! single copy loses in place beyond 1 MiB even in whole blocks (2 ranks,
+//! 16 MiB 1.25–1.29 → 1.82–1.99 ms; 4 ranks one hop, 1 MiB 195–203 →
+//! 245–250 µs, 16 MiB 3.6–3.7 → 4.1 ms). But an idle sender can copy part of
+//! each message into its reader itself (`sender_idle`, the shared-memory
+//! transport's split messages, `NCCL_SHM_CMA_SPLIT`): then two cores copy
+//! once, where the ring copies twice. 2 ranks, in place, ring → single
+//! copy with the root helping (`NCCL_SHM_CMA_MAX_BYTES=1G`, split on; two
+//! interleaved runs): 256 KiB 9.2–9.3 → 6.7–7.0 µs, 1 MiB 48–53 → 20 µs,
+//! 4 MiB 301–303 → 207–220 µs, 16 MiB 1.23–1.24 → 1.02–1.03 ms. So a 2-rank
+//! broadcast goes single-copy at any size when every rank splits
+//! ([`SingleCopyPolicy::split`]); at more ranks the root still helps its
+//! reader where single copy is allowed.
+//!
+//! Helping pays only where the sender would idle: a rank that receives too
+//! (all-gather, all-to-all) has its own copying to do (2 ranks, 256 KiB:
+//! 7.8 → 9.4 µs with both helping), and so has an out-of-place broadcast
+//! root with its local copy, up to IDLE_COPY_MIN_BYTES (64 KiB 3.3 →
+//! 4.0–4.3 µs, 1 MiB 45 → 53 µs helping; 4 MiB 436 → 343 µs, 16 MiB 1.82 →
+//! 1.43 ms, where the reader is the slower).
 //!
 //! Sender and receiver must cut messages alike, so whole blocks need every
 //! rank on one host with the same policy, which the ranks agree on at init
@@ -82,10 +99,16 @@
 
 use super::{Call, CallBufs, OpLabel};
 use crate::plan::Coll;
+use crate::schedule::Step;
+use crate::transport::CopyHint;
 
 /// With more local ranks than CPUs, the smallest all-to-all (bytes of this
 /// rank's buffers) that goes single-copy is one byte more than this.
 pub(crate) const OVERSUBSCRIBED_MIN_BYTES: usize = 64 << 10;
+
+/// An out-of-place call whose rank only sends and copies locally counts
+/// as idle (helping its readers copy) from this many output bytes on.
+pub(crate) const IDLE_COPY_MIN_BYTES: usize = 2 << 20;
 
 /// When a call's sends may go single-copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +126,10 @@ pub(crate) struct SingleCopyPolicy {
     pub(crate) uniform: bool,
     /// The communicator has two ranks (all-gather is then one hop).
     pub(crate) pair: bool,
+    /// Idle senders help copy their single-copy messages
+    /// (`NCCL_SHM_CMA_SPLIT`): with `uniform` and `pair`, broadcast goes
+    /// single-copy at any size.
+    pub(crate) split: bool,
 }
 
 impl SingleCopyPolicy {
@@ -127,6 +154,12 @@ impl SingleCopyPolicy {
         self.uniform && self.all_to_all(bytes)
     }
 
+    /// Whether a broadcast goes single-copy at any size: two ranks on one
+    /// host, not oversubscribed, whose root helps its reader copy.
+    pub(crate) fn split_broadcast(&self) -> bool {
+        self.uniform && self.pair && self.split && !self.oversubscribed
+    }
+
     /// Whether an all-gather with `bytes` of output on this rank goes
     /// single-copy, one hop, each rank's block as one message: on one host,
     /// between two ranks, or above [`OVERSUBSCRIBED_MIN_BYTES`] with more
@@ -147,6 +180,7 @@ impl Default for SingleCopyPolicy {
             oversubscribed: false,
             uniform: false,
             pair: false,
+            split: false,
         }
     }
 }
@@ -165,13 +199,30 @@ fn one_message_per_peer(sched: &crate::schedule::Schedule) -> bool {
     true
 }
 
+/// The hint for `call`'s sends under `policy`.
+pub(super) fn copy_hint(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPolicy) -> CopyHint {
+    CopyHint {
+        single_copy: single_copy_allowed(call, bufs, policy),
+        sender_idle: sender_idle(call, bufs),
+    }
+}
+
+/// Whether this rank only waits while its sends are read: it receives
+/// nothing, and copies nothing locally (in place, the root's copy is to
+/// itself) or at least [`IDLE_COPY_MIN_BYTES`] (its memcpy then finishes
+/// before the reader's cross-process copy).
+fn sender_idle(call: &Call<'_>, bufs: &CallBufs) -> bool {
+    let steps = &call.sched.steps;
+    if steps.iter().any(|s| s.recv_peer().is_some()) {
+        return false;
+    }
+    let local_work = steps.iter().any(|s| !matches!(s, Step::Send { .. }));
+    !local_work || bufs.input.ptr == bufs.output.ptr || bufs.output.len >= IDLE_COPY_MIN_BYTES
+}
+
 /// Whether `call`'s sends may go single-copy under `policy`, given the
 /// bytes of its buffers.
-pub(super) fn single_copy_allowed(
-    call: &Call<'_>,
-    bufs: &CallBufs,
-    policy: SingleCopyPolicy,
-) -> bool {
+fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPolicy) -> bool {
     let coll = match call.what {
         OpLabel::Coll { coll, .. } => Some(coll),
         _ => None,
@@ -186,6 +237,8 @@ pub(super) fn single_copy_allowed(
         {
             return true
         }
+        // The root copies half of each message into its reader.
+        Some(Coll::Broadcast { .. }) if policy.split_broadcast() => return true,
         _ => {}
     }
     if policy.oversubscribed {
@@ -268,6 +321,7 @@ mod tests {
             oversubscribed: false,
             uniform: false,
             pair: false,
+            split: false,
         };
         let ag = Some(Coll::AllGather { send_count: 1 });
         let a2a = Some(Coll::AllToAll { count: 1 });
@@ -292,6 +346,7 @@ mod tests {
             oversubscribed: true,
             uniform: false,
             pair: false,
+            split: false,
         };
         let a2a = Some(Coll::AllToAll { count: 1 });
         assert!(allowed(a2a, true, 4 * MIB, p));
@@ -313,6 +368,7 @@ mod tests {
             oversubscribed: false,
             uniform: true,
             pair: false,
+            split: false,
         };
         let a2a = Some(Coll::AllToAll { count: 1 });
         assert!(allowed(a2a, true, 1 << 30, p));
@@ -338,6 +394,7 @@ mod tests {
             oversubscribed: false,
             uniform: true,
             pair: true,
+            split: false,
         };
         let ag = Some(Coll::AllGather { send_count: 1 });
         assert!(p.whole_block_all_gather(1024));
@@ -370,5 +427,83 @@ mod tests {
         p.uniform = false;
         assert!(!p.whole_block_all_gather(4 * MIB));
         assert!(!allowed(ag, true, 4 * MIB, p));
+    }
+
+    #[test]
+    fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
+        let mut p = SingleCopyPolicy {
+            max_bytes: 2 * MIB,
+            oversubscribed: false,
+            uniform: true,
+            pair: true,
+            split: true,
+        };
+        let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+        assert!(allowed(bc, false, 1 << 30, p));
+        assert!(allowed(bc, true, 1 << 30, p), "the receiving side too");
+        p.split = false;
+        assert!(!allowed(bc, false, MIB, p), "no help: the cap");
+        p.split = true;
+        p.pair = false;
+        assert!(!allowed(bc, false, MIB, p), "3+ ranks relay");
+        p.pair = true;
+        p.uniform = false;
+        assert!(!allowed(bc, false, MIB, p), "not every rank splits");
+        p.uniform = true;
+        p.oversubscribed = true;
+        assert!(!allowed(bc, false, MIB, p));
+    }
+
+    /// The hint for `steps` with input at `input` and `out_bytes` of output
+    /// at a fixed address.
+    fn hint_for(steps: Vec<Step>, input: usize, out_bytes: usize) -> CopyHint {
+        let sched = Schedule { steps, scratch: 0 };
+        let call = Call {
+            sched: &sched,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            tag: 1,
+            what: OpLabel::Group { ops: 1 },
+        };
+        let bufs = CallBufs {
+            input: Region::new(input as *mut u8, out_bytes),
+            output: Region::new(0x10000 as *mut u8, out_bytes),
+            group: Vec::new(),
+        };
+        copy_hint(&call, &bufs, SingleCopyPolicy::default())
+    }
+
+    #[test]
+    fn a_sender_is_idle_only_with_nothing_else_to_do() {
+        let send = Step::Send {
+            to: 1,
+            src: Loc::In(0),
+            count: 1,
+        };
+        let copy = Step::Copy {
+            src: Loc::In(0),
+            dst: Loc::Out(0),
+            count: 1,
+        };
+        let recv = Step::Recv {
+            from: 1,
+            dst: Loc::Out(0),
+            count: 1,
+        };
+        let other = 0x90000;
+        assert!(hint_for(vec![send], other, MIB).sender_idle);
+        assert!(
+            !hint_for(vec![send, copy], other, MIB).sender_idle,
+            "its own copy"
+        );
+        assert!(
+            hint_for(vec![send, copy], 0x10000, MIB).sender_idle,
+            "in place"
+        );
+        assert!(hint_for(vec![send, copy], other, IDLE_COPY_MIN_BYTES).sender_idle);
+        assert!(
+            !hint_for(vec![send, recv], 0x10000, MIB).sender_idle,
+            "it receives"
+        );
     }
 }

@@ -126,9 +126,9 @@ impl Engine {
                 .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
                 .collect();
         }
-        let single_copy = copy_hint::single_copy_allowed(&call, &bufs, self.single_copy);
+        let hint = copy_hint::copy_hint(&call, &bufs, self.single_copy);
         for comm in self.send.iter_mut().flatten() {
-            comm.hint_single_copy(single_copy);
+            comm.hint_copy(hint);
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
         let slots = &self.slot_regions.0;

@@ -7,6 +7,6 @@ pub mod mem;
 pub mod shm;
 
 pub use nccl_net::{
-    Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm,
-    Request, SendComm, MAX_HANDLE_BYTES,
+    Connector, CopyHint, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport,
+    RecvComm, Request, SendComm, MAX_HANDLE_BYTES,
 };

@@ -23,6 +23,16 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Single-copy settings of one connection end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CmaOpts {
+    /// Messages of at least this many bytes go single-copy.
+    pub(super) min: usize,
+    /// Whether large single-copy messages are split between both ends
+    /// ([`super::split`]): the receiver offers them, the sender helps.
+    pub(super) split: bool,
+}
+
 /// Outcome of the receiver's probe, in [`super::segment::Side::cma`] of the
 /// receiving side: not probed yet.
 pub(super) const CMA_UNKNOWN: u32 = 0;
@@ -50,20 +60,56 @@ pub(super) fn probe_addr() -> u64 {
 /// `dst..dst+len` must be valid for writes and not accessed by anyone else
 /// during the call.
 pub(super) unsafe fn read(pid: i32, dst: *mut u8, src: u64, len: usize) -> std::io::Result<()> {
+    // SAFETY: forwarded: the caller's contract is `transfer`'s for a read.
+    unsafe { transfer(pid, dst, src, len, false) }
+}
+
+/// Copies `len` bytes at `src` into address `dst` of process `pid` (see
+/// [`super::split`]), looping over partial transfers; errors as for
+/// [`read`].
+///
+/// # Safety
+/// `src..src+len` must be valid for reads. (What lies at `dst` in the other
+/// process is its business: it offered that range.)
+pub(super) unsafe fn write(pid: i32, src: *const u8, dst: u64, len: usize) -> std::io::Result<()> {
+    // SAFETY: forwarded; `transfer` only reads the local range when writing.
+    unsafe { transfer(pid, src.cast_mut(), dst, len, true) }
+}
+
+/// `process_vm_readv` (`write == false`: remote to `local`) or
+/// `process_vm_writev` (`local` to remote) of `len` bytes.
+///
+/// # Safety
+/// `local..local+len` must be valid for writes (reads when `write`) and
+/// not accessed by anyone else during the call.
+unsafe fn transfer(
+    pid: i32,
+    local: *mut u8,
+    remote: u64,
+    len: usize,
+    write: bool,
+) -> std::io::Result<()> {
     let mut done = 0usize;
     while done < len {
         let local = libc::iovec {
-            iov_base: dst.wrapping_add(done).cast(),
+            iov_base: local.wrapping_add(done).cast(),
             iov_len: len - done,
         };
         let remote = libc::iovec {
-            iov_base: (src as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
             iov_len: len - done,
         };
-        // SAFETY: `local` describes writable memory we own per the caller's
-        // contract; the kernel checks `remote` against the other process's
-        // mappings and fails with EFAULT rather than touching anything else.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        // SAFETY: `local` describes memory valid for the direction of the
+        // copy per the caller's contract; the kernel checks `remote` against
+        // the other process's mappings and fails with EFAULT rather than
+        // touching anything else.
+        let n = unsafe {
+            if write {
+                libc::process_vm_writev(pid, &local, 1, &remote, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &local, 1, &remote, 1, 0)
+            }
+        };
         match usize::try_from(n) {
             Ok(0) => return Err(std::io::Error::from_raw_os_error(libc::EFAULT)),
             Ok(n) => done += n,

@@ -32,6 +32,9 @@ pub(super) enum Fault {
     Corrupt(&'static str),
     /// `process_vm_readv` failed with this OS error.
     Cma(i32),
+    /// The sender's `process_vm_writev` of its part of a split message
+    /// failed with this OS error.
+    Helper(i32),
 }
 
 impl Fault {
@@ -44,6 +47,10 @@ impl Fault {
             Fault::Cma(errno) => {
                 NetError::io("process_vm_readv", std::io::Error::from_raw_os_error(errno))
             }
+            Fault::Helper(errno) => NetError::io(
+                "process_vm_writev by the sender",
+                std::io::Error::from_raw_os_error(errno),
+            ),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Connection set-up: [`ShmListener`] (creates the segment) and
 //! [`ShmConnector`] (maps it and claims the sending side).
 
-use super::cma;
+use super::cma::{self, CmaOpts};
 use super::comm::{ShmRecvComm, ShmSendComm};
 use super::handle::ShmHandle;
 use super::peer::{own_pid, own_pidns};
@@ -17,23 +17,29 @@ pub(super) struct ShmListener {
     /// `None` once accepted.
     seg: Option<Segment>,
     handle: Vec<u8>,
-    /// Single-copy threshold (`None`: single copy off), for the probe.
-    cma_min: Option<usize>,
+    /// Single-copy settings (`None`: single copy off), for the probe.
+    cma: Option<CmaOpts>,
     /// Whether the receive comm may lend ring bytes in place.
     lend: bool,
 }
 
 impl ShmListener {
-    /// Creates a segment of geometry `geom`. With `cma_min` set, `accept`
-    /// probes whether single copy works from the sender. `lend`: whether
-    /// the receive comm may lend ring bytes in place.
-    pub(super) fn new(
-        geom: Geometry,
-        cma_min: Option<usize>,
-        lend: bool,
-    ) -> NetResult<ShmListener> {
+    /// Creates a segment of geometry `geom`. With `cma` set, `accept`
+    /// probes whether single copy works from the sender (and, to split
+    /// messages, the sender probes us). `lend`: whether the receive comm may
+    /// lend ring bytes in place.
+    pub(super) fn new(geom: Geometry, cma: Option<CmaOpts>, lend: bool) -> NetResult<ShmListener> {
         let nonce = new_nonce()?;
         let seg = Segment::create(geom, nonce)?;
+        if cma.is_some_and(|c| c.split) {
+            // Read by a connector that offers to help (before it has the
+            // handle, which travels by a system call).
+            seg.header()
+                .recv
+                .0
+                .cma_probe
+                .store(cma::probe_addr(), Ordering::Relaxed);
+        }
         let total = geom.total_bytes().expect("checked by create");
         let handle = ShmHandle {
             name: seg.name().to_owned(),
@@ -45,7 +51,7 @@ impl ShmListener {
         Ok(ShmListener {
             seg: Some(seg),
             handle,
-            cma_min,
+            cma,
             lend,
         })
     }
@@ -76,23 +82,23 @@ impl Listener for ShmListener {
             return Ok(None);
         }
         let pidns = send.pidns.load(Ordering::Relaxed);
-        let cma_ok = self.cma_min.is_some_and(|min| {
-            let outcome = if pidns != 0 && own_pidns() != 0 && pidns != own_pidns() {
-                Err("the sender is in another pid namespace".to_string())
-            } else {
-                cma::probe(pid as i32, send.cma_probe.load(Ordering::Relaxed))
-            };
-            cma::log_outcome(&outcome, min);
+        let cma_ok = self.cma.is_some_and(|c| {
+            let outcome = probe_peer(pid as i32, pidns, send.cma_probe.load(Ordering::Relaxed));
+            cma::log_outcome(&outcome, c.min);
             outcome.is_ok()
         });
+        // The sender helps with split messages only if it could read us.
+        let split = cma_ok
+            && self.cma.is_some_and(|c| c.split)
+            && send.cma.load(Ordering::Relaxed) == cma::CMA_YES;
         let verdict = if cma_ok { cma::CMA_YES } else { cma::CMA_NO };
         seg.header().recv.0.cma.store(verdict, Ordering::Release);
         // Both sides have mapped it: the name is no longer needed.
         seg.unlink();
         let seg = self.seg.take().expect("checked above");
-        tracing::debug!(peer_pid = pid, cma_ok, "SHM: accepted");
+        tracing::debug!(peer_pid = pid, cma_ok, split, "SHM: accepted");
         Ok(Some(Box::new(ShmRecvComm::new(
-            seg, pid as i32, pidns, cma_ok, self.lend,
+            seg, pid as i32, pidns, cma_ok, split, self.lend,
         ))))
     }
 }
@@ -108,6 +114,15 @@ impl Drop for ShmListener {
     }
 }
 
+/// Whether we may read process `pid` (in pid namespace `pidns`), whose
+/// probe word is at `addr`.
+fn probe_peer(pid: i32, pidns: u64, addr: u64) -> Result<(), String> {
+    if pidns != 0 && own_pidns() != 0 && pidns != own_pidns() {
+        return Err("the peer is in another pid namespace".to_string());
+    }
+    cma::probe(pid, addr)
+}
+
 /// The sending end being set up. All the work happens in
 /// [`ShmConnector::connect`] (local system calls only); polling yields the
 /// comm.
@@ -117,9 +132,10 @@ pub(super) struct ShmConnector {
 
 impl ShmConnector {
     /// Maps the segment named by `handle`, checks it, claims the sending
-    /// side and unlinks the name. Messages of at least `cma_min` bytes will
-    /// go single-copy if the receiver's probe succeeds.
-    pub(super) fn connect(handle: &[u8], cma_min: Option<usize>) -> NetResult<ShmConnector> {
+    /// side and unlinks the name. Messages of at least `cma.min` bytes will
+    /// go single-copy if the receiver's probe succeeds; with `cma.split` we
+    /// help copy the large ones if we can write into the receiver.
+    pub(super) fn connect(handle: &[u8], cma: Option<CmaOpts>) -> NetResult<ShmConnector> {
         let h = ShmHandle::decode(handle)?;
         let mut seg = Segment::open(&h.name, h.size, h.nonce)?;
         let hdr = seg.header();
@@ -145,17 +161,30 @@ impl ShmConnector {
             )));
         }
         hdr.send.0.pidns.store(own_pidns(), Ordering::Relaxed);
-        let probe = if cma_min.is_some() {
-            cma::probe_addr()
-        } else {
-            0
-        };
+        let probe = if cma.is_some() { cma::probe_addr() } else { 0 };
         hdr.send.0.cma_probe.store(probe, Ordering::Relaxed);
+        // Writing into the receiver needs the same permission as reading it.
+        let helps = cma.is_some_and(|c| c.split)
+            && probe_peer(
+                recv_pid,
+                recv_pidns,
+                hdr.recv.0.cma_probe.load(Ordering::Relaxed),
+            )
+            .is_ok();
+        if helps {
+            hdr.send.0.cma.store(cma::CMA_YES, Ordering::Relaxed);
+        }
         hdr.send.0.pid.store(own_pid() as u32, Ordering::Release);
         seg.unlink();
         tracing::debug!(segment = h.name, peer_pid = recv_pid, "SHM: connected");
         Ok(ShmConnector {
-            comm: Some(ShmSendComm::new(seg, recv_pid, recv_pidns, cma_min)),
+            comm: Some(ShmSendComm::new(
+                seg,
+                recv_pid,
+                recv_pidns,
+                cma.map(|c| c.min),
+                helps,
+            )),
         })
     }
 }

@@ -78,16 +78,24 @@
 //! receiver copies it with `process_vm_readv` straight from the sender's
 //! buffer (see the `cma` module). Whether that is allowed is probed once per
 //! connection at accept; it falls back to the ring when the probe fails.
-//! The engine allows it per call
-//! ([`nccl_net::SendComm::hint_single_copy`], `engine::copy_hint`): only
-//! for calls that do not reduce and move at most `NCCL_SHM_CMA_MAX_BYTES`
-//! (2 MiB; 512 KiB on a rank that only sends), for all-to-all of any size
-//! when every rank is on this host, and only for all-to-all when local
-//! ranks outnumber CPUs. On the 2-core development
-//! machine, 2 ranks, that made all-gather and all-to-all of 64 KiB-2 MiB
-//! 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us: one copy of
-//! data the reader still has in its cache); beyond 2 MiB the ring wins, as
-//! it splits the copying between both cores.
+//! The engine allows it per call ([`nccl_net::SendComm::hint_copy`],
+//! `engine::copy_hint`): for calls that do not reduce and move at most
+//! `NCCL_SHM_CMA_MAX_BYTES` (2 MiB; 512 KiB on a rank that only sends), for
+//! all-to-all and one-hop all-gather of any size when every rank is on this
+//! host, for 2-rank broadcast when the root splits (below), and only for
+//! all-to-all and all-gather when local ranks outnumber CPUs. On the 2-core
+//! development machine, 2 ranks, that made all-gather and all-to-all of
+//! 64 KiB-2 MiB 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us:
+//! one copy of data the reader still has in its cache).
+//!
+//! # Split single copy
+//! A sender the engine calls idle (it only waits for its sends to be read,
+//! as a broadcast root does) flags its single-copy frames of at least 32 KiB;
+//! the receiver then offers the message in pieces and both ends copy runs of
+//! it, the sender with `process_vm_writev` into the receiver's buffer (see
+//! the `split` module; `NCCL_SHM_CMA_SPLIT`, [`ShmOptions::cma_split`]). The
+//! sender probes at connect that it may access the receiver, through a probe
+//! word the receiver publishes. 2 ranks, broadcast in place, 1 MiB 52 -> 19 us.
 //!
 //! # Progress and peer death
 //! `isend` queues the request and writes as much as fits; `irecv` only
@@ -113,6 +121,7 @@ mod recv;
 mod ring;
 mod segment;
 mod send;
+mod split;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -123,6 +132,8 @@ mod tests_cma;
 mod tests_lend;
 #[cfg(test)]
 mod tests_process;
+#[cfg(test)]
+mod tests_split;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
@@ -170,6 +181,10 @@ pub struct ShmOptions {
     /// Messages of at least this many bytes go single-copy
     /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
     pub cma_min_bytes: usize,
+    /// Whether both ends copy a large single-copy message, each a part
+    /// (`NCCL_SHM_CMA_SPLIT`; default true): the sender, which otherwise
+    /// waits, writes into the receiver's buffer while the receiver reads.
+    pub cma_split: bool,
     /// Whether a receive whose data is only reduced may be read in place in
     /// the ring instead of copied out first (`NCCL_SHM_DIRECT_REDUCE`;
     /// default true).
@@ -183,6 +198,7 @@ impl Default for ShmOptions {
             slots: DEFAULT_SLOTS,
             cma: false,
             cma_min_bytes: DEFAULT_CMA_MIN_BYTES,
+            cma_split: true,
             direct_reduce: true,
         }
     }
@@ -213,9 +229,12 @@ impl ShmNet {
         &self.opts
     }
 
-    /// The single-copy threshold, `None` when single copy is off.
-    fn cma_min(&self) -> Option<usize> {
-        self.opts.cma.then_some(self.opts.cma_min_bytes)
+    /// The single-copy settings, `None` when single copy is off.
+    fn cma_opts(&self) -> Option<cma::CmaOpts> {
+        self.opts.cma.then_some(cma::CmaOpts {
+            min: self.opts.cma_min_bytes,
+            split: self.opts.cma_split,
+        })
     }
 }
 
@@ -238,13 +257,13 @@ impl Net for ShmNet {
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
         Ok(Box::new(ShmListener::new(
             self.geom,
-            self.cma_min(),
+            self.cma_opts(),
             self.opts.direct_reduce,
         )?))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
-        Ok(Box::new(ShmConnector::connect(handle, self.cma_min())?))
+        Ok(Box::new(ShmConnector::connect(handle, self.cma_opts())?))
     }
 }
 

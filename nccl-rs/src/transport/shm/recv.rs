@@ -4,13 +4,20 @@
 //! are published. A single-copy frame (see [`super::cma`]) is resolved with
 //! one `process_vm_readv` from the sender's buffer straight into the posted
 //! buffer; its line is released only after the read, which is what
-//! completes the sender's request.
+//! completes the sender's request. A large one is offered for splitting
+//! when the sender helps: both ends copy parts of it ([`super::split`]).
 
 use super::cma;
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
 use super::peer::{pid_alive, PeerWatch};
-use super::ring::{decode_header, span_of, Consumer, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
+use super::ring::{
+    decode_header, span_of, Consumer, Payload, CMA_SENDER_HELPS, FRAME_ALIGN, HDR_BYTES, INLINE_MAX,
+};
 use super::segment::Segment;
+use super::split::SPLIT_MIN_BYTES;
+use split_recv::OpenSplit;
+
+mod split_recv;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
 use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request, RequestQueue};
 use std::ptr;
@@ -45,6 +52,11 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     cma_ok: bool,
     /// Whether `irecv_lend` may lend (else it copies like `irecv`).
     may_lend: bool,
+    /// Whether the sender helps copy split messages.
+    split: bool,
+    /// The split message being copied: the frame at the tail, for the
+    /// first queued request.
+    open: Option<OpenSplit>,
     /// A lent payload not released yet: `(request id, stream bytes)`. No
     /// later frame is read meanwhile.
     lent: Option<(u64, usize)>,
@@ -57,18 +69,20 @@ pub(in crate::transport::shm) struct ShmRecvComm {
 unsafe impl Send for ShmRecvComm {}
 
 /// What the header line at the tail says, checked against the receive
-/// posted for it: `(len, how, sender address)`.
-type Frame = (usize, Payload, u64);
+/// posted for it: `(len, how, sender address, the sender helps copy it)`.
+type Frame = (usize, Payload, u64, bool);
 
 impl ShmRecvComm {
     /// A comm over an accepted segment; the sender is `peer_pid` in pid
     /// namespace `peer_pidns`; `cma_ok`: whether the probe succeeded and we
-    /// published that; `may_lend`: whether `irecv_lend` lends.
+    /// published that; `split`: whether the sender helps copy large
+    /// single-copy messages; `may_lend`: whether `irecv_lend` lends.
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
         peer_pidns: u64,
         cma_ok: bool,
+        split: bool,
         may_lend: bool,
     ) -> ShmRecvComm {
         ShmRecvComm {
@@ -79,6 +93,8 @@ impl ShmRecvComm {
             fault: None,
             cma_ok,
             may_lend,
+            split,
+            open: None,
             lent: None,
             seg,
         }
@@ -89,7 +105,7 @@ impl ShmRecvComm {
     /// published.
     fn read_header(&self, op: &RecvOp) -> Result<Frame, Fault> {
         let src = self.cons.tail_ptr();
-        let mut line = [0u8; HDR_BYTES + 8];
+        let mut line = [0u8; HDR_BYTES + 12];
         // SAFETY: a whole published line is at the tail (frames start
         // FRAME_ALIGN-aligned, so it is contiguous); the producer does not
         // touch it until we release it.
@@ -127,16 +143,20 @@ impl ShmRecvComm {
             // per the `irecv` contract.
             unsafe { ptr::copy_nonoverlapping(src.add(HDR_BYTES), op.data, len) };
         }
-        let addr = u64::from_le_bytes(line[HDR_BYTES..].try_into().expect("8 bytes"));
-        Ok((len, how, addr))
+        let addr = u64::from_le_bytes(line[HDR_BYTES..][..8].try_into().expect("8 bytes"));
+        let flags = u32::from_le_bytes(line[HDR_BYTES + 8..].try_into().expect("4 bytes"));
+        let helps = how == Payload::Cma && flags & CMA_SENDER_HELPS != 0;
+        Ok((len, how, addr, helps))
     }
 
-    /// Copies `len` bytes at `addr` in the sender into `op`'s buffer.
-    fn read_peer(&self, op: &RecvOp, len: usize, addr: u64) -> Result<(), Fault> {
+    /// Copies `len` bytes at `addr` in the sender into `op`'s buffer from
+    /// offset `at`.
+    fn read_peer(&self, op: &RecvOp, at: usize, len: usize, addr: u64) -> Result<(), Fault> {
         let pid = self.watch.pid();
-        // SAFETY: `len <= cap`: the destination is writable and unaliased
-        // per the `irecv` contract.
-        if let Err(e) = unsafe { cma::read(pid, op.data, addr, len) } {
+        // SAFETY: `at + len <= cap` (callers read within the message, which
+        // fits): the destination is writable and unaliased per the `irecv`
+        // contract.
+        if let Err(e) = unsafe { cma::read(pid, op.data.wrapping_add(at), addr, len) } {
             let errno = e.raw_os_error().unwrap_or(libc::EIO);
             if errno == libc::ESRCH || !pid_alive(pid) {
                 return Err(Fault::Closed);
@@ -166,20 +186,11 @@ impl ShmRecvComm {
                 break Ok(());
             };
             if op.pos == 0 {
-                match self.cons.avail(FRAME_ALIGN) {
-                    Ok(a) if a >= FRAME_ALIGN => {}
-                    Ok(_) => break Ok(()),
-                    Err(e) => break Err(Fault::Corrupt(e)),
-                }
-                let (len, how, addr) = match self.read_header(op) {
-                    Ok(f) => f,
+                let (len, how) = match self.start_frame(i, &mut moved) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break Ok(()),
                     Err(f) => break Err(f),
                 };
-                if how == Payload::Cma {
-                    if let Err(f) = self.read_peer(op, len, addr) {
-                        break Err(f);
-                    }
-                }
                 self.cons.advance(FRAME_ALIGN);
                 let op = &mut self.q[i];
                 op.len = len;
@@ -244,6 +255,36 @@ impl ShmRecvComm {
         result.map(|()| moved)
     }
 
+    /// Reads the frame at the tail for request `i` and, for a single-copy
+    /// frame, copies the message (or, split, our next part of it). Returns
+    /// its `(len, how)` once the payload is in or follows in the ring;
+    /// `None` while the header is not published or a split is not done.
+    fn start_frame(
+        &mut self,
+        i: usize,
+        moved: &mut bool,
+    ) -> Result<Option<(usize, Payload)>, Fault> {
+        if let Some(s) = self.open {
+            return self.split_step(i, s, moved);
+        }
+        if self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
+            return Ok(None);
+        }
+        let op = &self.q[i];
+        let (len, how, addr, helps) = self.read_header(op)?;
+        if how != Payload::Cma {
+            return Ok(Some((len, how)));
+        }
+        // Release the frames before this one first: the sender completes
+        // them (and helps with this one only once they are complete).
+        self.cons.publish();
+        if !(self.split && helps) || len < SPLIT_MIN_BYTES {
+            self.read_peer(op, 0, len, addr)?;
+            return Ok(Some((len, how)));
+        }
+        self.open_split(i, len, addr, moved)
+    }
+
     /// Makes progress; records a fault if the sender is gone and nothing
     /// more is coming.
     fn progress(&mut self) {
@@ -270,7 +311,7 @@ impl ShmRecvComm {
     }
 
     fn fail(&mut self, f: Fault) {
-        if let Fault::Closed | Fault::Corrupt(_) | Fault::Cma(_) = f {
+        if let Fault::Closed | Fault::Corrupt(_) | Fault::Cma(_) | Fault::Helper(_) = f {
             tracing::warn!(peer_pid = self.watch.pid(), fault = ?f, "SHM: receive failed");
         }
         self.fault = Some(f);
@@ -279,6 +320,7 @@ impl ShmRecvComm {
 
 impl Drop for ShmRecvComm {
     fn drop(&mut self) {
+        self.withdraw();
         self.cons.publish();
         mark_closed(&self.seg.header().recv.0);
     }

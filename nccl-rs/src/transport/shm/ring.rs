@@ -25,8 +25,12 @@ const FRAME_MARK: u32 = u32::from_le_bytes(*b"FRM1");
 /// Second word of a single-copy frame: one line, whose bytes
 /// `HDR_BYTES..HDR_BYTES + 8` hold the address of the sender's buffer
 /// (little-endian `u64`); the receiver reads the payload from there (see
-/// [`super::cma`]).
+/// [`super::cma`]). The next four bytes are flags ([`CMA_SENDER_HELPS`]).
 pub(super) const FRAME_MARK_CMA: u32 = u32::from_le_bytes(*b"CMA1");
+
+/// Flag of a single-copy frame: the sender will copy parts of this message
+/// into the receiver if it offers them ([`super::split`]).
+pub(super) const CMA_SENDER_HELPS: u32 = 1;
 
 /// How a frame's payload travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,6 +298,11 @@ impl Consumer {
             (self.r.at(self.tail).cast_const(), first),
             (self.r.data.as_ptr().cast_const(), n - first),
         ]
+    }
+
+    /// Stream position of the next byte to read.
+    pub(super) fn position(&self) -> u64 {
+        self.tail
     }
 
     /// Ring bytes.

@@ -13,6 +13,7 @@
 use super::handle::valid_name;
 use super::peer::{own_pid, own_pidns, pid_alive};
 use super::ring::FRAME_ALIGN;
+use super::split::Offer;
 use nccl_net::{NetError, NetResult};
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// `"NCCLRSHM"`; stored last when the listener has initialised the header.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"NCCLRSHM");
 /// Version of the segment layout and ring protocol.
-pub(super) const VERSION: u64 = 2;
+pub(super) const VERSION: u64 = 3;
 /// Every segment name starts with this.
 pub(super) const NAME_PREFIX: &str = "nccl-rs-";
 /// Where the ring starts (one page, so the ring is page-aligned).
@@ -55,11 +56,13 @@ pub(super) struct Side {
     pub(super) closed: AtomicU32,
     /// Inode of its pid namespace (0: unknown).
     pub(super) pidns: AtomicU64,
-    /// Sender: address of its single-copy probe word (0: none). Stored
-    /// before its pid (Release).
+    /// Address of its single-copy probe word (0: none): the sender's for
+    /// the receiver to read, the receiver's for a sender that helps
+    /// (`split`). The sender stores it before its pid (Release).
     pub(super) cma_probe: AtomicU64,
     /// Receiver: outcome of the single-copy probe (`cma::CMA_*`), stored
-    /// with Release once known.
+    /// with Release once known. Sender: `CMA_YES` when it helps copy split
+    /// messages, stored before its pid.
     pub(super) cma: AtomicU32,
 }
 
@@ -76,6 +79,12 @@ pub(super) struct Header {
     pub(super) head: Line<AtomicU64>,
     /// Bytes consumed by the consumer (written by the receiver only).
     pub(super) tail: Line<AtomicU64>,
+    /// The receiver's offer of a split single-copy message (both sides
+    /// claim in it; see `split`).
+    pub(super) offer: Line<Offer>,
+    /// The sender's count of split pieces copied (written by the sender
+    /// only).
+    pub(super) helped: Line<AtomicU64>,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= DATA_OFFSET);

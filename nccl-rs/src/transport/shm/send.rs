@@ -5,15 +5,19 @@
 //! long and the receiver's probe succeeded, as one descriptor line that the
 //! receiver resolves with `process_vm_readv` (see [`super::cma`]). A ring
 //! message is complete once its last byte is in the ring; a single-copy one
-//! once the receiver has released its line.
+//! once the receiver has released its line. While it waits for that, the
+//! sender helps copy the message if the receiver offered it ([`super::split`]).
 
-use super::cma::{CMA_NO, CMA_UNKNOWN, CMA_YES};
+use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
 use super::peer::PeerWatch;
-use super::ring::{encode_header, span_of, Payload, Producer, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
+use super::ring::{
+    encode_header, span_of, Payload, Producer, CMA_SENDER_HELPS, FRAME_ALIGN, HDR_BYTES, INLINE_MAX,
+};
 use super::segment::Segment;
+use super::split::{self, HELP_FAILED, SPLIT_MIN_BYTES};
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
-use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
+use nccl_net::{CopyHint, MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
@@ -32,13 +36,15 @@ struct SendOp {
     tag: u32,
     /// Chosen when the header is written.
     how: Payload,
-    /// Whether the caller allowed single copy when it posted this message
-    /// ([`SendComm::hint_single_copy`]).
-    single_copy: bool,
+    /// The caller's hint when it posted this message
+    /// ([`SendComm::hint_copy`]).
+    hint: CopyHint,
     /// Bytes of the frame written so far (0..=span).
     pos: usize,
     /// Stream position just past the frame, once its header is written.
     end: u64,
+    /// Single-copy, and we said in its frame that we help copy it.
+    helps: bool,
 }
 
 /// The sending half: the producer of the ring.
@@ -56,8 +62,15 @@ pub(in crate::transport::shm) struct ShmSendComm {
     cma_min: Option<usize>,
     /// The receiver's probe outcome as last seen (`CMA_*`).
     cma: u32,
-    /// The caller's last [`SendComm::hint_single_copy`] (initially `true`).
-    single_copy_hint: bool,
+    /// The caller's last [`SendComm::hint_copy`] (initially single copy
+    /// allowed, not idle).
+    hint: CopyHint,
+    /// Whether we copy parts of split messages into the receiver (we could
+    /// read it at connect, and no write has failed).
+    helps: bool,
+    /// The split message we last reported on, and how many pieces of it we
+    /// copied.
+    helped: (u32, u32),
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -70,12 +83,14 @@ unsafe impl Send for ShmSendComm {}
 impl ShmSendComm {
     /// A comm over a segment whose sending side we have claimed; the
     /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
-    /// least `cma_min` bytes go single-copy when the receiver can read us.
+    /// least `cma_min` bytes go single-copy when the receiver can read us;
+    /// `helps`: we copy parts of the large ones the receiver offers.
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
         peer_pidns: u64,
         cma_min: Option<usize>,
+        helps: bool,
     ) -> ShmSendComm {
         ShmSendComm {
             prod: Producer::new(ring_of(&seg)),
@@ -90,7 +105,12 @@ impl ShmSendComm {
             } else {
                 CMA_NO
             },
-            single_copy_hint: true,
+            hint: CopyHint {
+                single_copy: true,
+                sender_idle: false,
+            },
+            helps,
+            helped: (0, 0),
             seg,
         }
     }
@@ -124,17 +144,17 @@ impl ShmSendComm {
             len,
             pos,
             how,
-            single_copy,
+            hint,
             ..
         }) = self.q.get(self.nwritten)
         {
             let how = if pos == 0 {
-                self.payload_for(len, single_copy)
+                self.payload_for(len, hint.single_copy)
             } else {
                 how
             };
             let i = self.nwritten;
-            let ShmSendComm { prod, q, .. } = self;
+            let ShmSendComm { prod, q, helps, .. } = self;
             let op = &mut q[i];
             let span = span_of(op.len, how).expect("isend checked the size");
             if op.pos == 0 {
@@ -143,19 +163,27 @@ impl ShmSendComm {
                 }
                 let dst = prod.head_ptr();
                 let hdr = encode_header(op.tag, op.len as u64, how);
-                let addr = (op.data as u64).to_le_bytes();
+                let mut desc = [0u8; 12];
+                desc[..8].copy_from_slice(&(op.data as u64).to_le_bytes());
+                op.helps = how == Payload::Cma
+                    && *helps
+                    && op.hint.sender_idle
+                    && op.len >= SPLIT_MIN_BYTES;
+                if op.helps {
+                    desc[8..].copy_from_slice(&CMA_SENDER_HELPS.to_le_bytes());
+                }
                 // SAFETY: `free` says the FRAME_ALIGN bytes at the head are
                 // ours (the consumer reads nothing past the published head)
                 // and they are contiguous (the head is FRAME_ALIGN-aligned
                 // at a frame start, and slots are multiples of it). The
-                // inline payload (len <= INLINE_MAX) or the 8-byte address
-                // fits in that line after the header; the payload is
-                // readable per the `isend` contract.
+                // inline payload (len <= INLINE_MAX) or the 12-byte
+                // descriptor fits in that line after the header; the payload
+                // is readable per the `isend` contract.
                 unsafe {
                     ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);
                     match how {
                         Payload::Cma => {
-                            ptr::copy_nonoverlapping(addr.as_ptr(), dst.add(HDR_BYTES), 8)
+                            ptr::copy_nonoverlapping(desc.as_ptr(), dst.add(HDR_BYTES), desc.len())
                         }
                         Payload::Ring if op.len <= INLINE_MAX && op.len > 0 => {
                             ptr::copy_nonoverlapping(op.data, dst.add(HDR_BYTES), op.len)
@@ -207,25 +235,81 @@ impl ShmSendComm {
 
     /// Advances `ndone` over written requests that are complete: ring
     /// messages at once, single-copy ones once the receiver released their
-    /// line. Returns whether any completed.
+    /// line; helps copy the first one still being read. Returns whether any
+    /// completed or we copied anything.
     fn settle(&mut self) -> Result<bool, Fault> {
         let before = self.ndone;
         let mut consumed = None;
+        let mut helped = false;
         while self.ndone < self.nwritten {
             let op = &self.q[self.ndone];
-            let (how, end) = (op.how, op.end);
+            let (how, end, helps) = (op.how, op.end, op.helps);
             if how == Payload::Cma {
                 let t = match consumed {
                     Some(t) => t,
                     None => *consumed.insert(self.prod.consumed().map_err(Fault::Corrupt)?),
                 };
                 if t < end {
+                    if helps && self.helps {
+                        helped = self.help(self.ndone);
+                    }
                     break;
                 }
             }
             self.ndone += 1;
         }
-        Ok(self.ndone != before)
+        Ok(self.ndone != before || helped)
+    }
+
+    /// Copies the pieces we can claim of the single-copy message `q[i]`, if
+    /// the receiver has offered it ([`super::split`]), into the receiver's
+    /// buffer, and reports them. Returns whether we copied any.
+    fn help(&mut self, i: usize) -> bool {
+        let op = &self.q[i];
+        let (data, len) = (op.data, op.len);
+        // A single-copy frame is one line, starting a line before its end.
+        let epoch = split::epoch_of(op.end - FRAME_ALIGN as u64);
+        let hdr = self.seg.header();
+        let mut moved = false;
+        while let Some((dst, piece, lo, hi)) = hdr.offer.0.claim_back(epoch, len) {
+            let (start, n) = split::bytes_of(lo, hi, piece, len);
+            // SAFETY: `start + n <= len`: the range lies in the caller's
+            // buffer, readable per the `isend` contract until completion,
+            // which waits for the receiver to see this report.
+            let wrote = unsafe {
+                cma::write(
+                    self.watch.pid(),
+                    data.add(start),
+                    dst.wrapping_add(start as u64),
+                    n,
+                )
+            };
+            if self.helped.0 != epoch {
+                self.helped = (epoch, 0);
+            }
+            let report = match wrote {
+                Ok(()) => {
+                    self.helped.1 += u32::from(hi - lo);
+                    self.helped.1
+                }
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                    tracing::warn!(peer_pid = self.watch.pid(), error = %e,
+                        "SHM: writing part of a split message into the receiver failed; not helping again");
+                    self.helps = false;
+                    HELP_FAILED | (errno as u32 & !HELP_FAILED)
+                }
+            };
+            // Release: our write is over before the receiver sees the count.
+            hdr.helped
+                .0
+                .store(split::helped_word(epoch, report), Ordering::Release);
+            if !self.helps {
+                break;
+            }
+            moved = true;
+        }
+        moved
     }
 
     /// Makes progress; records a fault if the receiver is gone while we
@@ -299,9 +383,10 @@ impl SendComm for ShmSendComm {
             len,
             tag,
             how: Payload::Ring,
-            single_copy: self.single_copy_hint,
+            hint: self.hint,
             pos: 0,
             end: 0,
+            helps: false,
         });
         self.progress();
         Ok(Some(req))
@@ -322,7 +407,7 @@ impl SendComm for ShmSendComm {
         }
     }
 
-    fn hint_single_copy(&mut self, allowed: bool) {
-        self.single_copy_hint = allowed;
+    fn hint_copy(&mut self, hint: CopyHint) {
+        self.hint = hint;
     }
 }

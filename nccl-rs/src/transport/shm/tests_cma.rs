@@ -21,6 +21,11 @@ fn cma_net(buffsize: usize, slots: usize, min: usize) -> ShmNet {
     .unwrap()
 }
 
+/// Single copy from `min` bytes, split messages on.
+fn opts(min: usize) -> cma::CmaOpts {
+    cma::CmaOpts { min, split: true }
+}
+
 /// Default options with single copy on.
 fn cma_default() -> ShmNet {
     ShmNet::new(ShmOptions {
@@ -151,8 +156,8 @@ fn failed_probe_falls_back_to_the_ring() {
     let wrong = 0u64;
     // An unmapped address (EFAULT) and one holding the wrong value.
     for bogus in [8u64, std::ptr::addr_of!(wrong) as u64] {
-        let mut l = ShmListener::new(geom, Some(1000), true).unwrap();
-        let mut c = ShmConnector::connect(l.handle(), Some(1000)).unwrap();
+        let mut l = ShmListener::new(geom, Some(opts(1000)), true).unwrap();
+        let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
         let hdr = l.header().unwrap();
         hdr.send.0.cma_probe.store(bogus, Ordering::Relaxed);
         let mut r = poll("accept", || l.accept()).unwrap();
@@ -218,7 +223,7 @@ fn receiver_without_single_copy_gets_the_ring() {
     // verdict wins.
     let geom = Geometry::new(4 << 20, 8).unwrap();
     let mut l = ShmListener::new(geom, None, true).unwrap();
-    let mut c = ShmConnector::connect(l.handle(), Some(1000)).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
     let mut r = poll("accept", || l.accept()).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     let data = pattern(4000, 4);
