@@ -1,0 +1,247 @@
+//! Tests of the single-copy policy and the copy hint.
+
+use super::*;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::Region;
+use crate::schedule::{Loc, Schedule, Step};
+
+const MIB: usize = 1 << 20;
+
+fn allowed(coll: Option<Coll>, receives: bool, out_bytes: usize, p: SingleCopyPolicy) -> bool {
+    let mut steps = vec![Step::Send {
+        to: 1,
+        src: Loc::In(0),
+        count: 1,
+    }];
+    if receives {
+        steps.push(Step::Recv {
+            from: 1,
+            dst: Loc::Out(0),
+            count: 1,
+        });
+    }
+    allowed_for(&Schedule { steps, scratch: 0 }, coll, out_bytes, p)
+}
+
+fn allowed_for(
+    sched: &Schedule,
+    coll: Option<Coll>,
+    out_bytes: usize,
+    p: SingleCopyPolicy,
+) -> bool {
+    let what = match coll {
+        Some(coll) => OpLabel::Coll {
+            coll,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            seq: 1,
+        },
+        None => OpLabel::Group { ops: 2 },
+    };
+    let call = Call {
+        sched,
+        dtype: DataType::Uint8,
+        op: RedOp::Sum,
+        tag: 1,
+        what,
+    };
+    let bufs = CallBufs {
+        input: Region::empty(),
+        output: Region::new(std::ptr::null_mut(), out_bytes),
+        group: Vec::new(),
+    };
+    single_copy_allowed(&call, &bufs, p)
+}
+
+#[test]
+fn copy_only_calls_up_to_the_cap() {
+    let p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: false,
+        pair: false,
+        split: false,
+    };
+    let ag = Some(Coll::AllGather { send_count: 1 });
+    let a2a = Some(Coll::AllToAll { count: 1 });
+    let ar = Some(Coll::AllReduce { count: 1 });
+    let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+    assert!(allowed(ag, true, 2 * MIB, p));
+    assert!(!allowed(ag, true, 2 * MIB + 1, p));
+    assert!(!allowed(a2a, true, 16 * MIB, p));
+    assert!(!allowed(ar, true, 1024, p), "reductions never");
+    assert!(
+        allowed(bc, false, MIB / 2, p),
+        "a root: a quarter of the cap"
+    );
+    assert!(!allowed(bc, false, MIB, p));
+    assert!(allowed(None, true, MIB, p), "send/recv groups");
+}
+
+#[test]
+fn oversubscribed_all_to_all_only_in_its_window() {
+    let p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: true,
+        uniform: false,
+        pair: false,
+        split: false,
+    };
+    let a2a = Some(Coll::AllToAll { count: 1 });
+    assert!(allowed(a2a, true, 4 * MIB, p));
+    assert!(!allowed(a2a, true, 4 * MIB + 1, p));
+    assert!(allowed(a2a, true, (64 << 10) + 1, p));
+    assert!(!allowed(a2a, true, 64 << 10, p));
+    let ag = Some(Coll::AllGather { send_count: 1 });
+    assert!(!allowed(ag, true, 64 << 10, p));
+    let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+    assert!(!allowed(bc, false, 64 << 10, p));
+    assert!(!allowed(None, true, 64 << 10, p), "send/recv groups");
+    assert!(!p.whole_blocks(MIB), "not agreed by every rank");
+}
+
+#[test]
+fn one_host_all_to_all_at_any_size_in_whole_blocks() {
+    let mut p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: true,
+        pair: false,
+        split: false,
+    };
+    let a2a = Some(Coll::AllToAll { count: 1 });
+    assert!(allowed(a2a, true, 1 << 30, p));
+    assert!(allowed(a2a, true, 1024, p));
+    assert!(p.whole_blocks(1 << 30));
+    assert!(!allowed(
+        Some(Coll::AllGather { send_count: 1 }),
+        true,
+        4 * MIB,
+        p
+    ));
+    p.oversubscribed = true;
+    assert!(allowed(a2a, true, 1 << 30, p));
+    assert!(!allowed(a2a, true, 64 << 10, p));
+    assert!(!p.whole_blocks(64 << 10));
+    assert!(p.whole_blocks(1 << 30));
+}
+
+#[test]
+fn one_host_all_gather_in_one_hop() {
+    let mut p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: true,
+        pair: true,
+        split: false,
+    };
+    let ag = Some(Coll::AllGather { send_count: 1 });
+    assert!(p.whole_block_all_gather(1024));
+    assert!(allowed(ag, true, 1 << 30, p));
+    let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+    assert!(!allowed(bc, false, 4 * MIB, p), "broadcast keeps its cap");
+    let send = Step::Send {
+        to: 1,
+        src: Loc::In(0),
+        count: 1,
+    };
+    let chunked = Schedule {
+        steps: vec![send, send],
+        scratch: 0,
+    };
+    assert!(
+        !allowed_for(&chunked, ag, 4 * MIB, p),
+        "the ring in chunks keeps the cap"
+    );
+    p.pair = false;
+    assert!(
+        !p.whole_block_all_gather(4 * MIB),
+        "3+ ranks, not oversubscribed"
+    );
+    assert!(!allowed(ag, true, 4 * MIB, p));
+    p.oversubscribed = true;
+    assert!(p.whole_block_all_gather((64 << 10) + 1));
+    assert!(!p.whole_block_all_gather(64 << 10));
+    assert!(allowed(ag, true, 1 << 30, p));
+    p.uniform = false;
+    assert!(!p.whole_block_all_gather(4 * MIB));
+    assert!(!allowed(ag, true, 4 * MIB, p));
+}
+
+#[test]
+fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
+    let mut p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: true,
+        pair: true,
+        split: true,
+    };
+    let bc = Some(Coll::Broadcast { count: 1, root: 0 });
+    assert!(allowed(bc, false, 1 << 30, p));
+    assert!(allowed(bc, true, 1 << 30, p), "the receiving side too");
+    p.split = false;
+    assert!(!allowed(bc, false, MIB, p), "no help: the cap");
+    p.split = true;
+    p.pair = false;
+    assert!(!allowed(bc, false, MIB, p), "3+ ranks relay");
+    p.pair = true;
+    p.uniform = false;
+    assert!(!allowed(bc, false, MIB, p), "not every rank splits");
+    p.uniform = true;
+    p.oversubscribed = true;
+    assert!(!allowed(bc, false, MIB, p));
+}
+
+/// The hint for `steps` with input at `input` and `out_bytes` of output
+/// at a fixed address.
+fn hint_for(steps: Vec<Step>, input: usize, out_bytes: usize) -> CopyHint {
+    let sched = Schedule { steps, scratch: 0 };
+    let call = Call {
+        sched: &sched,
+        dtype: DataType::Uint8,
+        op: RedOp::Sum,
+        tag: 1,
+        what: OpLabel::Group { ops: 1 },
+    };
+    let bufs = CallBufs {
+        input: Region::new(input as *mut u8, out_bytes),
+        output: Region::new(0x10000 as *mut u8, out_bytes),
+        group: Vec::new(),
+    };
+    copy_hint(&call, &bufs, SingleCopyPolicy::default())
+}
+
+#[test]
+fn a_sender_is_idle_only_with_nothing_else_to_do() {
+    let send = Step::Send {
+        to: 1,
+        src: Loc::In(0),
+        count: 1,
+    };
+    let copy = Step::Copy {
+        src: Loc::In(0),
+        dst: Loc::Out(0),
+        count: 1,
+    };
+    let recv = Step::Recv {
+        from: 1,
+        dst: Loc::Out(0),
+        count: 1,
+    };
+    let other = 0x90000;
+    assert!(hint_for(vec![send], other, MIB).sender_idle);
+    assert!(
+        !hint_for(vec![send, copy], other, MIB).sender_idle,
+        "its own copy"
+    );
+    assert!(
+        hint_for(vec![send, copy], 0x10000, MIB).sender_idle,
+        "in place"
+    );
+    assert!(hint_for(vec![send, copy], other, IDLE_COPY_MIN_BYTES).sender_idle);
+    assert!(
+        !hint_for(vec![send, recv], 0x10000, MIB).sender_idle,
+        "it receives"
+    );
+}
