@@ -46,7 +46,8 @@ pub(crate) struct Core {
     pub(crate) boot: Bootstrap,
     pub(crate) seq: u64,
     pub(crate) failed: Option<String>,
-    history: VecDeque<OpLabel>,
+    /// The last [`HISTORY`] collectives, operation `seq` at `seq % HISTORY`.
+    history: Vec<Option<OpLabel>>,
     planner: Planner,
     cache: VecDeque<(CacheKey, Arc<Schedule>)>,
     /// The zero-copy path, where every rank shares this host over shared
@@ -72,7 +73,7 @@ impl Core {
             boot,
             seq: 0,
             failed: None,
-            history: VecDeque::with_capacity(HISTORY),
+            history: vec![None; HISTORY],
             planner,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
             zero_copy: None,
@@ -154,10 +155,7 @@ impl Core {
             op,
             seq: self.seq,
         };
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(label);
+        self.history[(self.seq % HISTORY as u64) as usize] = Some(label);
         let tag = label.fingerprint() & !P2P_TAG;
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
@@ -240,6 +238,7 @@ impl Core {
         let describe = |s: u64| {
             history
                 .iter()
+                .flatten()
                 .find(|l| matches!(l, OpLabel::Coll { seq, .. } if *seq == s))
                 .map(OpLabel::call)
                 .unwrap_or_else(|| format!("no operation #{s} (its last was #{seq})"))

@@ -68,6 +68,7 @@ pub(crate) struct Run<'a> {
 
 impl<'a> Run<'a> {
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(super) fn new(
         rank: usize,
         nranks: usize,
@@ -79,7 +80,7 @@ impl<'a> Run<'a> {
         slots: &'a [Region],
         book: &'a mut Bookkeeping,
         abort: &'a super::AbortHandle,
-    ) -> Result<Run<'a>> {
+    ) -> Run<'a> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
         book.posted.clear();
@@ -87,7 +88,7 @@ impl<'a> Run<'a> {
         book.sends.clear();
         book.free_slots.clear();
         book.free_slots.extend((0..slots.len()).rev());
-        Ok(Run {
+        Run {
             rank,
             nranks,
             send,
@@ -104,7 +105,7 @@ impl<'a> Run<'a> {
             sends: &mut book.sends,
             blocked: None,
             abort,
-        })
+        }
     }
 
     /// Whether the communicator was aborted.

@@ -58,7 +58,7 @@ fn drive(
                 tag: 1,
                 what: OpLabel::Test,
             };
-            e.start(call, bufs).unwrap()
+            e.start(call, bufs)
         })
         .collect();
     let mut done = vec![false; runs.len()];

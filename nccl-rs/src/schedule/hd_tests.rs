@@ -171,7 +171,7 @@ fn drive<T: bytemuck::Pod>(
                 output,
                 group: vec![],
             };
-            e.start(call, bufs).unwrap()
+            e.start(call, bufs)
         })
         .collect();
     let mut done = vec![false; n];
