@@ -20,7 +20,7 @@
 //! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows |
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
-//! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 32 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
+//! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |

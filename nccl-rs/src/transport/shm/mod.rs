@@ -90,7 +90,7 @@
 //!
 //! # Split single copy
 //! A sender the engine calls idle (it only waits for its sends to be read,
-//! as a broadcast root does) flags its single-copy frames of at least 32 KiB;
+//! as a broadcast root does) flags its single-copy frames of at least 128 KiB;
 //! the receiver then offers the message in pieces and both ends copy runs of
 //! it, the sender with `process_vm_writev` into the receiver's buffer (see
 //! the `split` module; `NCCL_SHM_CMA_SPLIT`, [`ShmOptions::cma_split`]). The
