@@ -196,6 +196,7 @@ impl Communicator {
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
         let mut core = Core::new(rank, nranks, engine, boot, planner);
+        core.socket_broadcast = props.name == "Socket";
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }
