@@ -85,7 +85,14 @@ fn zc_coll(coll: Coll, n: usize) -> Option<(ZcColl, usize)> {
             (ZcColl::ReduceScatter { recv_count }, recv_count * n)
         }
         Coll::AllGather { send_count } => (ZcColl::AllGather { send_count }, send_count * n),
-        Coll::Broadcast { count, root } => (ZcColl::Broadcast { count, root }, count),
+        Coll::Broadcast { count, root } => (
+            ZcColl::Broadcast {
+                count,
+                root,
+                root_shares: false,
+            },
+            count,
+        ),
         Coll::Reduce { count, root } => (ZcColl::Reduce { count, root }, count),
         Coll::AllToAll { count } => (ZcColl::AllToAll { count }, count * n),
         Coll::Gather { .. } | Coll::Scatter { .. } => return None,
@@ -155,6 +162,16 @@ impl Core {
         if matches!(zcoll, ZcColl::AllToAll { .. }) && all.iter().any(BufferDesc::in_place) {
             return Ok(false);
         }
+        // An in-place broadcast root has no copy of its own to make: it
+        // copies a share of the others' (every rank sees that alike).
+        let zcoll = match zcoll {
+            ZcColl::Broadcast { count, root, .. } => ZcColl::Broadcast {
+                count,
+                root,
+                root_shares: all[root].in_place(),
+            },
+            z => z,
+        };
 
         // 2. Map every peer's buffers; agree.
         let zc = self.zero_copy.as_mut().expect("checked");
