@@ -134,6 +134,25 @@ pub(super) fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usiz
     }
 }
 
+/// Sends `bufs` in order with up to `window` in flight, then waits for all.
+pub(super) fn send_windowed(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32, window: usize) {
+    let mut pending = std::collections::VecDeque::new();
+    for b in bufs {
+        pending.push_back(isend(s, b, tag));
+        while pending.len() >= window {
+            let q = *pending.front().unwrap();
+            if s.test(q).unwrap() {
+                pending.pop_front();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    for q in pending {
+        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    }
+}
+
 /// Sends `bufs` in order, waiting for each (any thread).
 pub(super) fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
     for b in bufs {
@@ -303,24 +322,8 @@ fn small_ring_two_threads_random_sizes() {
         .enumerate()
         .map(|(i, &n)| pattern(n, 1000 + i as u64))
         .collect();
-    let sender = std::thread::spawn(move || {
-        // Keep several in flight.
-        let mut pending = std::collections::VecDeque::new();
-        for b in &bufs {
-            pending.push_back(isend(s.as_mut(), b, 3));
-            while pending.len() >= 5 {
-                let q = *pending.front().unwrap();
-                if s.test(q).unwrap() {
-                    pending.pop_front();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        for q in pending {
-            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-        }
-    });
+    // Keep several in flight.
+    let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 3, 5));
     recv_check(r.as_mut(), &sizes, 1000, 3);
     sender.join().unwrap();
 }

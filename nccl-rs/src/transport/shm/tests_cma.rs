@@ -5,7 +5,9 @@
 
 use super::connect::{ShmConnector, ShmListener};
 use super::segment::Geometry;
-use super::tests::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net};
+use super::tests::{
+    exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed,
+};
 use super::*;
 use nccl_net::{NetError, SendComm};
 use std::sync::atomic::Ordering;
@@ -112,23 +114,7 @@ fn many_in_flight_two_threads() {
         .enumerate()
         .map(|(i, &n)| pattern(n, 2000 + i as u64))
         .collect();
-    let sender = std::thread::spawn(move || {
-        let mut pending = std::collections::VecDeque::new();
-        for b in &bufs {
-            pending.push_back(isend(s.as_mut(), b, 4));
-            while pending.len() >= MAX_REQUESTS {
-                let q = *pending.front().unwrap();
-                if s.test(q).unwrap() {
-                    pending.pop_front();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        for q in pending {
-            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-        }
-    });
+    let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 4, MAX_REQUESTS));
     // Keep many receives posted as well, completing in order.
     let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
     let mut posted = std::collections::VecDeque::new();

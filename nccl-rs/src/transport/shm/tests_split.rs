@@ -7,7 +7,7 @@ use super::cma::CmaOpts;
 use super::connect::{ShmConnector, ShmListener};
 use super::segment::Geometry;
 use super::split::{cut, SPLIT_MIN_BYTES};
-use super::tests::{irecv, isend, pair, pattern, poll};
+use super::tests::{irecv, isend, pair, pattern, poll, send_windowed};
 use super::*;
 use nccl_net::{CopyHint, NetError};
 
@@ -135,23 +135,7 @@ fn odd_sizes_with_both_ends_running() {
         .collect();
     let (mut s, mut r, _) = pair(&cma_net());
     s.hint_copy(IDLE);
-    let sender = std::thread::spawn(move || {
-        let mut pending = std::collections::VecDeque::new();
-        for b in &bufs {
-            pending.push_back(isend(s.as_mut(), b, 9));
-            while pending.len() >= 4 {
-                let q = *pending.front().unwrap();
-                if s.test(q).unwrap() {
-                    pending.pop_front();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        for q in pending {
-            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-        }
-    });
+    let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 9, 4));
     for (i, &n) in sizes.iter().enumerate() {
         let mut buf = vec![0u8; n];
         let q = irecv(r.as_mut(), &mut buf, 9);
