@@ -292,14 +292,9 @@ mod tests {
         assert!(o.claim_back(7, len - 1).is_none());
         let mut sender = Vec::new();
         let mut receiver = vec![(lo, hi)];
-        loop {
-            match o.claim_back(7, len) {
-                Some((dst, p, a, b)) => {
-                    assert_eq!((dst, p), (0x1000, piece));
-                    sender.push((a, b));
-                }
-                None => break,
-            }
+        while let Some((dst, p, a, b)) = o.claim_back(7, len) {
+            assert_eq!((dst, p), (0x1000, piece));
+            sender.push((a, b));
             if let Ok(run) = o.claim_front(7, piece, false).unwrap() {
                 receiver.push(run);
             }
