@@ -201,28 +201,34 @@ fn one_message_per_peer(sched: &crate::schedule::Schedule) -> bool {
 
 /// The hint for `call`'s sends under `policy`.
 pub(super) fn copy_hint(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPolicy) -> CopyHint {
+    let receives = call.sched.steps.iter().any(|s| s.recv_peer().is_some());
     CopyHint {
-        single_copy: single_copy_allowed(call, bufs, policy),
-        sender_idle: sender_idle(call, bufs),
+        single_copy: single_copy_allowed(call, bufs, policy, receives),
+        sender_idle: !receives && sender_idle(call, bufs),
     }
 }
 
-/// Whether this rank only waits while its sends are read: it receives
-/// nothing, and copies nothing locally (in place, the root's copy is to
+/// Whether this rank, which receives nothing, only waits while its sends
+/// are read: it copies nothing locally (in place, the root's copy is to
 /// itself) or at least [`IDLE_COPY_MIN_BYTES`] (its memcpy then finishes
 /// before the reader's cross-process copy).
 fn sender_idle(call: &Call<'_>, bufs: &CallBufs) -> bool {
-    let steps = &call.sched.steps;
-    if steps.iter().any(|s| s.recv_peer().is_some()) {
-        return false;
-    }
-    let local_work = steps.iter().any(|s| !matches!(s, Step::Send { .. }));
+    let local_work = call
+        .sched
+        .steps
+        .iter()
+        .any(|s| !matches!(s, Step::Send { .. }));
     !local_work || bufs.input.ptr == bufs.output.ptr || bufs.output.len >= IDLE_COPY_MIN_BYTES
 }
 
 /// Whether `call`'s sends may go single-copy under `policy`, given the
-/// bytes of its buffers.
-fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPolicy) -> bool {
+/// bytes of its buffers; `receives`: whether the call receives anything.
+fn single_copy_allowed(
+    call: &Call<'_>,
+    bufs: &CallBufs,
+    policy: SingleCopyPolicy,
+    receives: bool,
+) -> bool {
     let coll = match call.what {
         OpLabel::Coll { coll, .. } => Some(coll),
         _ => None,
@@ -250,7 +256,6 @@ fn single_copy_allowed(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPolic
         #[cfg(test)]
         OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
     };
-    let receives = call.sched.steps.iter().any(|s| s.recv_peer().is_some());
     let cap = if receives {
         policy.max_bytes
     } else {

@@ -50,7 +50,7 @@ fn allowed_for(
         output: Region::new(std::ptr::null_mut(), out_bytes),
         group: Vec::new(),
     };
-    single_copy_allowed(&call, &bufs, p)
+    copy_hint(&call, &bufs, p).single_copy
 }
 
 #[test]
