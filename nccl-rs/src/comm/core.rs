@@ -16,7 +16,7 @@ use crate::datatype::{DataType, RedOp};
 use crate::engine::{copy_region, AlignedBuf, Call, CallBufs, Engine, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
-use crate::schedule::Schedule;
+use crate::schedule::{self, Schedule};
 use crate::transport::NetError;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,6 +45,9 @@ const CACHED_SCHEDULES: usize = 16;
 enum Shape {
     Chunked(usize),
     DirectAllGather,
+    /// An all-to-all in place, in chunks of that many elements
+    /// (`schedule::all_to_all_in_place`).
+    InPlaceAllToAll(usize),
 }
 
 type CacheKey = (Coll, DataType, Shape);
@@ -145,6 +148,10 @@ impl Core {
         let sched = Arc::new(match shape {
             Shape::Chunked(chunk) => self.planner.plan(coll, n, r, dtype, chunk),
             Shape::DirectAllGather => self.planner.plan_direct_all_gather(coll, n, r)?,
+            Shape::InPlaceAllToAll(chunk) => match coll {
+                Coll::AllToAll { count } => schedule::all_to_all_in_place(n, r, count, chunk),
+                _ => return None,
+            },
         });
         if self.cache.len() >= CACHED_SCHEDULES {
             self.cache.pop_front();
@@ -174,7 +181,7 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
-        let bufs = self.stage_overlapping_input(coll, bufs);
+        let (bufs, in_place) = self.stage_overlapping_input(coll, bufs);
         // One message per peer where it goes single-copy (all ranks agree):
         // each chunk would cost a handshake (and for a split broadcast, an
         // offer and claims; 2 ranks, 64 MiB in place: 5.7–6.0 ms in 512 KiB
@@ -195,6 +202,10 @@ impl Core {
             }
             _ => chunked,
         };
+        let shape = match (shape, in_place) {
+            (Shape::Chunked(chunk), true) => Shape::InPlaceAllToAll(chunk),
+            (shape, _) => shape,
+        };
         let entry = match self.take_cached(coll, dtype, shape) {
             Some(e) => e,
             None => self
@@ -208,29 +219,49 @@ impl Core {
         res
     }
 
-    /// An all-to-all whose input overlaps its output (in place) sends every
-    /// block before it can receive into it, so its schedule reads a copy of
-    /// the input: in this communicator's staging buffer, which stays
-    /// allocated (as the engine's scratch does), because a fresh copy per
-    /// call pays the first touch of every page (2 ranks, 64 MiB in place:
-    /// 50 ms with a new `Vec` per call, against 15 ms out of place).
-    fn stage_overlapping_input(&mut self, coll: Coll, mut bufs: CallBufs) -> CallBufs {
-        if !matches!(coll, Coll::AllToAll { .. }) {
-            return bufs;
-        }
+    /// An all-to-all whose input overlaps its output sends every block
+    /// before it can receive into it, so its schedule reads a copy of the
+    /// input: in this communicator's staging buffer, which stays allocated
+    /// (as the engine's scratch does), because a fresh copy per call pays
+    /// the first touch of every page (2 ranks, 64 MiB in place: 50 ms with
+    /// a new `Vec` per call, against 15 ms out of place). Exactly in place
+    /// (`true` returned), the rank's own block is already where it belongs:
+    /// only the other blocks are copied, and the schedule
+    /// (`all_to_all_in_place`) leaves the own block alone.
+    fn stage_overlapping_input(&mut self, coll: Coll, mut bufs: CallBufs) -> (CallBufs, bool) {
+        let Coll::AllToAll { .. } = coll else {
+            return (bufs, false);
+        };
         let (input, output) = (bufs.input, bufs.output);
         let (i, o) = (input.ptr as usize, output.ptr as usize);
-        if input.len > 0 && i < o + output.len && o < i + input.len {
-            self.staging.ensure(input.len);
-            let copy = Region::new(self.staging.as_mut_ptr(), input.len);
-            let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;
+        if input.len == 0 || i >= o + output.len || o >= i + input.len {
+            return (bufs, false);
+        }
+        self.staging.ensure(input.len);
+        let copy = Region::new(self.staging.as_mut_ptr(), input.len);
+        let in_place = i == o && input.len == output.len && input.len % self.nranks == 0;
+        let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;
+        let block = input.len / self.nranks;
+        let parts = match in_place {
+            // Everything but this rank's block, as the two ranges around it.
+            true => [(0, self.rank * block), ((self.rank + 1) * block, input.len)],
+            false => [(0, input.len), (0, 0)],
+        };
+        for (start, end) in parts {
+            if start == end {
+                continue;
+            }
+            // `wrapping_add` keeps these free of unsafe; `start <= end <=
+            // input.len` by construction.
+            let part = |r: Region| Region::new(r.ptr.wrapping_add(start), end - start);
             // SAFETY: `input` is readable for the call (the `CallBufs`
             // invariant) and `copy` is this communicator's own buffer of at
-            // least `input.len` bytes, which nothing else uses meanwhile.
-            unsafe { copy_region(input, copy, stream) };
-            bufs.input = Region::read_only(copy.ptr, copy.len);
+            // least `input.len` bytes, which nothing else uses meanwhile;
+            // both parts lie within them.
+            unsafe { copy_region(part(input), part(copy), stream) };
         }
-        bufs
+        bufs.input = Region::read_only(copy.ptr, copy.len);
+        (bufs, in_place)
     }
 
     pub(crate) fn execute(

@@ -10,6 +10,19 @@ use super::{Loc, Schedule, Step};
 /// receives: the transfer starts at once and the local copy overlaps it,
 /// and per-pair messages keep the round order on both sides.
 pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    all_to_all_rounds(n, r, count, chunk, true)
+}
+
+/// [`all_to_all`] for a rank whose output is its input (in place): its own
+/// block is already where it belongs, so it copies nothing. The caller
+/// must send from a copy of the other blocks, which the receives
+/// overwrite. The messages are those of [`all_to_all`], so ranks in place
+/// and out of place mix.
+pub fn all_to_all_in_place(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    all_to_all_rounds(n, r, count, chunk, false)
+}
+
+fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, own: bool) -> Schedule {
     let chunk = chunk.max(1);
     let mut steps = Vec::new();
     let mut o = 0;
@@ -23,11 +36,13 @@ pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
                 count: c,
             });
         }
-        steps.push(Step::Copy {
-            src: Loc::In(r * count + o),
-            dst: Loc::Out(r * count + o),
-            count: c,
-        });
+        if own {
+            steps.push(Step::Copy {
+                src: Loc::In(r * count + o),
+                dst: Loc::Out(r * count + o),
+                count: c,
+            });
+        }
         for s in 1..n {
             let from = (r + n - s) % n;
             steps.push(Step::Recv {

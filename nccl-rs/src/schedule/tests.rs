@@ -174,6 +174,59 @@ fn chain_broadcast_and_reduce_every_root() {
     }
 }
 
+/// In place, a rank's own block starts in its output and its staged input
+/// lacks that block: the schedule must not read it there, and ranks in
+/// place and out of place (even and odd here) must exchange the same
+/// messages.
+#[test]
+fn in_place_all_to_all_leaves_the_own_block_and_mixes_with_out_of_place() {
+    for &n in SIZES {
+        for &c in COUNTS {
+            for chunk in [1, 3, c.max(1), usize::MAX] {
+                let in_place = |r: usize| r % 2 == 0;
+                let scheds: Vec<_> = (0..n)
+                    .map(|r| match in_place(r) {
+                        true => all_to_all_in_place(n, r, c, chunk),
+                        false => all_to_all(n, r, c, chunk),
+                    })
+                    .collect();
+                check::check_matching(&scheds).unwrap();
+                let own = |r: usize, i: usize| i / c.max(1) == r;
+                let mut bufs: Vec<_> = (0..n)
+                    .map(|r| {
+                        let input: Vec<_> = (0..n * c).map(|i| v(r, i)).collect();
+                        match in_place(r) {
+                            true => SymBufs {
+                                input: (0..n * c)
+                                    .map(|i| input[i].filter(|_| !own(r, i)))
+                                    .collect(),
+                                output: (0..n * c)
+                                    .map(|i| input[i].filter(|_| own(r, i)))
+                                    .collect(),
+                                scratch: vec![],
+                            },
+                            false => SymBufs {
+                                input,
+                                output: vec![None; n * c],
+                                scratch: vec![],
+                            },
+                        }
+                    })
+                    .collect();
+                simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("n={n} c={c}: {e}"));
+                for (r, b) in bufs.iter().enumerate() {
+                    let what = format!("in-place all_to_all n={n} c={c} chunk={chunk} rank {r}");
+                    let want = |i: usize| Val {
+                        ranks: 1 << (i / c),
+                        index: (r * c + i % c) as u64,
+                    };
+                    expect(&b.output, want, &what);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn pairwise_all_to_all_gather_scatter() {
     for &n in SIZES {
