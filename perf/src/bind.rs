@@ -103,8 +103,8 @@ mod tests {
         let cpus = allowed_cpus();
         assert!(!cpus.is_empty());
         assert!(cpus.windows(2).all(|w| w[0] < w[1]));
-        // SAFETY: plain reads of a set built by `single_cpu_set`.
         let set = single_cpu_set(cpus[0]);
+        // SAFETY: plain reads of a set built by `single_cpu_set`.
         assert!(unsafe { libc::CPU_ISSET(cpus[0], &set) });
     }
 }

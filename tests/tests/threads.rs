@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn config() -> Config {
-    let mut c = Config::default();
-    c.socket_ifname = Some("lo".into());
-    c.timeout = Duration::from_secs(30);
-    c.bootstrap_timeout = Duration::from_secs(30);
-    c
+    Config {
+        socket_ifname: Some("lo".into()),
+        timeout: Duration::from_secs(30),
+        bootstrap_timeout: Duration::from_secs(30),
+        ..Config::default()
+    }
 }
 
 /// Runs `f(comm)` on `n` ranks as threads and returns their results.
@@ -119,7 +120,7 @@ fn mem_transport_16_ranks_all_collectives_smoke() {
     on_threads(16, true, |mut comm| {
         let (r, n) = (comm.rank(), comm.size());
         let mut out = vec![0i32; 33];
-        comm.all_reduce(&vec![r as i32; 33], &mut out, RedOp::Sum)
+        comm.all_reduce(&[r as i32; 33], &mut out, RedOp::Sum)
             .unwrap();
         assert_eq!(out, vec![(n * (n - 1) / 2) as i32; 33]);
         let mut g = vec![0u8; 2 * n];

@@ -171,10 +171,9 @@ impl Communicator {
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;
-        let props = if remote || shm.is_none() {
-            net.properties()
-        } else {
-            shm.as_ref().expect("checked").properties()
+        let props = match (&shm, remote) {
+            (Some(shm), false) => shm.properties(),
+            _ => net.properties(),
         };
         let mut engine = Engine::new(
             rank,

@@ -329,7 +329,7 @@ mod tests {
         assert!(d.in_place());
         let halves = BufferDesc::of((p, 2000), (p.wrapping_add(2000), 2000)).unwrap();
         assert!(!halves.in_place());
-        let v = vec![0u8; 64];
+        let v = [0u8; 64];
         assert!(BufferDesc::of((v.as_ptr(), 64), (p, 4)).is_none());
         drop(b);
         // By serial: a test running in parallel may map a new buffer at

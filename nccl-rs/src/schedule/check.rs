@@ -29,7 +29,7 @@ pub struct SymBufs {
     pub scratch: Vec<Option<Val>>,
 }
 
-fn buf<'a>(b: &'a mut SymBufs, loc: Loc) -> Result<(&'a mut Vec<Option<Val>>, usize), String> {
+fn buf(b: &mut SymBufs, loc: Loc) -> Result<(&mut Vec<Option<Val>>, usize), String> {
     match loc {
         Loc::In(o) => Ok((&mut b.input, o)),
         Loc::Out(o) => Ok((&mut b.output, o)),

@@ -47,6 +47,8 @@ pub enum Loc {
 
 impl Loc {
     /// The same buffer, `by` elements further.
+    // An offset within one buffer, not a sum of two places: no `ops::Add`.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, by: usize) -> Loc {
         match self {
             Loc::In(o) => Loc::In(o + by),

@@ -1,5 +1,7 @@
 //! Symbolic runs of every schedule at many world sizes, counts and chunk
 //! sizes (no sockets, no engine).
+// Loops over ranks read as the math does (`for r in 0..n`, `b[r]`).
+#![allow(clippy::needless_range_loop)]
 
 use super::check::{simulate, SymBufs, Val};
 use super::*;
