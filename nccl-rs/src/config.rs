@@ -24,7 +24,7 @@
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
-//! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers |
+//! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
 use crate::error::{Error, Result};
@@ -179,12 +179,16 @@ impl Config {
                 d.zero_copy_min_bytes,
                 0..=usize::MAX,
             )?,
-            socket_buf_bytes: num(
-                &text,
-                "NCCL_SOCKET_SNDBUF",
-                d.socket_buf_bytes,
-                4096..=(1 << 30),
-            )?,
+            socket_buf_bytes: match text("NCCL_SOCKET_SNDBUF").as_deref() {
+                // 0: the kernel's buffer autotuning (`TcpOptions`).
+                Some("0") => 0,
+                _ => num(
+                    &text,
+                    "NCCL_SOCKET_SNDBUF",
+                    d.socket_buf_bytes,
+                    4096..=(1 << 30),
+                )?,
+            },
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
         })
@@ -294,6 +298,10 @@ mod tests {
         assert_eq!(c.shm_cma_max_bytes, 65536);
         assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
         assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
+        let sndbuf = |v| cfg(&[("NCCL_SOCKET_SNDBUF", v)]).map(|c| c.socket_buf_bytes);
+        assert_eq!(sndbuf("0").unwrap(), 0, "the kernel's autotuning");
+        assert_eq!(sndbuf("65536").unwrap(), 65536);
+        assert!(sndbuf("100").is_err());
     }
 
     #[test]
