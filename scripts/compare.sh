@@ -22,6 +22,11 @@ tool() { case $1 in allreduce) echo all_reduce_perf;; allgather) echo all_gather
   broadcast) echo broadcast_perf;; alltoall) echo alltoall_perf;; esac; }
 csv=$(echo $SIZES | tr ' ' ,)
 : > "$OUT"
+# The host's copy floors (memcpy and process_vm_readv, one core), at the
+# start and the end of the run: the bounds of the single-copy paths.
+FLOOR=${OUT%.txt}-floor.txt
+floor() { echo "=== copy_floor $1, load $(cut -d' ' -f1-3 /proc/loadavg)"; target/release/copy_floor -b 64K -e 64M -f 4 2>&1; }
+floor start > "$FLOOR"
 for r in $(seq 1 "$REPS"); do
   for N in $NS; do
     for op in $OPS; do
@@ -49,4 +54,6 @@ for r in $(seq 1 "$REPS"); do
     done
   done
 done
+floor end >> "$FLOOR"
 python3 scripts/compare_summary.py "$OUT"
+echo; echo "Copy floors of this host (target/release/copy_floor; $FLOOR):"; grep -v '^#' "$FLOOR"

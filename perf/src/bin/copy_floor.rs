@@ -1,0 +1,214 @@
+//! The floors under shared-memory collectives on this host: how long one
+//! core takes to copy a message with `memcpy` (a rank's local block, the
+//! zero-copy path) and with `process_vm_readv` from another process (the
+//! single-copy path on heap buffers).
+//!
+//! ```text
+//! copy_floor [-b 64K] [-e 64M] [-f 4] [-n 0]
+//! ```
+//! `-n 0` picks the repetitions per size (about 50 ms of copying). Each
+//! cell is the median over repetitions. The source buffer lives in a child
+//! process (this program run as `copy_floor --serve <bytes>`), which fills
+//! it once and waits for its standard input to close. For both cores busy,
+//! as two ranks of an all-gather are, run two at once
+//! (`copy_floor & copy_floor; wait`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+struct Args {
+    min: usize,
+    max: usize,
+    factor: usize,
+    reps: usize,
+}
+
+fn size(s: &str) -> Result<usize, String> {
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("not a size: {s:?}"))
+}
+
+fn parse(argv: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        min: 64 << 10,
+        max: 64 << 20,
+        factor: 4,
+        reps: 0,
+    };
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "-b" => a.min = size(value()?)?,
+            "-e" => a.max = size(value()?)?,
+            "-f" => a.factor = size(value()?)?,
+            "-n" => a.reps = size(value()?)?,
+            "-h" | "--help" => {
+                return Err("usage: copy_floor [-b min] [-e max] [-f factor] [-n reps]".into())
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.min == 0 || a.min > a.max || a.factor < 2 {
+        return Err("need 0 < min <= max and factor >= 2".into());
+    }
+    Ok(a)
+}
+
+/// The child: fills a buffer, prints `pid address`, waits for stdin to close.
+fn serve(bytes: usize) -> Result<(), String> {
+    let buf: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    println!("{} {}", std::process::id(), buf.as_ptr() as usize);
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut sink = String::new();
+    while std::io::stdin()
+        .read_line(&mut sink)
+        .map_err(|e| e.to_string())?
+        > 0
+    {}
+    drop(buf);
+    Ok(())
+}
+
+/// Copies `dst.len()` bytes from address `src` of process `pid`.
+fn cma_read(pid: i32, src: usize, dst: &mut [u8]) -> Result<(), String> {
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: src as *mut libc::c_void,
+        iov_len: dst.len(),
+    };
+    // SAFETY: `local` describes `dst`, which this call borrows mutably; the
+    // kernel checks `remote` against the child's address space (the child
+    // keeps its buffer until we close its stdin) and writes at most
+    // `dst.len()` bytes into `dst`.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n == dst.len() as isize => Ok(()),
+        n if n < 0 => Err(format!(
+            "process_vm_readv: {}",
+            std::io::Error::last_os_error()
+        )),
+        n => Err(format!("process_vm_readv: short read of {n} bytes")),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median over `reps` runs of `op`, in seconds.
+fn timed(reps: usize, mut op: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        op()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    Ok(median(times))
+}
+
+/// A source process: its pid and buffer address, and its stdin, whose
+/// closing ends it.
+struct Source {
+    child: std::process::Child,
+    pid: i32,
+    addr: usize,
+}
+
+fn spawn_source(bytes: usize) -> Result<Source, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["--serve", &bytes.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting a source process: {e}"))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().ok_or("no child stdout")?;
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let mut words = line.split_whitespace().map(str::parse::<usize>);
+    let (Some(Ok(pid)), Some(Ok(addr))) = (words.next(), words.next()) else {
+        return Err(format!("a source process said {line:?}"));
+    };
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    Ok(Source { child, pid, addr })
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let source = spawn_source(a.max)?;
+    let src: Vec<u8> = (0..a.max).map(|i| (i % 251) as u8).collect();
+    let mut dst = vec![0u8; a.max];
+    println!("# copy_floor: one core copying; median of repetitions");
+    println!(
+        "# {:>10} {:>12} {:>9} {:>12} {:>9} {:>8}",
+        "size", "memcpy(us)", "GB/s", "cma(us)", "GB/s", "cma/cpy"
+    );
+    let mut bytes = a.min;
+    while bytes <= a.max {
+        let reps = match a.reps {
+            0 => (50_000_000 / bytes.max(1)).clamp(5, 20_000),
+            n => n,
+        };
+        let memcpy = timed(reps, || {
+            dst[..bytes].copy_from_slice(&src[..bytes]);
+            Ok(())
+        })?;
+        let cma = timed(reps, || {
+            cma_read(source.pid, source.addr, &mut dst[..bytes])
+        })?;
+        let gbs = |s: f64| bytes as f64 / s / 1e9;
+        println!(
+            "  {:>10} {:>12.2} {:>9.2} {:>12.2} {:>9.2} {:>8.2}",
+            bytes,
+            memcpy * 1e6,
+            gbs(memcpy),
+            cma * 1e6,
+            gbs(cma),
+            cma / memcpy
+        );
+        bytes = match bytes.checked_mul(a.factor) {
+            Some(b) => b,
+            None => break,
+        };
+    }
+    drop(source);
+    Ok(())
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let res = match argv.first().map(String::as_str) {
+        Some("--serve") => argv
+            .get(1)
+            .ok_or_else(|| "--serve needs a size".to_string())
+            .and_then(|s| size(s))
+            .and_then(serve),
+        _ => parse(&argv).and_then(|a| run(&a)),
+    };
+    if let Err(e) = res {
+        eprintln!("copy_floor: {e}");
+        std::process::exit(1);
+    }
+}
