@@ -1,0 +1,46 @@
+//! `copy_floor` runs, prints one row per size with positive times, and
+//! refuses bad arguments.
+
+use std::process::Command;
+
+#[test]
+fn prints_one_row_per_size() {
+    let out = Command::new(env!("CARGO_BIN_EXE_copy_floor"))
+        .args(["-b", "4K", "-e", "64K", "-f", "4", "-n", "3"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(|w| w.parse().unwrap()).collect())
+        .collect();
+    let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(sizes, [4096.0, 16384.0, 65536.0], "{text}");
+    for r in &rows {
+        assert_eq!(r.len(), 6, "{text}");
+        assert!(r[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{text}");
+    }
+}
+
+#[test]
+fn refuses_bad_arguments() {
+    for args in [
+        &["-b", "1M", "-e", "1K"][..],
+        &["-f", "1"],
+        &["-x"],
+        &["-b", "lots"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_copy_floor"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+}
