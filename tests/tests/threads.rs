@@ -355,3 +355,51 @@ fn all_to_all_ranks_in_place_and_out_of_place_mix() {
         }
     }
 }
+
+#[test]
+fn zero_copy_all_to_all_in_place_swaps_and_mixed_calls_fall_back() {
+    // Shared buffers on every rank (ranks as threads share one process; the
+    // zero-copy path maps the buffers all the same). All ranks in place:
+    // the ranks swap blocks pairwise; some in place: every rank falls
+    // back to the transport. Exact either way, at sizes around the swap's
+    // halves (odd counts split unevenly).
+    let n = 3;
+    let outs = on_threads_with(
+        n,
+        false,
+        |c| c.zero_copy_min_bytes = 1,
+        move |mut comm| {
+            let r = comm.rank();
+            let mut fails = Vec::new();
+            for count in [1usize, 7, 1000, 100_001] {
+                let value = |rank: usize, i: usize| (rank * n * count + i) as u32;
+                let want = |i: usize| value(i / count, r * count + i % count);
+                for all_in_place in [true, false] {
+                    let mut buf = nccl_rs::ShmBuffer::<u32>::zeroed(n * count).unwrap();
+                    for (i, x) in buf.iter_mut().enumerate() {
+                        *x = value(r, i);
+                    }
+                    let out = if all_in_place || r % 2 == 0 {
+                        comm.all_to_all_in_place(&mut buf).unwrap();
+                        buf.to_vec()
+                    } else {
+                        let mut out = nccl_rs::ShmBuffer::<u32>::zeroed(n * count).unwrap();
+                        comm.all_to_all(&buf, &mut out).unwrap();
+                        out.to_vec()
+                    };
+                    if let Some(i) = (0..n * count).find(|&i| out[i] != want(i)) {
+                        fails.push(format!(
+                            "count {count} all_in_place {all_in_place}: element {i} {} != {}",
+                            out[i],
+                            want(i)
+                        ));
+                    }
+                }
+            }
+            fails
+        },
+    );
+    for (r, fails) in outs.iter().enumerate() {
+        assert!(fails.is_empty(), "rank {r}: {fails:?}");
+    }
+}

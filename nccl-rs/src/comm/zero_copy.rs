@@ -156,12 +156,17 @@ impl Core {
             return Ok(false);
         };
         zc.backoff = 0;
-        // In-place all-to-all has no plan: a rank would overwrite input its
-        // peers still read. Every rank sees from the descriptors whether any
-        // call is in place, and then all fall back (this call only).
-        if matches!(zcoll, ZcColl::AllToAll { .. }) && all.iter().any(BufferDesc::in_place) {
-            return Ok(false);
-        }
+        // In-place all-to-all: a rank would overwrite input its peers still
+        // read, so with every rank exactly in place the ranks swap blocks
+        // pairwise; with only some (or a partial overlap) they all fall
+        // back (this call only). Every rank sees that alike.
+        let zcoll = match zcoll {
+            ZcColl::AllToAll { count } if all.iter().all(BufferDesc::exactly_in_place) => {
+                ZcColl::AllToAllInPlace { count }
+            }
+            ZcColl::AllToAll { .. } if all.iter().any(BufferDesc::in_place) => return Ok(false),
+            z => z,
+        };
         // An in-place broadcast root has no copy of its own to make: it
         // copies a share of the others' (every rank sees that alike).
         let zcoll = match zcoll {

@@ -69,6 +69,29 @@ pub(crate) unsafe fn run(
                 // the contract, which also keeps everyone else out of them.
                 unsafe { copy_region(s, d, stream) };
             }
+            ZcStep::Swap { a, b: other, count } => {
+                let (x, y) = (b.range(*a, *count)?, b.range(*other, *count)?);
+                let (xs, ys) = (x.ptr as usize, y.ptr as usize);
+                if xs < ys + y.len && ys < xs + x.len {
+                    return Err(format!("swap of overlapping ranges {a:?} and {other:?}"));
+                }
+                let bytes = piece * es;
+                let mut off = 0;
+                while off < x.len {
+                    let len = bytes.min(x.len - off);
+                    let (xp, yp) = (x.ptr.wrapping_add(off), y.ptr.wrapping_add(off));
+                    // SAFETY: `x` and `y` are checked, disjoint ranges of
+                    // outputs that only this rank touches during the call
+                    // (contract), `off + len` inside both; `tmp` holds at
+                    // least `piece * es` bytes and is ours alone.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(xp, tmp.as_mut_ptr(), len);
+                        std::ptr::copy_nonoverlapping(yp, xp, len);
+                        std::ptr::copy_nonoverlapping(tmp.as_mut_ptr(), yp, len);
+                    }
+                    off += len;
+                }
+            }
             ZcStep::Reduce { srcs, dsts, count } => {
                 // Bounds once per step; the pieces below stay inside.
                 ins.clear();

@@ -230,6 +230,12 @@ pub(crate) struct BufferDesc {
 }
 
 impl BufferDesc {
+    /// Whether the input and output are the same bytes.
+    pub(crate) fn exactly_in_place(&self) -> bool {
+        let (i, o) = (&self.input, &self.output);
+        i.serial == o.serial && i.len > 0 && i.offset == o.offset && i.len == o.len
+    }
+
     /// Whether the input and output overlap (an in-place call).
     pub(crate) fn in_place(&self) -> bool {
         let (i, o) = (&self.input, &self.output);
@@ -327,8 +333,11 @@ mod tests {
         assert_eq!(BufferDesc::decode(&BufferDesc::encode(Some(d))), Some(d));
         assert_eq!(BufferDesc::decode(&BufferDesc::encode(None)), None);
         assert!(d.in_place());
+        assert!(!d.exactly_in_place(), "overlapping, not the same bytes");
+        let same = BufferDesc::of((p, 4000), (p, 4000)).unwrap();
+        assert!(same.in_place() && same.exactly_in_place());
         let halves = BufferDesc::of((p, 2000), (p.wrapping_add(2000), 2000)).unwrap();
-        assert!(!halves.in_place());
+        assert!(!halves.in_place() && !halves.exactly_in_place());
         let v = [0u8; 64];
         assert!(BufferDesc::of((v.as_ptr(), 64), (p, 4)).is_none());
         drop(b);

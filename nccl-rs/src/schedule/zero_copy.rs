@@ -10,8 +10,11 @@
 //! once, and an element that is read as input by one rank is written (in
 //! place) only by that same rank, after it read it. So no two ranks race
 //! on any element, in place or not. [`check_zero_copy`] verifies the first
-//! half for every collective at many sizes; in-place all-to-all, where a
-//! rank would overwrite input others still read, has no plan.
+//! half for every collective at many sizes. In-place all-to-all, where a
+//! rank's output is input another rank reads, is a set of swaps instead:
+//! each pair of blocks that trade places is swapped by one rank, half of it
+//! by each rank of the pair ([`ZcStep::Swap`]), so again nobody else
+//! touches those elements.
 
 use super::{part_len, part_start};
 
@@ -47,6 +50,16 @@ pub enum ZcStep {
         srcs: Vec<ZcAt>,
         /// Where the result goes.
         dsts: Vec<ZcAt>,
+        /// Elements.
+        count: usize,
+    },
+    /// Exchange `count` elements between two outputs (in place, each
+    /// holds the input the other needs).
+    Swap {
+        /// One side.
+        a: ZcAt,
+        /// The other side.
+        b: ZcAt,
         /// Elements.
         count: usize,
     },
@@ -100,6 +113,11 @@ pub enum ZcColl {
     },
     /// `count` elements between every pair.
     AllToAll {
+        /// Elements per pair.
+        count: usize,
+    },
+    /// [`ZcColl::AllToAll`] with every rank in place.
+    AllToAllInPlace {
         /// Elements per pair.
         count: usize,
     },
@@ -199,9 +217,34 @@ pub fn zero_copy(coll: ZcColl, n: usize, r: usize) -> Vec<ZcStep> {
                 });
             }
         }
+        ZcColl::AllToAllInPlace { count } => {
+            // Rank r's block q and rank q's block r trade places: the lower
+            // rank of the pair swaps the first half, the higher the rest.
+            // The own block is already in place (a copy onto itself).
+            for k in 0..n {
+                let q = (r + 1 + k) % n;
+                if q == r {
+                    steps.push(ZcStep::Copy {
+                        src: at(ZcBuf::In(r), r * count),
+                        dst: at(ZcBuf::Out(r), r * count),
+                        count,
+                    });
+                    continue;
+                }
+                let half = count / 2;
+                let (lo, hi) = if r < q { (0, half) } else { (half, count) };
+                steps.push(ZcStep::Swap {
+                    a: at(ZcBuf::Out(r), q * count + lo),
+                    b: at(ZcBuf::Out(q), r * count + lo),
+                    count: hi - lo,
+                });
+            }
+        }
     }
     steps.retain(|s| match s {
-        ZcStep::Reduce { count, .. } | ZcStep::Copy { count, .. } => *count > 0,
+        ZcStep::Reduce { count, .. } | ZcStep::Copy { count, .. } | ZcStep::Swap { count, .. } => {
+            *count > 0
+        }
     });
     steps
 }
@@ -220,18 +263,29 @@ fn check_plans(coll: ZcColl, n: usize, plan: impl Fn(usize) -> Vec<ZcStep>) -> R
     let mut written: HashMap<(usize, usize), Vec<(ZcBuf, usize)>> = HashMap::new();
     for r in 0..n {
         for step in plan(r) {
-            let (srcs, dsts, count) = match step {
-                ZcStep::Reduce { srcs, dsts, count } => (srcs, dsts, count),
-                ZcStep::Copy { src, dst, count } => (vec![src], vec![dst], count),
+            // In place, an output's old content is its rank's input: a swap
+            // writes each side from the other side's input.
+            let input_of = |z: ZcAt| match z.buf {
+                ZcBuf::Out(q) | ZcBuf::In(q) => at(ZcBuf::In(q), z.off),
             };
-            for d in dsts {
-                let ZcBuf::Out(q) = d.buf else {
-                    return Err(format!("rank {r} writes an input: {d:?}"));
-                };
-                for i in 0..count {
-                    let from = srcs.iter().map(|s| (s.buf, s.off + i)).collect();
-                    if written.insert((q, d.off + i), from).is_some() {
-                        return Err(format!("rank {q}'s output {} written twice", d.off + i));
+            let moves = match step {
+                ZcStep::Reduce { srcs, dsts, count } => vec![(srcs, dsts, count)],
+                ZcStep::Copy { src, dst, count } => vec![(vec![src], vec![dst], count)],
+                ZcStep::Swap { a, b, count } => vec![
+                    (vec![input_of(b)], vec![a], count),
+                    (vec![input_of(a)], vec![b], count),
+                ],
+            };
+            for (srcs, dsts, count) in moves {
+                for d in dsts {
+                    let ZcBuf::Out(q) = d.buf else {
+                        return Err(format!("rank {r} writes an input: {d:?}"));
+                    };
+                    for i in 0..count {
+                        let from = srcs.iter().map(|s| (s.buf, s.off + i)).collect();
+                        if written.insert((q, d.off + i), from).is_some() {
+                            return Err(format!("rank {q}'s output {} written twice", d.off + i));
+                        }
                     }
                 }
             }
@@ -270,7 +324,7 @@ fn check_plans(coll: ZcColl, n: usize, plan: impl Fn(usize) -> Vec<ZcStep>) -> R
                     expect.insert((q, i), vec![(ZcBuf::In(root), i)]);
                 }
             }
-            ZcColl::AllToAll { count } => {
+            ZcColl::AllToAll { count } | ZcColl::AllToAllInPlace { count } => {
                 for p in 0..n {
                     for i in 0..count {
                         expect.insert((q, p * count + i), vec![(ZcBuf::In(p), q * count + i)]);
@@ -311,6 +365,7 @@ mod tests {
                         },
                         ZcColl::Reduce { count, root },
                         ZcColl::AllToAll { count },
+                        ZcColl::AllToAllInPlace { count },
                     ] {
                         check_zero_copy(coll, n).unwrap_or_else(|e| panic!("{e}"));
                     }
@@ -378,5 +433,20 @@ mod tests {
             p
         };
         assert!(check_plans(ar, n, twice).unwrap_err().contains("twice"));
+        // In place, both ranks of a pair swapping the whole block: each
+        // swaps the pair back.
+        let a2a = ZcColl::AllToAllInPlace { count: 6 };
+        let whole = |r: usize| {
+            let mut p = zero_copy(a2a, n, r);
+            for s in &mut p {
+                if let ZcStep::Swap { a, b, count } = s {
+                    a.off -= a.off % 6;
+                    b.off -= b.off % 6;
+                    *count = 6;
+                }
+            }
+            p
+        };
+        assert!(check_plans(a2a, n, whole).unwrap_err().contains("twice"));
     }
 }
