@@ -95,7 +95,8 @@ fn zc_coll(coll: Coll, n: usize) -> Option<(ZcColl, usize)> {
         ),
         Coll::Reduce { count, root } => (ZcColl::Reduce { count, root }, count),
         Coll::AllToAll { count } => (ZcColl::AllToAll { count }, count * n),
-        Coll::Gather { .. } | Coll::Scatter { .. } => return None,
+        Coll::Gather { count, root } => (ZcColl::Gather { count, root }, count * n),
+        Coll::Scatter { count, root } => (ZcColl::Scatter { count, root }, count * n),
     })
 }
 

@@ -247,7 +247,9 @@ impl BufferDesc {
     }
 
     /// Describes this process's `input` and `output` ranges, if both are in
-    /// shared allocations (an empty range counts as its output's).
+    /// shared allocations. An empty range (a rank's unused side of a
+    /// rooted collective, perhaps NULL) counts as the other range's, with
+    /// length 0; both empty: `None`.
     pub(crate) fn of(input: (*const u8, usize), output: (*const u8, usize)) -> Option<BufferDesc> {
         let region = |(p, len): (*const u8, usize)| {
             locate(p, len).map(|(serial, fd, alloc_len, offset)| RegionDesc {
@@ -258,11 +260,17 @@ impl BufferDesc {
                 len,
             })
         };
-        let out = region(output)?;
-        let inp = if input.1 == 0 {
-            RegionDesc { len: 0, ..out }
-        } else {
-            region(input)?
+        let (inp, out) = match (input.1, output.1) {
+            (0, 0) => return None,
+            (0, _) => {
+                let out = region(output)?;
+                (RegionDesc { len: 0, ..out }, out)
+            }
+            (_, 0) => {
+                let inp = region(input)?;
+                (inp, RegionDesc { len: 0, ..inp })
+            }
+            _ => (region(input)?, region(output)?),
         };
         Some(BufferDesc {
             pid: std::process::id() as i32,
@@ -338,6 +346,11 @@ mod tests {
         assert!(same.in_place() && same.exactly_in_place());
         let halves = BufferDesc::of((p, 2000), (p.wrapping_add(2000), 2000)).unwrap();
         assert!(!halves.in_place() && !halves.exactly_in_place());
+        let only_in = BufferDesc::of((p, 4000), (std::ptr::null(), 0)).unwrap();
+        assert_eq!((only_in.output.serial, only_in.output.len), (serial, 0));
+        let only_out = BufferDesc::of((std::ptr::null(), 0), (p, 4000)).unwrap();
+        assert_eq!((only_out.input.serial, only_out.input.len), (serial, 0));
+        assert!(BufferDesc::of((std::ptr::null(), 0), (std::ptr::null(), 0)).is_none());
         let v = [0u8; 64];
         assert!(BufferDesc::of((v.as_ptr(), 64), (p, 4)).is_none());
         drop(b);

@@ -121,6 +121,20 @@ pub enum ZcColl {
         /// Elements per pair.
         count: usize,
     },
+    /// `count` elements from every rank into `root`'s output.
+    Gather {
+        /// Elements per rank.
+        count: usize,
+        /// Destination rank.
+        root: usize,
+    },
+    /// Part `r` (`count` elements) of `root`'s input to every rank `r`.
+    Scatter {
+        /// Elements per rank.
+        count: usize,
+        /// Source rank.
+        root: usize,
+    },
 }
 
 /// The steps of rank `r` of `n` for `coll`.
@@ -240,6 +254,16 @@ pub fn zero_copy(coll: ZcColl, n: usize, r: usize) -> Vec<ZcStep> {
                 });
             }
         }
+        ZcColl::Gather { count, root } => steps.push(ZcStep::Copy {
+            src: at(ZcBuf::In(r), 0),
+            dst: at(ZcBuf::Out(root), r * count),
+            count,
+        }),
+        ZcColl::Scatter { count, root } => steps.push(ZcStep::Copy {
+            src: at(ZcBuf::In(root), r * count),
+            dst: at(ZcBuf::Out(r), 0),
+            count,
+        }),
     }
     steps.retain(|s| match s {
         ZcStep::Reduce { count, .. } | ZcStep::Copy { count, .. } | ZcStep::Swap { count, .. } => {
@@ -324,6 +348,20 @@ fn check_plans(coll: ZcColl, n: usize, plan: impl Fn(usize) -> Vec<ZcStep>) -> R
                     expect.insert((q, i), vec![(ZcBuf::In(root), i)]);
                 }
             }
+            ZcColl::Gather { count, root } => {
+                if q == root {
+                    for p in 0..n {
+                        for i in 0..count {
+                            expect.insert((q, p * count + i), vec![(ZcBuf::In(p), i)]);
+                        }
+                    }
+                }
+            }
+            ZcColl::Scatter { count, root } => {
+                for i in 0..count {
+                    expect.insert((q, i), vec![(ZcBuf::In(root), q * count + i)]);
+                }
+            }
             ZcColl::AllToAll { count } | ZcColl::AllToAllInPlace { count } => {
                 for p in 0..n {
                     for i in 0..count {
@@ -344,109 +382,4 @@ fn check_plans(coll: ZcColl, n: usize, plan: impl Fn(usize) -> Vec<ZcStep>) -> R
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_output_element_is_written_once_from_the_right_inputs() {
-        for n in 1..=9 {
-            for count in [0, 1, 2, 5, 16, 17] {
-                for (root, root_shares) in
-                    [(0, true), (n / 2, false), (n - 1, true), (n - 1, false)]
-                {
-                    for coll in [
-                        ZcColl::AllReduce { count },
-                        ZcColl::ReduceScatter { recv_count: count },
-                        ZcColl::AllGather { send_count: count },
-                        ZcColl::Broadcast {
-                            count,
-                            root,
-                            root_shares,
-                        },
-                        ZcColl::Reduce { count, root },
-                        ZcColl::AllToAll { count },
-                        ZcColl::AllToAllInPlace { count },
-                    ] {
-                        check_zero_copy(coll, n).unwrap_or_else(|e| panic!("{e}"));
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn an_in_place_broadcast_root_copies_a_share() {
-        let bc = |root_shares| ZcColl::Broadcast {
-            count: 10,
-            root: 0,
-            root_shares,
-        };
-        let to_peer = |steps: Vec<ZcStep>| {
-            steps
-                .iter()
-                .filter_map(|s| match s {
-                    ZcStep::Copy { dst, count, .. } if dst.buf == ZcBuf::Out(1) => Some(*count),
-                    _ => None,
-                })
-                .sum::<usize>()
-        };
-        assert_eq!(
-            to_peer(zero_copy(bc(true), 2, 0)),
-            5,
-            "half of rank 1's output"
-        );
-        assert_eq!(to_peer(zero_copy(bc(true), 2, 1)), 5);
-        assert_eq!(
-            to_peer(zero_copy(bc(false), 2, 0)),
-            0,
-            "out of place: its own copy"
-        );
-        assert_eq!(to_peer(zero_copy(bc(false), 2, 1)), 10);
-    }
-
-    #[test]
-    fn the_checker_catches_wrong_plans() {
-        let n = 3;
-        let ag = ZcColl::AllGather { send_count: 4 };
-        let dropped = |r: usize| {
-            let mut p = zero_copy(ag, n, r);
-            if r == 1 {
-                p.pop();
-            }
-            p
-        };
-        assert!(check_plans(ag, n, dropped).unwrap_err().contains("missing"));
-        let ar = ZcColl::AllReduce { count: 7 };
-        let wrong_source = |r: usize| {
-            let mut p = zero_copy(ar, n, r);
-            if let Some(ZcStep::Reduce { srcs, .. }) = p.first_mut() {
-                srcs[0].off += 1;
-            }
-            p
-        };
-        assert!(check_plans(ar, n, wrong_source)
-            .unwrap_err()
-            .contains("wrong"));
-        let twice = |r: usize| {
-            let mut p = zero_copy(ar, n, r);
-            p.extend(zero_copy(ar, n, r));
-            p
-        };
-        assert!(check_plans(ar, n, twice).unwrap_err().contains("twice"));
-        // In place, both ranks of a pair swapping the whole block: each
-        // swaps the pair back.
-        let a2a = ZcColl::AllToAllInPlace { count: 6 };
-        let whole = |r: usize| {
-            let mut p = zero_copy(a2a, n, r);
-            for s in &mut p {
-                if let ZcStep::Swap { a, b, count } = s {
-                    a.off -= a.off % 6;
-                    b.off -= b.off % 6;
-                    *count = 6;
-                }
-            }
-            p
-        };
-        assert!(check_plans(a2a, n, whole).unwrap_err().contains("twice"));
-    }
-}
+mod tests;
