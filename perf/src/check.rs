@@ -48,7 +48,7 @@ pub fn prepare<T: TestElem>(
 ) -> Option<Range<usize>> {
     let (rank, n) = (p.rank, p.nranks);
     poison(&mut recv[..c.total()]);
-    let input_base = if coll == Collective::AllGather {
+    let input_base = if matches!(coll, Collective::AllGather | Collective::Gather) {
         rank * c.send
     } else {
         0
@@ -108,6 +108,17 @@ pub fn prepare<T: TestElem>(
             }
             fill(exp, gen, (rank + n - 1) % n, 0);
         }
+        Collective::Gather => {
+            if rank != p.root {
+                return None;
+            }
+            if c.send > 0 {
+                for (j, block) in exp.chunks_mut(c.send).enumerate() {
+                    fill(block, gen, j, j * c.send);
+                }
+            }
+        }
+        Collective::Scatter => fill(exp, gen, p.root, rank * c.recv),
     }
     Some(out_at..out_at + c.recv)
 }
@@ -178,6 +189,8 @@ mod tests {
                     .flat_map(|s| inputs[s][r * c.param..(r + 1) * c.param].to_vec())
                     .collect(),
                 Collective::SendRecv => inputs[(r + n - 1) % n].clone(),
+                Collective::Gather => inputs.concat(),
+                Collective::Scatter => inputs[root][r * c.recv..(r + 1) * c.recv].to_vec(),
             };
             if let Some(range) = &ranges[r] {
                 let tol = crate::data::tolerance::<f32>(&gen, op, n);
@@ -201,6 +214,8 @@ mod tests {
             Collective::AllGather,
             Collective::AllToAll,
             Collective::SendRecv,
+            Collective::Gather,
+            Collective::Scatter,
         ] {
             for n in [1, 2, 3, 4] {
                 for in_place in [false, true] {

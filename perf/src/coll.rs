@@ -18,6 +18,10 @@ pub enum Collective {
     AllToAll,
     /// `sendrecv_perf`: each rank sends to `rank+1` and receives from `rank-1`.
     SendRecv,
+    /// `gather_perf`: every rank's block into the root's output.
+    Gather,
+    /// `scatter_perf`: block `r` of the root's input to rank `r`.
+    Scatter,
 }
 
 /// Element counts of one measurement (nccl-tests' `getCollByteCount`).
@@ -58,6 +62,8 @@ impl Collective {
             Collective::Reduce => "reduce_perf",
             Collective::AllToAll => "alltoall_perf",
             Collective::SendRecv => "sendrecv_perf",
+            Collective::Gather => "gather_perf",
+            Collective::Scatter => "scatter_perf",
         }
     }
 
@@ -71,7 +77,10 @@ impl Collective {
 
     /// Whether the operation has a root (else -1 is printed).
     pub fn has_root(self) -> bool {
-        matches!(self, Collective::Broadcast | Collective::Reduce)
+        matches!(
+            self,
+            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
+        )
     }
 
     /// Counts for a size of `count` elements (size / type size) at `nranks`.
@@ -82,8 +91,12 @@ impl Collective {
             | Collective::Broadcast
             | Collective::Reduce
             | Collective::SendRecv => (count, count, count, 0, 0),
-            Collective::AllGather => (per_rank, per_rank * nranks, per_rank, per_rank, 0),
-            Collective::ReduceScatter => (per_rank * nranks, per_rank, per_rank, 0, per_rank),
+            Collective::AllGather | Collective::Gather => {
+                (per_rank, per_rank * nranks, per_rank, per_rank, 0)
+            }
+            Collective::ReduceScatter | Collective::Scatter => {
+                (per_rank * nranks, per_rank, per_rank, 0, per_rank)
+            }
             Collective::AllToAll => (per_rank * nranks, per_rank * nranks, per_rank, 0, 0),
         };
         Counts {
@@ -100,9 +113,11 @@ impl Collective {
         let n = nranks as f64;
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-                (n - 1.0) / n
-            }
+            Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AllToAll
+            | Collective::Gather
+            | Collective::Scatter => (n - 1.0) / n,
             Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
         }
     }
@@ -111,9 +126,11 @@ impl Collective {
     /// `type_size` bytes taking `secs` per operation.
     pub fn bandwidth(self, param: usize, type_size: usize, secs: f64, nranks: usize) -> (f64, f64) {
         let per_call = match self {
-            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-                param * type_size * nranks
-            }
+            Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AllToAll
+            | Collective::Gather
+            | Collective::Scatter => param * type_size * nranks,
             _ => param * type_size,
         };
         let alg = per_call as f64 / 1.0e9 / secs;
@@ -156,6 +173,21 @@ mod tests {
             let c = coll.counts(7, 3);
             assert_eq!((c.send, c.recv, c.param), (7, 7, 7));
         }
+        // Gather and scatter count as all-gather and reduce-scatter do
+        // (nccl-tests: the size is the root's whole buffer).
+        let c = Collective::Gather.counts(1000, 3);
+        assert_eq!(
+            (c.send, c.recv, c.param, c.send_inplace_offset),
+            (333, 999, 333, 333)
+        );
+        let c = Collective::Scatter.counts(1000, 3);
+        assert_eq!(
+            (c.send, c.recv, c.param, c.recv_inplace_offset),
+            (999, 333, 333, 333)
+        );
+        assert!(Collective::Gather.has_root() && Collective::Scatter.has_root());
+        assert_eq!(Collective::Gather.bus_factor(4), 0.75);
+        assert_eq!(Collective::Scatter.bandwidth(125_000_000, 4, 0.5, 4).0, 4.0);
         // Too small to split: nothing per rank.
         let c = Collective::AllGather.counts(2, 3);
         assert_eq!((c.send, c.recv, c.param, c.total()), (0, 0, 0, 0));

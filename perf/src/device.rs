@@ -334,6 +334,8 @@ mod imp {
                     Collective::Broadcast => RawColl::Broadcast,
                     Collective::Reduce => RawColl::Reduce,
                     Collective::AllToAll => RawColl::AllToAll,
+                    Collective::Gather => RawColl::Gather,
+                    Collective::Scatter => RawColl::Scatter,
                     Collective::SendRecv => unreachable!("handled above"),
                 };
                 let args = RawArgs {

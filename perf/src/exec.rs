@@ -1,6 +1,7 @@
 //! Issues one operation of a collective on the communicator.
 
-use nccl_rs::{Communicator, Element, P2pGroup, RedOp, Result};
+use nccl_rs::comm::raw::{RawArgs, RawColl};
+use nccl_rs::{Communicator, Element, Error, P2pGroup, RedOp, Result};
 
 use crate::coll::{Collective, Counts};
 
@@ -36,6 +37,9 @@ pub fn run_op<T: Element>(
         (Collective::Reduce, true) => comm.reduce_in_place(&mut recv[..r], op, root),
         (Collective::AllToAll, false) => comm.all_to_all(&send[..s], &mut recv[..r]),
         (Collective::AllToAll, true) => comm.all_to_all_in_place(&mut recv[..r]),
+        (Collective::Gather | Collective::Scatter, in_place) => {
+            rooted_raw(comm, coll, root, c, in_place, send, recv)
+        }
         (Collective::SendRecv, swapped) => {
             let (rank, n) = (comm.rank(), comm.size());
             let (from, into) = if swapped {
@@ -49,4 +53,55 @@ pub fn run_op<T: Element>(
             comm.run_group(g)
         }
     }
+}
+
+/// Gather and scatter through the raw (NCCL-shaped) call, whose in-place
+/// form the slice API cannot express: the input (gather) or output
+/// (scatter) is this rank's block of `recv`.
+#[allow(clippy::too_many_arguments)]
+fn rooted_raw<T: Element>(
+    comm: &mut Communicator,
+    coll: Collective,
+    root: usize,
+    c: &Counts,
+    in_place: bool,
+    send: &mut [T],
+    recv: &mut [T],
+) -> Result<()> {
+    let rank = comm.rank();
+    let (s_at, r_at) = match in_place {
+        true => (c.send_inplace_offset * rank, c.recv_inplace_offset * rank),
+        false => (0, 0),
+    };
+    let buf_len = if in_place { recv.len() } else { send.len() };
+    if s_at + c.send > buf_len || r_at + c.recv > recv.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: buffers too short for {} / {} elements",
+            coll.name(),
+            c.send,
+            c.recv
+        )));
+    }
+    let recv_ptr = recv.as_mut_ptr();
+    let send_ptr = match in_place {
+        true => recv_ptr.cast_const(),
+        false => send.as_ptr(),
+    };
+    let args = RawArgs {
+        coll: match coll {
+            Collective::Gather => RawColl::Gather,
+            _ => RawColl::Scatter,
+        },
+        send: send_ptr.wrapping_add(s_at).cast(),
+        recv: recv_ptr.wrapping_add(r_at).cast(),
+        count: c.param,
+        dtype: T::DTYPE,
+        op: RedOp::Sum,
+        root,
+    };
+    // SAFETY: both pointers lie inside `send` / `recv`, borrowed for the
+    // call, with `c.send` and `c.recv` elements from them (checked above);
+    // in place they are parts of `recv` laid out as NCCL's in-place gather
+    // and scatter expect, and nothing else touches them during the call.
+    unsafe { comm.collective_raw(&args) }
 }
