@@ -58,7 +58,6 @@ pub fn run_op<T: Element>(
 /// Gather and scatter through the raw (NCCL-shaped) call, whose in-place
 /// form the slice API cannot express: the input (gather) or output
 /// (scatter) is this rank's block of `recv`.
-#[allow(clippy::too_many_arguments)]
 fn rooted_raw<T: Element>(
     comm: &mut Communicator,
     coll: Collective,
