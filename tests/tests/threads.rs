@@ -403,3 +403,40 @@ fn zero_copy_all_to_all_in_place_swaps_and_mixed_calls_fall_back() {
         assert!(fails.is_empty(), "rank {r}: {fails:?}");
     }
 }
+
+#[test]
+fn async_collectives_take_shared_buffers() {
+    // `ShmBuffer` is `AsMut<[T]>`, so the async calls take it (and hand it
+    // back), and on shared buffers they run zero-copy like blocking ones.
+    let n = 3;
+    let outs = on_threads_with(
+        n,
+        false,
+        |c| c.zero_copy_min_bytes = 1,
+        move |mut comm| {
+            let r = comm.rank() as u64;
+            let count = 10_000;
+            let mut a = nccl_rs::ShmBuffer::<u64>::zeroed(count).unwrap();
+            for (i, x) in a.iter_mut().enumerate() {
+                *x = r * 1_000_000 + i as u64;
+            }
+            let mut g = nccl_rs::ShmBuffer::<u64>::zeroed(n * count).unwrap();
+            for (i, x) in g[r as usize * count..][..count].iter_mut().enumerate() {
+                *x = r << 32 | i as u64;
+            }
+            let a = comm.all_reduce_async(a, RedOp::Sum).unwrap();
+            let g = comm.all_gather_async(g).unwrap();
+            let (a, g) = (a.wait().unwrap(), g.wait().unwrap());
+            let sum_ok = a
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == 3_000_000 + 3 * i as u64);
+            let gather_ok = g
+                .iter()
+                .enumerate()
+                .all(|(j, &x)| x == ((j / count) as u64) << 32 | (j % count) as u64);
+            (sum_ok, gather_ok)
+        },
+    );
+    assert!(outs.iter().all(|&o| o == (true, true)), "{outs:?}");
+}

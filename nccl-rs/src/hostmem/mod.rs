@@ -192,6 +192,20 @@ impl<T: Element> std::ops::DerefMut for ShmBuffer<T> {
     }
 }
 
+/// So the async collectives (which take any `AsMut<[T]> + Send + 'static`
+/// buffer and hand it back) accept shared buffers, and run zero-copy.
+impl<T: Element> AsRef<[T]> for ShmBuffer<T> {
+    fn as_ref(&self) -> &[T] {
+        self
+    }
+}
+
+impl<T: Element> AsMut<[T]> for ShmBuffer<T> {
+    fn as_mut(&mut self) -> &mut [T] {
+        self
+    }
+}
+
 impl<T: Element> Drop for ShmBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: allocated by `alloc_raw` in `zeroed`, freed once.
