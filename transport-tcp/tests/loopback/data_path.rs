@@ -30,6 +30,24 @@ fn one_mib_and_64_mib() {
 }
 
 #[test]
+fn kernel_autotuned_buffers() {
+    // `socket_buf_bytes: 0` (`NCCL_SOCKET_SNDBUF=0`) sets no buffer sizes:
+    // the kernel's autotuning; data still arrives intact, striped or not.
+    let net = TcpNet::with_local_ip(
+        "127.0.0.1".parse().unwrap(),
+        TcpOptions {
+            socket_buf_bytes: 0,
+            ..TcpOptions::default()
+        },
+    )
+    .unwrap();
+    let (mut s, mut r) = pair(&net);
+    for (i, len) in [0usize, 13, 100_000, 8 << 20].into_iter().enumerate() {
+        roundtrip(&mut s, &mut r, len, i as u32);
+    }
+}
+
+#[test]
 fn ipv6_loopback() {
     let ip: IpAddr = "::1".parse().unwrap();
     if std::net::TcpListener::bind((ip, 0)).is_err() {
