@@ -67,6 +67,22 @@ impl Collective {
         }
     }
 
+    /// The NCCL-shaped call that runs it (`None` for sendrecv, a group).
+    pub fn raw(self) -> Option<nccl_rs::comm::raw::RawColl> {
+        use nccl_rs::comm::raw::RawColl;
+        Some(match self {
+            Collective::AllReduce => RawColl::AllReduce,
+            Collective::AllGather => RawColl::AllGather,
+            Collective::ReduceScatter => RawColl::ReduceScatter,
+            Collective::Broadcast => RawColl::Broadcast,
+            Collective::Reduce => RawColl::Reduce,
+            Collective::AllToAll => RawColl::AllToAll,
+            Collective::Gather => RawColl::Gather,
+            Collective::Scatter => RawColl::Scatter,
+            Collective::SendRecv => return None,
+        })
+    }
+
     /// Whether the operation takes a reduction operator (else "none" is printed).
     pub fn has_op(self) -> bool {
         matches!(

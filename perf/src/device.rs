@@ -170,7 +170,7 @@ impl DeviceBuffers {
 mod imp {
     use super::DeviceResult;
     use crate::coll::{Collective, Counts};
-    use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
+    use nccl_rs::comm::raw::{RawArgs, RawP2p};
     use nccl_rs::cuda::{copy, Stager, Stream};
     use nccl_rs::{Communicator, DataType, RedOp};
     use std::ffi::c_void;
@@ -327,17 +327,7 @@ mod imp {
                 } else {
                     (send.cast_const(), recv)
                 };
-                let coll = match k.coll {
-                    Collective::AllReduce => RawColl::AllReduce,
-                    Collective::AllGather => RawColl::AllGather,
-                    Collective::ReduceScatter => RawColl::ReduceScatter,
-                    Collective::Broadcast => RawColl::Broadcast,
-                    Collective::Reduce => RawColl::Reduce,
-                    Collective::AllToAll => RawColl::AllToAll,
-                    Collective::Gather => RawColl::Gather,
-                    Collective::Scatter => RawColl::Scatter,
-                    Collective::SendRecv => unreachable!("handled above"),
-                };
+                let coll = k.coll.raw().expect("sendrecv is handled above");
                 let args = RawArgs {
                     coll,
                     send: s,

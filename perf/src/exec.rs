@@ -1,6 +1,6 @@
 //! Issues one operation of a collective on the communicator.
 
-use nccl_rs::comm::raw::{RawArgs, RawColl};
+use nccl_rs::comm::raw::RawArgs;
 use nccl_rs::{Communicator, Element, Error, P2pGroup, RedOp, Result};
 
 use crate::coll::{Collective, Counts};
@@ -86,11 +86,14 @@ fn rooted_raw<T: Element>(
         true => recv_ptr.cast_const(),
         false => send.as_ptr(),
     };
+    let Some(raw) = coll.raw() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} has no raw call",
+            coll.name()
+        )));
+    };
     let args = RawArgs {
-        coll: match coll {
-            Collective::Gather => RawColl::Gather,
-            _ => RawColl::Scatter,
-        },
+        coll: raw,
         send: send_ptr.wrapping_add(s_at).cast(),
         recv: recv_ptr.wrapping_add(r_at).cast(),
         count: c.param,

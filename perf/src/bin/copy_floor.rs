@@ -24,16 +24,10 @@ struct Args {
     reps: usize,
 }
 
+/// A size with nccl-tests' suffixes (`nccl_perf::args::parse_size`).
 fn size(s: &str) -> Result<usize, String> {
-    let (num, mul) = match s.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&s[..i], 1 << 10),
-        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
+    nccl_perf::args::parse_size(s)
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("not a size: {s:?}"))
 }
 
