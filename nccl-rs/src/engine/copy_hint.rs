@@ -88,18 +88,30 @@
 //! windows where that gained (up to `max_bytes`, or 64 KiB–2 × `max_bytes`
 //! with more local ranks than CPUs).
 //!
+//! A send/recv group reads its single-copy messages with `memcpy` from a
+//! mapping when its send buffers are shared (`ncclMemAlloc`; the
+//! shared-memory transport's mapped frames), and then single copy beats
+//! the ring at every size: 2 ranks each sending to the other
+//! (`sendrecv_perf -R 1`), ring (the 2 MiB cap) → single copy
+//! (`NCCL_SHM_CMA_MAX_BYTES=1G`), two interleaved runs: 4 MiB 1.11 →
+//! 0.66–0.76 ms, 16 MiB 4.3–4.6 → 2.5–2.9 ms, 64 MiB 17.5–18.3 → 10.0–11.7
+//! ms; from heap buffers (`process_vm_readv`) the same change ties (16 MiB
+//! 4.6–4.8 → 4.3–5.3 ms, 64 MiB 18.3–18.7 → 16.5–17.2 ms). So such groups
+//! go single-copy at any size.
+//!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
 //! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
-//! (512 KiB) on a rank that receives nothing; with more local ranks than
-//! CPUs, to all-to-all only; and, when every rank is on this host, to
+//! (512 KiB) on a rank that receives nothing, or of any size for a send/recv
+//! group sending from shared buffers; with more local ranks than CPUs, to
+//! all-to-all only; and, when every rank is on this host, to
 //! all-to-all and one-hop all-gather of any size (more than 64 KiB with
 //! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
 //! local ranks than CPUs) in whole blocks. Each rank decides for its own
 //! sends; the receiver takes either kind of message.
 
-use super::{Call, CallBufs, OpLabel};
+use super::{Call, CallBufs, OpLabel, Region};
 use crate::plan::Coll;
-use crate::schedule::Step;
+use crate::schedule::{Loc, Step};
 use crate::transport::CopyHint;
 
 /// With more local ranks than CPUs, the smallest all-to-all (bytes of this
@@ -185,6 +197,33 @@ impl Default for SingleCopyPolicy {
     }
 }
 
+/// Whether every send of `call` reads a caller's buffer that lies in one
+/// shared allocation (`ncclMemAlloc`, [`crate::ShmBuffer`]), and there is
+/// one: a reader on this host maps such a buffer and copies with `memcpy`
+/// instead of `process_vm_readv` (the shared-memory transport's mapped
+/// frames).
+fn sends_mapped(call: &Call<'_>, bufs: &CallBufs) -> bool {
+    let shared = |r: &Region| r.len > 0 && crate::hostmem::locate(r.ptr, r.len).is_some();
+    let (mut input, mut output) = (None, None);
+    let mut any = false;
+    for step in &call.sched.steps {
+        let Step::Send { src, .. } = *step else {
+            continue;
+        };
+        any = true;
+        let ok = match src {
+            Loc::In(_) => *input.get_or_insert_with(|| shared(&bufs.input)),
+            Loc::Out(_) => *output.get_or_insert_with(|| shared(&bufs.output)),
+            Loc::Group(b, _) => bufs.group.get(b).is_some_and(shared),
+            Loc::Scratch(_) => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    any
+}
+
 /// Whether `sched` sends at most one message to each peer and forwards
 /// nothing it received.
 fn one_message_per_peer(sched: &crate::schedule::Schedule) -> bool {
@@ -261,7 +300,11 @@ fn single_copy_allowed(
     } else {
         policy.max_bytes / 4
     };
-    !reduces && bytes <= cap
+    // A send/recv group whose sends all come from shared buffers is read by
+    // `memcpy` from a mapping, which beats the ring at any size (see the
+    // module docs); by `process_vm_readv` it only ties above the cap.
+    let mapped = matches!(call.what, OpLabel::Group { .. }) && sends_mapped(call, bufs);
+    !reduces && (bytes <= cap || mapped)
 }
 
 #[cfg(test)]

@@ -16,11 +16,12 @@ struct Mapping {
 }
 
 /// Peer allocations mapped into this process, by (pid, serial).
-#[derive(Default)]
 pub(crate) struct PeerMaps {
     pidfds: HashMap<i32, i32>,
     maps: HashMap<(i32, u64), Mapping>,
     clock: u64,
+    /// Mappings kept at most.
+    keep: usize,
     /// Map this process's own allocations through `pidfd_getfd` too (tests:
     /// the same path as for another process, without one).
     #[cfg(test)]
@@ -35,7 +36,25 @@ fn last_os(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
+impl Default for PeerMaps {
+    fn default() -> PeerMaps {
+        PeerMaps::with_capacity(KEEP)
+    }
+}
+
 impl PeerMaps {
+    /// Maps that keep at most `keep` (at least 1) mappings.
+    pub(crate) fn with_capacity(keep: usize) -> PeerMaps {
+        PeerMaps {
+            pidfds: HashMap::new(),
+            maps: HashMap::new(),
+            clock: 0,
+            keep: keep.max(1),
+            #[cfg(test)]
+            via_pidfd_always: false,
+        }
+    }
+
     /// The address in this process of `r` of process `pid` (its start, at
     /// `r.offset`), mapping the allocation if needed. `in_use` lists the
     /// mappings the caller still needs (not evicted).
@@ -121,7 +140,7 @@ impl PeerMaps {
 
     /// Makes room for one more mapping, never dropping one in `in_use`.
     fn evict(&mut self, in_use: &[(i32, u64)]) {
-        while self.maps.len() >= KEEP {
+        while self.maps.len() >= self.keep {
             let victim = self
                 .maps
                 .iter()

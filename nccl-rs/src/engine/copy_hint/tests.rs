@@ -245,3 +245,49 @@ fn a_sender_is_idle_only_with_nothing_else_to_do() {
         "it receives"
     );
 }
+
+/// A send/recv group of one send of `bytes` from `buf`.
+fn group_send_allowed(buf: &[u8], p: SingleCopyPolicy) -> bool {
+    let sched = Schedule {
+        steps: vec![Step::Send {
+            to: 1,
+            src: Loc::Group(0, 0),
+            count: buf.len(),
+        }],
+        scratch: 0,
+    };
+    let call = Call {
+        sched: &sched,
+        dtype: DataType::Uint8,
+        op: RedOp::Sum,
+        tag: 1,
+        what: OpLabel::Group { ops: 1 },
+    };
+    let bufs = CallBufs {
+        input: Region::empty(),
+        output: Region::empty(),
+        group: vec![Region::new(buf.as_ptr().cast_mut(), buf.len())],
+    };
+    copy_hint(&call, &bufs, p).single_copy
+}
+
+#[test]
+fn groups_sending_from_shared_buffers_go_single_copy_at_any_size() {
+    let p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        ..SingleCopyPolicy::default()
+    };
+    let shared = crate::ShmBuffer::<u8>::zeroed(4 * MIB).unwrap();
+    let heap = vec![0u8; 4 * MIB];
+    assert!(group_send_allowed(&shared, p), "mapped: past the cap");
+    assert!(!group_send_allowed(&heap, p), "heap: the cap holds");
+    assert!(
+        group_send_allowed(&heap[..MIB / 2], p),
+        "heap: a quarter of the cap"
+    );
+    let over = SingleCopyPolicy {
+        oversubscribed: true,
+        ..p
+    };
+    assert!(!group_send_allowed(&shared, over), "oversubscribed: never");
+}

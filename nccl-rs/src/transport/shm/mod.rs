@@ -88,6 +88,14 @@
 //! 64 KiB-2 MiB 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us:
 //! one copy of data the reader still has in its cache).
 //!
+//! A message that lies in one of the sender's shared allocations
+//! (`ncclMemAlloc`, `ShmBuffer`) also names that allocation in its frame,
+//! and the receiver maps it (once, kept) and copies with `memcpy` instead
+//! (see the `mapped` module); send/recv groups from such buffers then go
+//! single copy at any size. 2 ranks each sending to the other from shared
+//! buffers, two interleaved runs: 64 KiB 28-56 -> 12-15 us, 1 MiB 320-450 ->
+//! 180-200 us, 64 MiB 19-20 -> 11-12 ms.
+//!
 //! # Split single copy
 //! A sender the engine calls idle (it only waits for its sends to be read,
 //! as a broadcast root does) flags its single-copy frames of at least 128 KiB;
@@ -116,6 +124,7 @@ mod cma;
 mod comm;
 mod connect;
 mod handle;
+mod mapped;
 mod peer;
 mod recv;
 mod ring;

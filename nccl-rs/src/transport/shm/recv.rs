@@ -3,15 +3,18 @@
 //! Ring frames are copied out of the ring into the posted buffer as they
 //! are published. A single-copy frame (see [`super::cma`]) is resolved with
 //! one `process_vm_readv` from the sender's buffer straight into the posted
-//! buffer; its line is released only after the read, which is what
-//! completes the sender's request. A large one is offered for splitting
+//! buffer, or one `memcpy` from our mapping of it when it lies in the
+//! sender's shared memory ([`super::mapped`]); its line is released only
+//! after the read, which is what completes the sender's request. A large one is offered for splitting
 //! when the sender helps: both ends copy parts of it ([`super::split`]).
 
 use super::cma;
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::mapped::{MappedSrc, SenderMaps, MAPPED_BYTES};
 use super::peer::{pid_alive, PeerWatch};
 use super::ring::{
-    decode_header, span_of, Consumer, Payload, CMA_SENDER_HELPS, FRAME_ALIGN, HDR_BYTES, INLINE_MAX,
+    decode_header, span_of, Consumer, Payload, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
+    HDR_BYTES, INLINE_MAX,
 };
 use super::segment::Segment;
 use super::split::SPLIT_MIN_BYTES;
@@ -60,6 +63,8 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     /// A lent payload not released yet: `(request id, stream bytes)`. No
     /// later frame is read meanwhile.
     lent: Option<(u64, usize)>,
+    /// Our mappings of the sender's shared allocations.
+    maps: SenderMaps,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -69,8 +74,28 @@ pub(in crate::transport::shm) struct ShmRecvComm {
 unsafe impl Send for ShmRecvComm {}
 
 /// What the header line at the tail says, checked against the receive
-/// posted for it: `(len, how, sender address, the sender helps copy it)`.
-type Frame = (usize, Payload, u64, bool);
+/// posted for it: `(len, how, sender address, the sender helps copy it,
+/// the shared allocation it lies in)`.
+type Frame = (usize, Payload, u64, bool, Option<MappedSrc>);
+
+/// Where a single-copy message's bytes are read from.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Src {
+    /// This address in the sender: `process_vm_readv`.
+    Remote(u64),
+    /// This address in our mapping of the sender's shared allocation.
+    Local(*const u8),
+}
+
+impl Src {
+    /// The source of the message's bytes from `at` on.
+    pub(super) fn offset(self, at: usize) -> Src {
+        match self {
+            Src::Remote(a) => Src::Remote(a.wrapping_add(at as u64)),
+            Src::Local(p) => Src::Local(p.wrapping_add(at)),
+        }
+    }
+}
 
 impl ShmRecvComm {
     /// A comm over an accepted segment; the sender is `peer_pid` in pid
@@ -96,6 +121,7 @@ impl ShmRecvComm {
             split,
             open: None,
             lent: None,
+            maps: SenderMaps::new(),
             seg,
         }
     }
@@ -105,7 +131,7 @@ impl ShmRecvComm {
     /// published.
     fn read_header(&self, op: &RecvOp) -> Result<Frame, Fault> {
         let src = self.cons.tail_ptr();
-        let mut line = [0u8; HDR_BYTES + 12];
+        let mut line = [0u8; FRAME_ALIGN];
         // SAFETY: a whole published line is at the tail (frames start
         // FRAME_ALIGN-aligned, so it is contiguous); the producer does not
         // touch it until we release it.
@@ -143,25 +169,41 @@ impl ShmRecvComm {
             // per the `irecv` contract.
             unsafe { ptr::copy_nonoverlapping(src.add(HDR_BYTES), op.data, len) };
         }
-        let addr = u64::from_le_bytes(line[HDR_BYTES..][..8].try_into().expect("8 bytes"));
-        let flags = u32::from_le_bytes(line[HDR_BYTES + 8..].try_into().expect("4 bytes"));
+        let desc = &line[HDR_BYTES..];
+        let addr = u64::from_le_bytes(desc[..8].try_into().expect("8 bytes"));
+        let flags = u32::from_le_bytes(desc[8..12].try_into().expect("4 bytes"));
         let helps = how == Payload::Cma && flags & CMA_SENDER_HELPS != 0;
-        Ok((len, how, addr, helps))
+        let mapped = (how == Payload::Cma && flags & CMA_MAPPED != 0).then(|| {
+            MappedSrc::decode(desc[16..16 + MAPPED_BYTES].try_into().expect("descriptor"))
+        });
+        Ok((len, how, addr, helps, mapped))
     }
 
-    /// Copies `len` bytes at `addr` in the sender into `op`'s buffer from
+    /// Copies `len` bytes of the sender's at `src` into `op`'s buffer from
     /// offset `at`.
-    fn read_peer(&self, op: &RecvOp, at: usize, len: usize, addr: u64) -> Result<(), Fault> {
+    fn read_peer(&self, op: &RecvOp, at: usize, len: usize, src: Src) -> Result<(), Fault> {
         let pid = self.watch.pid();
-        // SAFETY: `at + len <= cap` (callers read within the message, which
-        // fits): the destination is writable and unaliased per the `irecv`
-        // contract.
-        if let Err(e) = unsafe { cma::read(pid, op.data.wrapping_add(at), addr, len) } {
-            let errno = e.raw_os_error().unwrap_or(libc::EIO);
-            if errno == libc::ESRCH || !pid_alive(pid) {
-                return Err(Fault::Closed);
-            }
-            return Err(Fault::Cma(errno));
+        let dst = op.data.wrapping_add(at);
+        match src {
+            // SAFETY: `at + len <= cap` (callers read within the message,
+            // which fits): the destination is writable and unaliased per
+            // the `irecv` contract.
+            Src::Remote(addr) => match unsafe { cma::read(pid, dst, addr, len) } {
+                Ok(()) => {}
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                    if errno == libc::ESRCH || !pid_alive(pid) {
+                        return Err(Fault::Closed);
+                    }
+                    return Err(Fault::Cma(errno));
+                }
+            },
+            // SAFETY: the destination as above; the source lies in our
+            // mapping of the sender's allocation (`SenderMaps::resolve`
+            // checked that the message fits it; callers read within the
+            // message), which stays mapped while we hold it, whatever the
+            // sender does. `copy` tolerates a destination in the same pages.
+            Src::Local(p) => unsafe { ptr::copy(p, dst, len) },
         }
         // Acquire: the sender sets `closed` (Release) when its comm is
         // dropped, and its buffers may be freed after that. Not set now
@@ -270,19 +312,21 @@ impl ShmRecvComm {
         if self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
             return Ok(None);
         }
-        let op = &self.q[i];
-        let (len, how, addr, helps) = self.read_header(op)?;
+        let (len, how, addr, helps, mapped) = self.read_header(&self.q[i])?;
         if how != Payload::Cma {
             return Ok(Some((len, how)));
         }
+        let src = mapped
+            .and_then(|m| self.maps.resolve(self.watch.pid(), &m, len))
+            .map_or(Src::Remote(addr), Src::Local);
         // Release the frames before this one first: the sender completes
         // them (and helps with this one only once they are complete).
         self.cons.publish();
         if !(self.split && helps) || len < SPLIT_MIN_BYTES {
-            self.read_peer(op, 0, len, addr)?;
+            self.read_peer(&self.q[i], 0, len, src)?;
             return Ok(Some((len, how)));
         }
-        self.open_split(i, len, addr, moved)
+        self.open_split(i, len, src, moved)
     }
 
     /// Makes progress; records a fault if the sender is gone and nothing

@@ -3,16 +3,20 @@
 //! A message travels either through the ring (header, then the payload
 //! copied slot by slot) or, when it is at least the single-copy threshold
 //! long and the receiver's probe succeeded, as one descriptor line that the
-//! receiver resolves with `process_vm_readv` (see [`super::cma`]). A ring
-//! message is complete once its last byte is in the ring; a single-copy one
-//! once the receiver has released its line. While it waits for that, the
-//! sender helps copy the message if the receiver offered it ([`super::split`]).
+//! receiver resolves with `process_vm_readv` (see [`super::cma`]), or with
+//! `memcpy` from a mapping when the message lies in shared memory (see
+//! [`super::mapped`]). A ring message is complete once its last byte is in
+//! the ring; a single-copy one once the receiver has released its line.
+//! While it waits for that, the sender helps copy the message if the
+//! receiver offered it ([`super::split`]).
 
 use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::mapped::{MappedSrc, MAPPED_BYTES};
 use super::peer::PeerWatch;
 use super::ring::{
-    encode_header, span_of, Payload, Producer, CMA_SENDER_HELPS, FRAME_ALIGN, HDR_BYTES, INLINE_MAX,
+    encode_header, span_of, Payload, Producer, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
+    HDR_BYTES, INLINE_MAX,
 };
 use super::segment::Segment;
 use super::split::{self, HELP_FAILED, SPLIT_MIN_BYTES};
@@ -163,21 +167,28 @@ impl ShmSendComm {
                 }
                 let dst = prod.head_ptr();
                 let hdr = encode_header(op.tag, op.len as u64, how);
-                let mut desc = [0u8; 12];
+                // The single-copy descriptor: address, flags, and where a
+                // message in shared memory lies ([`super::mapped`]).
+                let mut desc = [0u8; FRAME_ALIGN - HDR_BYTES];
                 desc[..8].copy_from_slice(&(op.data as u64).to_le_bytes());
                 op.helps = how == Payload::Cma
                     && *helps
                     && op.hint.sender_idle
                     && op.len >= SPLIT_MIN_BYTES;
-                if op.helps {
-                    desc[8..].copy_from_slice(&CMA_SENDER_HELPS.to_le_bytes());
+                let mut flags = if op.helps { CMA_SENDER_HELPS } else { 0 };
+                if how == Payload::Cma {
+                    if let Some(m) = MappedSrc::locate(op.data, op.len) {
+                        flags |= CMA_MAPPED;
+                        desc[16..16 + MAPPED_BYTES].copy_from_slice(&m.encode());
+                    }
                 }
+                desc[8..12].copy_from_slice(&flags.to_le_bytes());
                 // SAFETY: `free` says the FRAME_ALIGN bytes at the head are
                 // ours (the consumer reads nothing past the published head)
                 // and they are contiguous (the head is FRAME_ALIGN-aligned
                 // at a frame start, and slots are multiples of it). The
-                // inline payload (len <= INLINE_MAX) or the 12-byte
-                // descriptor fits in that line after the header; the payload
+                // inline payload (len <= INLINE_MAX) or the descriptor
+                // fills at most the rest of that line after the header; the payload
                 // is readable per the `isend` contract.
                 unsafe {
                     ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);

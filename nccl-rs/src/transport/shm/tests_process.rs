@@ -5,7 +5,7 @@ use super::tests::{
     irecv, isend, net, pattern, poll, recv_check, send_all, CHILD_ENV, DEADLINE, DIR_ENV,
 };
 use super::*;
-use nccl_net::{NetError, RecvComm};
+use nccl_net::{NetError, RecvComm, SendComm};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -68,6 +68,46 @@ impl Drop for Reap {
 
 const ECHO_SIZES: &[usize] = &[0, 1, 7, 4095, 1 << 20, 9 << 20];
 
+/// Messages of the "mapped" peer: `(bytes, from a shared buffer)`. The
+/// shared ones are single-copy frames the receiver maps (one split, at
+/// 9 MiB); the heap ones in between are read by address on the same
+/// connection; the small one goes through the ring.
+const MAPPED_MSGS: &[(usize, bool)] = &[
+    (64 << 10, true),
+    ((1 << 20) + 3, true),
+    ((1 << 20) + 3, false),
+    (100, true),
+    (9 << 20, true),
+    ((5 << 20) + 7, false),
+    ((5 << 20) + 7, true),
+];
+
+/// Single copy on, as `NCCL_SHM_USE_CMA=1` sets it.
+fn cma_net() -> ShmNet {
+    ShmNet::new(ShmOptions {
+        cma: true,
+        ..ShmOptions::default()
+    })
+    .unwrap()
+}
+
+/// Sends [`MAPPED_MSGS`] (message `i` is `pattern(len, 60 + i)`), the shared
+/// ones from an odd offset into a `ShmBuffer`.
+fn send_mapped(s: &mut dyn SendComm) {
+    for (i, &(n, shared)) in MAPPED_MSGS.iter().enumerate() {
+        let data = pattern(n, 60 + i as u64);
+        let mut buf = crate::ShmBuffer::<u8>::zeroed(n + 4096 + 5).unwrap();
+        let src: &[u8] = if shared {
+            buf[4101..4101 + n].copy_from_slice(&data);
+            &buf[4101..4101 + n]
+        } else {
+            &data
+        };
+        let q = isend(s, src, 3);
+        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    }
+}
+
 /// The peer process. A no-op unless run by one of the tests below.
 #[test]
 fn child_peer() {
@@ -75,7 +115,7 @@ fn child_peer() {
         return;
     };
     let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let net = net();
+    let net = if mode == "mapped" { cma_net() } else { net() };
     let h = read_handle(&dir.join("parent.handle"), None);
     let mut c = net.connect(&h).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
@@ -92,6 +132,12 @@ fn child_peer() {
                 .map(|(i, &n)| pattern(n, 40 + i as u64))
                 .collect();
             send_all(s.as_mut(), &bufs, 2);
+        }
+        "mapped" => {
+            // The parent has accepted (so probed single copy) once this
+            // exists; before that every message would take the ring.
+            read_handle(&dir.join("go"), None);
+            send_mapped(s.as_mut())
         }
         "stream" => {
             let buf = pattern(16 << 20, 77);
@@ -112,7 +158,7 @@ fn child_peer() {
 /// the test's directory, the transport, the peer and the receiving comm.
 fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     let dir = test_dir();
-    let net = net();
+    let net = if mode == "mapped" { cma_net() } else { net() };
     let mut l = net.listen().unwrap();
     write_handle(&dir.join("parent.handle"), l.handle());
     let mut child = Reap(Some(spawn_child(mode, &dir)));
@@ -140,6 +186,28 @@ fn cross_process_both_directions() {
         .collect();
     send_all(s.as_mut(), &bufs, 1);
     recv_check(r.as_mut(), ECHO_SIZES, 40, 2);
+    let status = child.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "peer failed: {status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cross_process_shared_buffers_are_mapped_and_copied() {
+    let (dir, _net, mut child, mut r) = start_peer("mapped");
+    write_handle(&dir.join("go"), b"go");
+    let before = super::mapped::MAPPED_FRAMES.with(|n| n.get());
+    for (i, &(n, _)) in MAPPED_MSGS.iter().enumerate() {
+        recv_check(r.as_mut(), &[n], 60 + i as u64, 3);
+    }
+    let mapped = super::mapped::MAPPED_FRAMES.with(|n| n.get()) - before;
+    let single_copy_shared = MAPPED_MSGS
+        .iter()
+        .filter(|&&(n, shared)| shared && n >= DEFAULT_CMA_MIN_BYTES)
+        .count();
+    assert_eq!(
+        mapped, single_copy_shared,
+        "frames copied from a mapping of the peer's shared buffers"
+    );
     let status = child.0.take().unwrap().wait().unwrap();
     assert!(status.success(), "peer failed: {status}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,7 +6,7 @@ use super::super::comm::Fault;
 use super::super::peer::pid_alive;
 use super::super::ring::Payload;
 use super::super::split;
-use super::ShmRecvComm;
+use super::{ShmRecvComm, Src};
 use std::sync::atomic::Ordering;
 
 /// A single-copy message we offered for splitting and copy in parts.
@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 pub(super) struct OpenSplit {
     epoch: u32,
     len: usize,
-    /// The sender's address of the message.
-    src: u64,
+    /// Where the message is read from.
+    src: Src,
     piece: usize,
     pieces: u16,
     /// Whether we have claimed nothing yet.
@@ -33,7 +33,7 @@ impl ShmRecvComm {
         &mut self,
         i: usize,
         len: usize,
-        src: u64,
+        src: Src,
         moved: &mut bool,
     ) -> Result<Option<(usize, Payload)>, Fault> {
         let (piece, pieces) = split::cut(len);
@@ -73,7 +73,7 @@ impl ShmRecvComm {
         let back = match claim {
             Ok((lo, hi)) => {
                 let (at, n) = split::bytes_of(lo, hi, s.piece, s.len);
-                self.read_peer(&self.q[i], at, n, s.src.wrapping_add(at as u64))?;
+                self.read_peer(&self.q[i], at, n, s.src.offset(at))?;
                 self.open = Some(OpenSplit { first: false, ..s });
                 *moved = true;
                 // One run per poll: the sender may take what is left.
