@@ -17,7 +17,7 @@
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
-//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows |
+//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows (by `memcpy` from a mapping when the sender's buffer is shared memory) |
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
