@@ -138,24 +138,32 @@ static void rooted_and_alltoall(ncclComm_t comm) {
   buf_free(out);
 }
 
+/* Send/recv rings in a group: a small message and one past the 2 MiB
+ * single-copy cap (with MULTIPROC_MEMALLOC=1 read from a mapping of the
+ * sender's buffer at any size). */
 static void ring(ncclComm_t comm) {
-  enum { C = 4096 };
-  float *a = malloc(C * sizeof *a), *fromleft = malloc(C * sizeof *a), *fromright = malloc(C * sizeof *a);
-  for (int i = 0; i < C; i++) a[i] = rank + 0.5f * i;
-  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  CHECK(ncclGroupStart());
-  CHECK(ncclSend(a, C, ncclFloat, next, comm, NULL));
-  CHECK(ncclSend(a, C, ncclFloat, prev, comm, NULL));
-  CHECK(ncclRecv(fromleft, C, ncclFloat, prev, comm, NULL));
-  CHECK(ncclRecv(fromright, C, ncclFloat, next, comm, NULL));
-  CHECK(ncclGroupEnd());
-  for (int i = 0; i < C; i++) {
-    EXPECT(fromleft[i] == prev + 0.5f * i, "ring from %d", prev);
-    EXPECT(fromright[i] == next + 0.5f * i, "ring from %d", next);
+  const size_t sizes[2] = {4096, (1 << 20) + 3};
+  for (int k = 0; k < 2; k++) {
+    size_t C = sizes[k];
+    float *a = buf_alloc(C * sizeof *a), *fromleft = buf_alloc(C * sizeof *a),
+          *fromright = buf_alloc(C * sizeof *a);
+    for (size_t i = 0; i < C; i++) a[i] = rank + 0.5f * (float)(i % 4096) + 4096.0f * (float)(i / 4096);
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    CHECK(ncclGroupStart());
+    CHECK(ncclSend(a, C, ncclFloat, next, comm, NULL));
+    CHECK(ncclSend(a, C, ncclFloat, prev, comm, NULL));
+    CHECK(ncclRecv(fromleft, C, ncclFloat, prev, comm, NULL));
+    CHECK(ncclRecv(fromright, C, ncclFloat, next, comm, NULL));
+    CHECK(ncclGroupEnd());
+    for (size_t i = 0; i < C; i++) {
+      float base = 0.5f * (float)(i % 4096) + 4096.0f * (float)(i / 4096);
+      EXPECT(fromleft[i] == prev + base, "ring from %d, element %zu", prev, i);
+      EXPECT(fromright[i] == next + base, "ring from %d, element %zu", next, i);
+    }
+    buf_free(a);
+    buf_free(fromleft);
+    buf_free(fromright);
   }
-  free(a);
-  free(fromleft);
-  free(fromright);
 }
 
 static void split(ncclComm_t comm) {

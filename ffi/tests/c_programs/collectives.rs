@@ -29,14 +29,13 @@ fn multiprocess_four_ranks() {
     assert_eq!(log.matches(": OK").count(), n, "{log}");
 }
 
-#[test]
-fn multiprocess_zero_copy_on_ncclmemalloc_buffers() {
-    // Every collective of every type and op on ncclMemAlloc buffers, taking
-    // the zero-copy path (threshold 1 byte); the INFO line proves it ran.
+/// `multiproc.c` on `n` ranks with every buffer from `ncclMemAlloc`, every
+/// collective trying the zero-copy path (threshold 1 byte), at INFO; the
+/// ranks' log.
+fn multiproc_on_ncclmemalloc(name: &str, n: usize) -> String {
     let exe = compile("multiproc.c", &[]);
-    let dir = work_dir("multiproc-zc");
+    let dir = work_dir(name);
     let idfile = dir.join("nccl-id");
-    let n = 4;
     let children: Vec<Running> = (0..n)
         .map(|r| {
             let mut c = command(&exe);
@@ -48,11 +47,31 @@ fn multiprocess_zero_copy_on_ncclmemalloc_buffers() {
             start(c)
         })
         .collect();
-    let log = wait_all("multiproc-zc", children, Duration::from_secs(400));
+    let log = wait_all(name, children, Duration::from_secs(400));
     assert_eq!(log.matches(": OK").count(), n, "{log}");
+    log
+}
+
+#[test]
+fn multiprocess_zero_copy_on_ncclmemalloc_buffers() {
+    // Every collective of every type and op takes the zero-copy path; the
+    // INFO line proves it ran.
+    let log = multiproc_on_ncclmemalloc("multiproc-zc", 4);
     assert!(
         log.contains("SHM zero copy: collectives on shared buffers"),
         "{log}"
+    );
+}
+
+#[test]
+fn send_recv_from_ncclmemalloc_buffers_read_through_a_mapping() {
+    // Two ranks (four would outnumber this machine's CPUs, and then send/recv
+    // takes the ring): the send/recv rings, 16 KiB and 4 MiB, go single copy
+    // and the receiver maps the sender's buffer; the INFO line proves it.
+    let log = multiproc_on_ncclmemalloc("multiproc-mapped", 2);
+    assert!(
+        log.contains("SHM: received from a shared buffer of the sender"),
+        "send/recv from ncclMemAlloc buffers never read through a mapping: {log}"
     );
 }
 

@@ -28,6 +28,12 @@ thread_local! {
     pub(super) static MAPPED_FRAMES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// The INFO line logged the first time this process reads a message from
+/// a mapping of the sender's buffer.
+const MAPPED_LOG: &str = "SHM: received from a shared buffer of the sender";
+/// Whether this process has logged [`MAPPED_LOG`].
+static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Where the sender's message lies in one of its shared allocations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct MappedSrc {
@@ -117,6 +123,9 @@ impl SenderMaps {
             Ok(p) => {
                 #[cfg(test)]
                 MAPPED_FRAMES.with(|n| n.set(n.get() + 1));
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::info!(peer_pid = pid, "{MAPPED_LOG} (memcpy from a mapping)");
+                }
                 Some(p.cast_const())
             }
             Err(why) => {
