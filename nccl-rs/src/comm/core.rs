@@ -13,7 +13,7 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{copy_region, AlignedBuf, Call, CallBufs, Engine, OpLabel, Region};
+use crate::engine::{copy_region, Call, CallBufs, Engine, OpLabel, Region, SendStaging};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
 use crate::schedule::{self, Schedule};
@@ -67,8 +67,9 @@ pub(crate) struct Core {
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
     /// A copy of an in-place all-to-all's input, reused from call to call
-    /// (see [`Core::stage_overlapping_input`]).
-    staging: AlignedBuf,
+    /// (see [`Core::stage_overlapping_input`]); shared memory, so that
+    /// co-located readers map it.
+    staging: SendStaging,
     /// Ranks talk over sockets: broadcast in [`SOCKET_BROADCAST_CHUNK_BYTES`]
     /// chunks.
     pub(crate) socket_broadcast: bool,
@@ -93,7 +94,7 @@ impl Core {
             planner,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
             zero_copy: None,
-            staging: AlignedBuf::default(),
+            staging: SendStaging::default(),
             socket_broadcast: false,
         }
     }
@@ -237,8 +238,7 @@ impl Core {
         if input.len == 0 || i >= o + output.len || o >= i + input.len {
             return (bufs, false);
         }
-        self.staging.ensure(input.len);
-        let copy = Region::new(self.staging.as_mut_ptr(), input.len);
+        let copy = Region::new(self.staging.ensure(input.len), input.len);
         let in_place = i == o && input.len == output.len && input.len % self.nranks == 0;
         let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;
         let block = input.len / self.nranks;

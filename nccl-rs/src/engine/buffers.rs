@@ -85,3 +85,85 @@ pub(crate) unsafe fn copy_region(src: Region, dst: Region, stream: bool) {
         unsafe { std::ptr::copy(src.ptr, dst.ptr, src.len) };
     }
 }
+
+/// Reusable memory for data a call sends from (the input an in-place
+/// all-to-all copies aside), grown on demand: shared memory (a
+/// `hostmem` allocation) where it can be had, so that a co-located reader
+/// of a single-copy message maps it and copies with `memcpy` instead of
+/// `process_vm_readv` (the shared-memory transport's mapped frames); heap
+/// memory otherwise.
+#[derive(Default)]
+pub(crate) struct SendStaging {
+    /// The shared allocation and its length, if any.
+    shared: Option<(std::ptr::NonNull<u8>, usize)>,
+    heap: AlignedBuf,
+}
+
+// SAFETY: the allocation is owned by this value alone (freed in `drop`);
+// moving it to another thread moves that ownership.
+unsafe impl Send for SendStaging {}
+
+impl SendStaging {
+    /// At least `bytes` bytes of staging, valid until the next call.
+    pub(crate) fn ensure(&mut self, bytes: usize) -> *mut u8 {
+        if let Some((p, len)) = self.shared {
+            if len >= bytes {
+                return p.as_ptr();
+            }
+        }
+        self.free_shared();
+        // Grown in powers of two: each allocation is a file a reader may
+        // keep mapped after we drop it.
+        let want = bytes.max(1).checked_next_power_of_two().unwrap_or(bytes);
+        match crate::hostmem::alloc_raw(want).map(std::ptr::NonNull::new) {
+            Ok(Some(p)) => {
+                self.shared = Some((p, want));
+                p.as_ptr()
+            }
+            _ => {
+                self.heap.ensure(bytes);
+                self.heap.as_mut_ptr()
+            }
+        }
+    }
+
+    fn free_shared(&mut self) {
+        if let Some((p, _)) = self.shared.take() {
+            // SAFETY: from `alloc_raw`, freed once; no call uses it now
+            // (staging lives for one call, and a send completes only after
+            // its reader has copied).
+            unsafe { crate::hostmem::free_raw(p.as_ptr()) };
+        }
+    }
+}
+
+impl Drop for SendStaging {
+    fn drop(&mut self) {
+        self.free_shared();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendStaging;
+    use crate::hostmem::locate;
+
+    #[test]
+    fn send_staging_is_shared_memory_that_grows_and_is_reused() {
+        // Allocations are told apart by serial: other tests may map new
+        // ones at freed addresses meanwhile.
+        let serial = |p: *mut u8| locate(p, 1).map(|(serial, ..)| serial);
+        let mut s = SendStaging::default();
+        let a = s.ensure(3000);
+        assert!(locate(a, 3000).is_some(), "staging in a shared allocation");
+        let first = serial(a);
+        assert_eq!(s.ensure(4096), a, "fits: the same memory");
+        let b = s.ensure(5000);
+        let (_, _, alloc_len, offset) = locate(b, 5000).unwrap();
+        assert_eq!((alloc_len, offset), (8192, 0), "grown to a power of two");
+        assert_ne!(serial(a), first, "the old allocation is freed");
+        let second = serial(b);
+        drop(s);
+        assert_ne!(serial(b), second, "freed on drop");
+    }
+}

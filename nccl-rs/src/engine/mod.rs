@@ -12,7 +12,7 @@ mod label;
 mod run;
 pub(crate) mod zero_copy;
 
-pub(crate) use buffers::{copy_region, CallBufs, Region};
+pub(crate) use buffers::{copy_region, CallBufs, Region, SendStaging};
 pub(crate) use label::{fingerprint_all_reduce, OpLabel};
 pub(crate) use run::{Call, Run};
 
