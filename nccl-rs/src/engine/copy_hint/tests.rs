@@ -193,9 +193,8 @@ fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
     assert!(!allowed(bc, false, MIB, p));
 }
 
-/// The hint for `steps` with input at `input` and `out_bytes` of output
-/// at a fixed address.
-fn hint_for(steps: Vec<Step>, input: usize, out_bytes: usize) -> CopyHint {
+/// The hint for a send/recv group of `steps` on `bufs` under `p`.
+fn group_hint(steps: Vec<Step>, bufs: CallBufs, p: SingleCopyPolicy) -> CopyHint {
     let sched = Schedule { steps, scratch: 0 };
     let call = Call {
         sched: &sched,
@@ -204,12 +203,18 @@ fn hint_for(steps: Vec<Step>, input: usize, out_bytes: usize) -> CopyHint {
         tag: 1,
         what: OpLabel::Group { ops: 1 },
     };
+    copy_hint(&call, &bufs, p)
+}
+
+/// The hint for `steps` with input at `input` and `out_bytes` of output
+/// at a fixed address.
+fn hint_for(steps: Vec<Step>, input: usize, out_bytes: usize) -> CopyHint {
     let bufs = CallBufs {
         input: Region::new(input as *mut u8, out_bytes),
         output: Region::new(0x10000 as *mut u8, out_bytes),
         group: Vec::new(),
     };
-    copy_hint(&call, &bufs, SingleCopyPolicy::default())
+    group_hint(steps, bufs, SingleCopyPolicy::default())
 }
 
 #[test]
@@ -248,27 +253,17 @@ fn a_sender_is_idle_only_with_nothing_else_to_do() {
 
 /// A send/recv group of one send of `bytes` from `buf`.
 fn group_send_allowed(buf: &[u8], p: SingleCopyPolicy) -> bool {
-    let sched = Schedule {
-        steps: vec![Step::Send {
-            to: 1,
-            src: Loc::Group(0, 0),
-            count: buf.len(),
-        }],
-        scratch: 0,
-    };
-    let call = Call {
-        sched: &sched,
-        dtype: DataType::Uint8,
-        op: RedOp::Sum,
-        tag: 1,
-        what: OpLabel::Group { ops: 1 },
+    let send = Step::Send {
+        to: 1,
+        src: Loc::Group(0, 0),
+        count: buf.len(),
     };
     let bufs = CallBufs {
         input: Region::empty(),
         output: Region::empty(),
         group: vec![Region::new(buf.as_ptr().cast_mut(), buf.len())],
     };
-    copy_hint(&call, &bufs, p).single_copy
+    group_hint(vec![send], bufs, p).single_copy
 }
 
 #[test]
