@@ -26,6 +26,9 @@ pub(super) const KEEP_MAPPED: usize = 8;
 thread_local! {
     /// Single-copy frames this thread's receives copied from a mapping.
     pub(super) static MAPPED_FRAMES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Makes this thread's receives fail to map, as a kernel that refuses
+    /// `pidfd_getfd` would.
+    pub(super) static REFUSE_MAPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The INFO line logged the first time this process reads a message from
@@ -112,6 +115,11 @@ impl SenderMaps {
     /// mapped (then the caller reads it by address).
     pub(super) fn resolve(&mut self, pid: i32, src: &MappedSrc, len: usize) -> Option<*const u8> {
         let maps = self.maps.as_mut()?;
+        #[cfg(test)]
+        if REFUSE_MAPPING.with(|r| r.get()) {
+            self.maps = None;
+            return None;
+        }
         let result = match src.region(len) {
             Some(r) => maps.resolve(pid, &r, &[]),
             None => Err(format!(

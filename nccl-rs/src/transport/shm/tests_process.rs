@@ -191,26 +191,42 @@ fn cross_process_both_directions() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn cross_process_shared_buffers_are_mapped_and_copied() {
+/// Receives [`MAPPED_MSGS`] from a "mapped" peer, checking every byte;
+/// returns how many frames were copied from a mapping.
+fn receive_mapped(refuse_mapping: bool) -> usize {
+    use super::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
+    REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     let (dir, _net, mut child, mut r) = start_peer("mapped");
     write_handle(&dir.join("go"), b"go");
-    let before = super::mapped::MAPPED_FRAMES.with(|n| n.get());
+    let before = MAPPED_FRAMES.with(|n| n.get());
     for (i, &(n, _)) in MAPPED_MSGS.iter().enumerate() {
         recv_check(r.as_mut(), &[n], 60 + i as u64, 3);
     }
-    let mapped = super::mapped::MAPPED_FRAMES.with(|n| n.get()) - before;
+    let mapped = MAPPED_FRAMES.with(|n| n.get()) - before;
+    let status = child.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "peer failed: {status}");
+    let _ = std::fs::remove_dir_all(&dir);
+    REFUSE_MAPPING.with(|r| r.set(false));
+    mapped
+}
+
+#[test]
+fn cross_process_shared_buffers_are_mapped_and_copied() {
     let single_copy_shared = MAPPED_MSGS
         .iter()
         .filter(|&&(n, shared)| shared && n >= DEFAULT_CMA_MIN_BYTES)
         .count();
     assert_eq!(
-        mapped, single_copy_shared,
+        receive_mapped(false),
+        single_copy_shared,
         "frames copied from a mapping of the peer's shared buffers"
     );
-    let status = child.0.take().unwrap().wait().unwrap();
-    assert!(status.success(), "peer failed: {status}");
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cross_process_unmappable_shared_buffers_are_read_by_address() {
+    // The same messages intact, every one read by `process_vm_readv`.
+    assert_eq!(receive_mapped(true), 0);
 }
 
 #[test]
