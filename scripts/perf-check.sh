@@ -14,8 +14,9 @@ done
 run $B/ncclrun -n 3 $B/all_reduce_perf -b 8 -e 64K -f 64 -n 1 -w 0 -c 1 -d all -o all
 run $B/ncclrun -n 3 $B/reduce_scatter_perf -b 64 -e 64K -f 32 -n 1 -w 0 -c 1 -d all -o all
 # Shared buffers (-R 1): the zero-copy path, up to outputs large enough for
-# streaming stores (32 MiB and more); -c 1 checks every rank's data.
-for tool in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf alltoall_perf gather_perf scatter_perf; do
+# streaming stores (32 MiB and more), and send/recv read through a mapping of
+# the sender's buffer; -c 1 checks every rank's data.
+for tool in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf alltoall_perf gather_perf scatter_perf sendrecv_perf; do
   run $B/ncclrun -n 2 $B/$tool -b 16K -e 64M -f 64 -n 2 -w 1 -c 1 -R 1
 done
 run $B/ncclrun -n 3 $B/all_reduce_perf -b 96K -e 96K -n 1 -w 0 -c 1 -d all -o all -R 1
