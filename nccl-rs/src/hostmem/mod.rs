@@ -19,7 +19,7 @@ use crate::datatype::Element;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// One live shared allocation.
@@ -35,6 +35,11 @@ static REGISTRY: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
 /// Serial numbers: an allocation is known to peers by (pid, serial), never
 /// by its file descriptor alone (numbers are reused after a close).
 static SERIAL: AtomicU64 = AtomicU64::new(1);
+/// Live allocations: [`locate`] answers without the lock while there are
+/// none (every single-copy send asks). Relaxed suffices: a pointer into an
+/// allocation reached this thread after the allocation's increment, by
+/// whatever synchronised its passing.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 fn registry() -> MutexGuard<'static, BTreeMap<usize, Entry>> {
     // A panic while holding the lock cannot leave the map inconsistent
@@ -69,6 +74,7 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
     };
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     registry().insert(p as usize, Entry { len, fd, serial });
+    LIVE.fetch_add(1, Ordering::Relaxed);
     Ok(p.cast())
 }
 
@@ -106,6 +112,7 @@ pub unsafe fn free_raw(p: *mut u8) -> bool {
     let Some(e) = registry().remove(&(p as usize)) else {
         return false;
     };
+    LIVE.fetch_sub(1, Ordering::Relaxed);
     // SAFETY: the registry held exactly this mapping and descriptor; the
     // caller promises no further use.
     unsafe {
@@ -128,6 +135,9 @@ fn os_error(what: &str) -> Error {
 /// Where `len` bytes at `p` live, if entirely inside one shared allocation:
 /// `(serial, fd, allocation length, offset)`.
 pub(crate) fn locate(p: *const u8, len: usize) -> Option<(u64, i32, usize, usize)> {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
     let addr = p as usize;
     let reg = registry();
     let (&start, e) = reg.range(..=addr).next_back()?;

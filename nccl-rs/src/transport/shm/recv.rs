@@ -5,8 +5,9 @@
 //! one `process_vm_readv` from the sender's buffer straight into the posted
 //! buffer, or one `memcpy` from our mapping of it when it lies in the
 //! sender's shared memory ([`super::mapped`]); its line is released only
-//! after the read, which is what completes the sender's request. A large one is offered for splitting
-//! when the sender helps: both ends copy parts of it ([`super::split`]).
+//! after the read, which is what completes the sender's request. A large
+//! one is offered for splitting when the sender helps: both ends copy parts
+//! of it ([`super::split`]).
 
 use super::cma;
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
