@@ -6,7 +6,7 @@
 //! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
 //! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
 //! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
-//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each) |
+//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each); 1 MiB when all ranks share one host and outnumber its CPUs (`oversubscribed_buffsize`) |
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
@@ -31,6 +31,19 @@ use crate::error::{Error, Result};
 use std::time::Duration;
 pub use transport_tcp::AddrFamily;
 
+/// Staging per connection (`NCCL_BUFFSIZE` unset) when every rank of a
+/// communicator is on one host and they outnumber its CPUs. Measured with
+/// 4 ranks on the 2-core development machine (`ncclrun -n 4 <tool> -c 0`,
+/// interleaved runs; 4 MiB → 1 MiB, so 512 → 128 KiB chunks and 1 MiB →
+/// 256 KiB rings): all-reduce 1 MiB 527–581 → 475–505 µs, 16 MiB 9.1–9.6 →
+/// 8.5–9.2 ms; reduce-scatter 16 MiB 4.9–5.1 → 4.6–4.8 ms, 64 MiB 28.6 →
+/// 26–27 ms; broadcast 1 MiB 278–297 → 240–252 µs, 16 MiB 4.7 → 4.2 ms,
+/// 64 MiB 28.3–28.7 → 24.2 ms; all-to-all 1 MiB 378–395 → 357–367 µs, 64 MiB
+/// 27.6 → 23.7–25.9 ms; all-gather within noise. Smaller chunks alone
+/// (`NCCL_STEPS=32`, rings kept at 1.25 MiB) lost, so the gain is the
+/// rings' size: two ranks per core share its caches.
+pub const OVERSUBSCRIBED_BUFFSIZE: usize = 1 << 20;
+
 /// All `NCCL_*` settings, parsed once.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -44,6 +57,11 @@ pub struct Config {
     pub comm_id: Option<String>,
     /// `NCCL_BUFFSIZE`: staging bytes per connection.
     pub buffsize: usize,
+    /// Staging bytes per connection of a communicator whose ranks all share
+    /// one host and outnumber its CPUs: `NCCL_BUFFSIZE` when that is set,
+    /// else [`OVERSUBSCRIBED_BUFFSIZE`] (smaller rings stay in the caches
+    /// that the ranks sharing a core also share).
+    pub oversubscribed_buffsize: usize,
     /// `NCCL_STEPS`: staging slots (chunks in flight) per connection.
     pub steps: usize,
     /// `NCCL_TIMEOUT`: deadline of one collective.
@@ -96,6 +114,7 @@ impl Default for Config {
             socket_family: None,
             comm_id: None,
             buffsize: 4 << 20,
+            oversubscribed_buffsize: OVERSUBSCRIBED_BUFFSIZE,
             steps: 8,
             timeout: Duration::from_secs(1800),
             bootstrap_timeout: Duration::from_secs(120),
@@ -144,6 +163,12 @@ impl Config {
             },
             comm_id: text("NCCL_COMM_ID"),
             buffsize: num(&text, "NCCL_BUFFSIZE", d.buffsize, 4096..=(1 << 30))?,
+            oversubscribed_buffsize: num(
+                &text,
+                "NCCL_BUFFSIZE",
+                d.oversubscribed_buffsize,
+                4096..=(1 << 30),
+            )?,
             steps: num(&text, "NCCL_STEPS", d.steps, 2..=64)?,
             timeout: secs(&text, "NCCL_TIMEOUT", d.timeout)?,
             bootstrap_timeout: secs(&text, "NCCL_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
@@ -197,6 +222,17 @@ impl Config {
     /// Bytes per staging slot: `buffsize / steps`, rounded down to 64 bytes.
     pub fn slot_bytes(&self) -> usize {
         (self.buffsize / self.steps).max(64) & !63
+    }
+
+    /// As [`Config::slot_bytes`], for a communicator whose ranks all share
+    /// one host and outnumber its CPUs (`oversubscribed`): from
+    /// `oversubscribed_buffsize`.
+    pub fn slot_bytes_for(&self, oversubscribed: bool) -> usize {
+        let buffsize = match oversubscribed {
+            true => self.oversubscribed_buffsize,
+            false => self.buffsize,
+        };
+        (buffsize / self.steps).max(64) & !63
     }
 }
 
@@ -259,6 +295,14 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.buffsize, 4 << 20);
         assert_eq!(c.slot_bytes(), 512 << 10);
+        assert_eq!(c.slot_bytes_for(false), 512 << 10);
+        assert_eq!(c.slot_bytes_for(true), 128 << 10, "oversubscribed: 1 MiB");
+        let set = cfg(&[("NCCL_BUFFSIZE", "8388608")]).unwrap();
+        assert_eq!(
+            set.slot_bytes_for(true),
+            1 << 20,
+            "NCCL_BUFFSIZE rules both"
+        );
         let c = cfg(&[
             ("NCCL_BUFFSIZE", "1048576"),
             ("NCCL_TIMEOUT", "2.5"),

@@ -125,16 +125,21 @@ impl Communicator {
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
         let local = connect::colocated(&mut boot, rank)?;
+        let local_ranks = local.iter().filter(|&&l| l).count();
+        let cpus = crate::transport::shm::online_cpus();
+        // Every rank on this host, more of them than CPUs: smaller staging
+        // (see `OVERSUBSCRIBED_BUFFSIZE`). The same on every rank.
+        let slot_bytes =
+            config.slot_bytes_for(!config.shm_disable && local_ranks == nranks && nranks > cpus);
         let shm = if config.shm_disable
             || nranks == 1
             || !local.iter().enumerate().any(|(p, l)| *l && p != rank)
         {
             None
         } else {
-            let local_ranks = local.iter().filter(|&&l| l).count();
             let slots = shm_ring_slots(config.steps, local_ranks);
             let opts = ShmOptions {
-                buffsize: config.slot_bytes() * slots,
+                buffsize: slot_bytes * slots,
                 slots,
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
@@ -160,8 +165,6 @@ impl Communicator {
         let (send, recv) =
             connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
         let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
-        let local_ranks = local.iter().filter(|&&l| l).count();
-        let cpus = crate::transport::shm::online_cpus();
         let single_copy = SingleCopyPolicy {
             max_bytes: config.shm_cma_max_bytes,
             oversubscribed: local_ranks > cpus,
@@ -180,7 +183,7 @@ impl Communicator {
             nranks,
             send,
             recv,
-            config.slot_bytes(),
+            slot_bytes,
             config.steps,
             config.timeout,
         );
