@@ -221,7 +221,7 @@ impl Config {
 
     /// Bytes per staging slot: `buffsize / steps`, rounded down to 64 bytes.
     pub fn slot_bytes(&self) -> usize {
-        (self.buffsize / self.steps).max(64) & !63
+        self.slot_bytes_for(false)
     }
 
     /// As [`Config::slot_bytes`], for a communicator whose ranks all share

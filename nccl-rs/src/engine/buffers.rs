@@ -96,6 +96,9 @@ pub(crate) unsafe fn copy_region(src: Region, dst: Region, stream: bool) {
 pub(crate) struct SendStaging {
     /// The shared allocation and its length, if any.
     shared: Option<(std::ptr::NonNull<u8>, usize)>,
+    /// Shared memory could not be had: heap from then on (no `memfd`
+    /// attempt per call).
+    heap_only: bool,
     heap: AlignedBuf,
 }
 
@@ -111,6 +114,10 @@ impl SendStaging {
                 return p.as_ptr();
             }
         }
+        if self.heap_only {
+            self.heap.ensure(bytes);
+            return self.heap.as_mut_ptr();
+        }
         self.free_shared();
         // Grown in powers of two: each allocation is a file a reader may
         // keep mapped after we drop it.
@@ -121,6 +128,7 @@ impl SendStaging {
                 p.as_ptr()
             }
             _ => {
+                self.heap_only = true;
                 self.heap.ensure(bytes);
                 self.heap.as_mut_ptr()
             }

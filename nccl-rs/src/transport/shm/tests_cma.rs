@@ -28,8 +28,8 @@ fn opts(min: usize) -> cma::CmaOpts {
     cma::CmaOpts { min, split: true }
 }
 
-/// Default options with single copy on.
-fn cma_default() -> ShmNet {
+/// Default options with single copy on (as `NCCL_SHM_USE_CMA=1` sets it).
+pub(super) fn cma_default() -> ShmNet {
     ShmNet::new(ShmOptions {
         cma: true,
         ..ShmOptions::default()

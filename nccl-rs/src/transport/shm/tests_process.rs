@@ -82,13 +82,13 @@ const MAPPED_MSGS: &[(usize, bool)] = &[
     ((5 << 20) + 7, true),
 ];
 
-/// Single copy on, as `NCCL_SHM_USE_CMA=1` sets it.
-fn cma_net() -> ShmNet {
-    ShmNet::new(ShmOptions {
-        cma: true,
-        ..ShmOptions::default()
-    })
-    .unwrap()
+/// The transport both ends of a peer in `mode` use: single copy on for
+/// "mapped", the default otherwise.
+fn net_for(mode: &str) -> ShmNet {
+    match mode {
+        "mapped" => super::tests_cma::cma_default(),
+        _ => net(),
+    }
 }
 
 /// Sends [`MAPPED_MSGS`] (message `i` is `pattern(len, 60 + i)`), the shared
@@ -115,7 +115,7 @@ fn child_peer() {
         return;
     };
     let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let net = if mode == "mapped" { cma_net() } else { net() };
+    let net = net_for(&mode);
     let h = read_handle(&dir.join("parent.handle"), None);
     let mut c = net.connect(&h).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
@@ -158,7 +158,7 @@ fn child_peer() {
 /// the test's directory, the transport, the peer and the receiving comm.
 fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     let dir = test_dir();
-    let net = if mode == "mapped" { cma_net() } else { net() };
+    let net = net_for(mode);
     let mut l = net.listen().unwrap();
     write_handle(&dir.join("parent.handle"), l.handle());
     let mut child = Reap(Some(spawn_child(mode, &dir)));
