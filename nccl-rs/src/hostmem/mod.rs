@@ -51,7 +51,12 @@ fn registry() -> MutexGuard<'static, BTreeMap<usize, Entry>> {
 pub fn alloc_raw(len: usize) -> Result<*mut u8> {
     let len = len.max(1);
     // SAFETY: the name is a NUL-terminated literal; flags are valid.
-    let fd = unsafe { libc::memfd_create(c"nccl-rs-buffer".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"nccl-rs-buffer".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     if fd < 0 {
         return Err(os_error("memfd_create"));
     }
@@ -68,6 +73,13 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
     if unsafe { libc::ftruncate(fd, size) } != 0 {
         return Err(fail("ftruncate"));
     }
+    // Fixed size from here on: a peer that mapped the file can never find
+    // it shorter than its mapping (a read past the end would be SIGBUS),
+    // and it checks this seal before mapping.
+    // SAFETY: `fd` is a memfd we own, created with sealing allowed.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, FIXED_SIZE | libc::F_SEAL_SEAL) } != 0 {
+        return Err(fail("sealing the size"));
+    }
     let p = match map_shared(fd, len) {
         Ok(p) => p.as_ptr(),
         Err(_) => return Err(fail("mmap")),
@@ -77,6 +89,9 @@ pub fn alloc_raw(len: usize) -> Result<*mut u8> {
     LIVE.fetch_add(1, Ordering::Relaxed);
     Ok(p.cast())
 }
+
+/// The seals of every allocation: its size never changes.
+pub(crate) const FIXED_SIZE: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
 
 /// Maps `len` bytes of the open file `fd` shared, read-write, at an address
 /// the kernel picks, prefaulted (`MAP_POPULATE`: the page tables are filled
@@ -105,17 +120,37 @@ pub(crate) fn map_shared(fd: libc::c_int, len: usize) -> std::io::Result<std::pt
 /// Frees memory from [`alloc_raw`]. Returns `false` (and does nothing) for a
 /// pointer that is not the start of a live allocation.
 ///
+/// Peers keep their mappings of an allocation for reuse (`PeerMaps`), which
+/// would keep its pages alive after the free; so the pages are released
+/// here first (a hole punched over the whole file). A peer's stale mapping
+/// then holds no memory and, if ever read, reads zeros (never SIGBUS: the
+/// size is sealed).
+///
 /// # Safety
-/// Nothing may access the allocation after this call (peers that mapped it
-/// keep their own mapping, which stays valid).
+/// Nothing may access the allocation after this call, in this process or
+/// through a peer's mapping (collectives end with every peer done with
+/// the buffers they were given).
 pub unsafe fn free_raw(p: *mut u8) -> bool {
     let Some(e) = registry().remove(&(p as usize)) else {
         return false;
     };
     LIVE.fetch_sub(1, Ordering::Relaxed);
     // SAFETY: the registry held exactly this mapping and descriptor; the
-    // caller promises no further use.
+    // caller promises no further use, here or by a peer.
     unsafe {
+        let punched = libc::fallocate(
+            e.fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            e.len as libc::off_t,
+        );
+        if punched != 0 {
+            tracing::debug!(
+                "shared host memory: releasing {} bytes: {}",
+                e.len,
+                std::io::Error::last_os_error()
+            );
+        }
         libc::munmap(p.cast(), e.len);
         libc::close(e.fd);
     }

@@ -128,7 +128,15 @@ impl PeerMaps {
                     r.fd, r.serial, st.st_size, r.alloc_len
                 ));
             }
-            // The peer's memfd (size checked above), mapped whole.
+            // SAFETY: `fd` is open; F_GET_SEALS takes no argument.
+            let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+            if seals < 0 || seals & super::FIXED_SIZE != super::FIXED_SIZE {
+                return Err(format!(
+                    "descriptor {} of pid {pid} (allocation {}) is not sealed at a fixed size",
+                    r.fd, r.serial
+                ));
+            }
+            // The peer's memfd (size checked and sealed above), mapped whole.
             super::map_shared(fd, r.alloc_len)
                 .map(|p| p.as_ptr())
                 .map_err(|e| format!("mmap: {e}"))
@@ -218,6 +226,51 @@ mod tests {
             .resolve(pid, &wrong, &[])
             .unwrap_err()
             .contains("not allocation"));
+    }
+
+    #[test]
+    fn a_freed_allocation_keeps_no_pages_in_a_peer_mapping() {
+        let mut maps = PeerMaps::default();
+        maps.via_pidfd_always = true;
+        let pid = std::process::id() as i32;
+        let mut b = ShmBuffer::<u32>::zeroed(4096).unwrap();
+        b.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as u32 | 1);
+        let p = maps.resolve(pid, &desc(&b), &[]).unwrap();
+        // SAFETY: `p` maps the same 16 KiB as `b`, and stays mapped (in
+        // `maps`) after `b` is freed; nothing else uses it.
+        let view = unsafe { std::slice::from_raw_parts(p.cast::<u32>(), 4096) };
+        assert_eq!(view[4095], 4095);
+        drop(b);
+        assert!(
+            view.iter().all(|&x| x == 0),
+            "the owner's free released the pages the peer mapping still covers"
+        );
+    }
+
+    #[test]
+    fn a_file_whose_size_is_not_sealed_is_refused() {
+        let mut maps = PeerMaps::default();
+        maps.via_pidfd_always = true;
+        // SAFETY: a literal name; valid flags.
+        let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: our memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd, 8192) }, 0);
+        let r = RegionDesc {
+            serial: u64::MAX,
+            fd,
+            alloc_len: 8192,
+            offset: 0,
+            len: 8192,
+        };
+        let err = maps
+            .resolve(std::process::id() as i32, &r, &[])
+            .unwrap_err();
+        assert!(err.contains("not sealed"), "{err}");
+        // SAFETY: ours, closed once.
+        unsafe { libc::close(fd) };
     }
 
     #[test]
