@@ -35,8 +35,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 /// Size of an encoded handle.
 pub const HANDLE_BYTES: usize = 40;
 /// Current handle and greeting format version (2: several sockets per
-/// connection, socket index and count in the greeting).
-pub const HANDLE_VERSION: u8 = 2;
+/// connection, socket index and count in the greeting; 3: 16-byte message
+/// headers and 64-byte units on the data stream, see the `wire` module).
+pub const HANDLE_VERSION: u8 = 3;
 /// Most data sockets one connection may use (as NCCL's `MAX_SOCKETS`).
 pub const MAX_SOCKS: usize = 64;
 /// Size of the greeting a connector sends.
@@ -207,7 +208,7 @@ mod tests {
             nonce: *b"abcdefgh",
             nsocks: 3,
         };
-        assert_eq!(&h.hello(), b"NTCP\x02\0\x03\0abcdefgh");
-        assert_eq!(&h.hello_for(2), b"NTCP\x02\x02\x03\0abcdefgh");
+        assert_eq!(&h.hello(), b"NTCP\x03\0\x03\0abcdefgh");
+        assert_eq!(&h.hello_for(2), b"NTCP\x03\x02\x03\0abcdefgh");
     }
 }

@@ -134,7 +134,7 @@ fn run(dir: Dir, shared: &HelperShared, lanes: &[(OwnedFd, Arc<LaneShared>)]) {
                     Ok(m) => moved |= m,
                     Err(f) => return fail(shared, f),
                 }
-                if c.off < c.len {
+                if !c.done() {
                     break;
                 }
                 cur[k] = None;

@@ -11,6 +11,7 @@
 use crate::comm::Fault;
 use crate::helper::{Helper, LaneShared};
 use crate::sys;
+use crate::wire::{self, UNIT, ZEROS};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -26,7 +27,8 @@ pub(crate) enum Dir {
     Recv,
 }
 
-/// A piece of a message bound to one lane.
+/// A piece of a message bound to one lane, with the padding of its unit
+/// (see [`crate::wire`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Chunk {
     /// Request id of the message.
@@ -35,7 +37,10 @@ pub(crate) struct Chunk {
     pub(crate) ptr: *mut u8,
     /// Length of the piece.
     pub(crate) len: usize,
-    /// Bytes moved so far.
+    /// Pad bytes before and after it.
+    head: usize,
+    tail: usize,
+    /// Bytes of the unit moved so far.
     pub(crate) off: usize,
 }
 
@@ -44,19 +49,49 @@ pub(crate) struct Chunk {
 // the comm is dropped; comms join their helper threads before they drop.
 unsafe impl Send for Chunk {}
 
+impl Chunk {
+    /// A piece of `len` bytes at `ptr` of request `op`, padded by
+    /// `(head, tail)`.
+    pub(crate) fn new(op: u64, ptr: *mut u8, len: usize, (head, tail): (usize, usize)) -> Chunk {
+        Chunk {
+            op,
+            ptr,
+            len,
+            head,
+            tail,
+            off: 0,
+        }
+    }
+
+    /// Whether the whole unit has moved.
+    pub(crate) fn done(&self) -> bool {
+        self.off == self.head + self.len + self.tail
+    }
+}
+
 /// Moves as much of `c` as the socket allows. Returns whether any byte
-/// moved; `c.off == c.len` once the chunk is done.
+/// moved; `c.done()` once the chunk is.
 pub(crate) fn chunk_io(dir: Dir, fd: &OwnedFd, c: &mut Chunk) -> Result<bool, Fault> {
     let mut moved = false;
-    while c.off < c.len {
-        // Stays inside the piece: off < len.
-        let p = c.ptr.wrapping_add(c.off);
+    // Incoming pad bytes land here and are dropped; outgoing ones are zeros.
+    let mut sink = [0u8; UNIT];
+    let pad = match dir {
+        Dir::Send => ZEROS.as_ptr().cast_mut(),
+        Dir::Recv => sink.as_mut_ptr(),
+    };
+    while !c.done() {
+        let segs = [(pad, c.head), (c.ptr, c.len), (pad, c.tail)];
+        let mut iov = [crate::comm::empty_iov(); 3];
+        let mut n = 0;
+        wire::iov_from(&segs, c.off, &mut iov, &mut n);
         let r = match dir {
-            // SAFETY: `p..p+len-off` lies in the piece, which the isend
-            // contract keeps readable until completion (see `Chunk`).
-            Dir::Send => unsafe { sys::send_raw(fd, p, c.len - c.off) },
-            // SAFETY: as above; irecv keeps it writable and unaliased.
-            Dir::Recv => unsafe { sys::recv_raw(fd, p, c.len - c.off) },
+            // SAFETY: the iovecs lie in the piece, which the isend contract
+            // keeps readable until completion (see `Chunk`), or in the
+            // static pad bytes; sendmsg only reads them.
+            Dir::Send => unsafe { sys::send_iov(fd, &iov[..n]) },
+            // SAFETY: as above; irecv keeps the piece writable and
+            // unaliased, and `sink` is ours for the call.
+            Dir::Recv => unsafe { sys::recv_iov(fd, &iov[..n]) },
         };
         match r {
             Ok(0) if dir == Dir::Recv => return Err(Fault::Closed),
@@ -66,7 +101,11 @@ pub(crate) fn chunk_io(dir: Dir, fd: &OwnedFd, c: &mut Chunk) -> Result<bool, Fa
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) => {
-                let call = if dir == Dir::Send { "send" } else { "recv" };
+                let call = if dir == Dir::Send {
+                    "sendmsg"
+                } else {
+                    "recvmsg"
+                };
                 return Err(Fault::from_io(call, &e));
             }
         }
@@ -172,7 +211,7 @@ impl Lanes {
                     Lane::Inline { fd, q } => {
                         while let Some(c) = q.front_mut() {
                             moved |= chunk_io(dir, fd, c)?;
-                            if c.off < c.len {
+                            if !c.done() {
                                 break;
                             }
                             done(c.op);

@@ -85,6 +85,7 @@ pub mod iface;
 mod lanes;
 mod stripe;
 mod sys;
+mod wire;
 
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
 pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};

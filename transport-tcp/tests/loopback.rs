@@ -7,6 +7,8 @@ mod data_path;
 mod errors;
 #[path = "loopback/raw_peers.rs"]
 mod raw_peers;
+#[path = "common/wire.rs"]
+mod wire;
 
 use nccl_net::{Net, RecvComm, Request, SendComm};
 use std::time::{Duration, Instant};

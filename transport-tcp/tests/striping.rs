@@ -8,6 +8,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use transport_tcp::{TcpHandle, TcpNet, TcpOptions};
+use wire::{inline_unit, piece_unit, striped_unit};
+
+#[path = "common/wire.rs"]
+mod wire;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const KIB: usize = 1 << 10;
@@ -372,13 +376,10 @@ fn raw_peer_greetings_and_striped_wire_format() {
     // pieces of ceil(200000 / 2) rounded up to 4 KiB = 102400 bytes, the
     // first on socket 1, the second on socket 2. Then an 8-byte message
     // inline on socket 0, then 150000 bytes (77824 + 72176) starting at
-    // socket 1 again (the rotation is back at 0).
+    // socket 1 again (the rotation is back at 0). Each message claims its
+    // own alignment; every write is whole 64-byte units.
     let (a, b, c) = (pattern(200_000, 1), pattern(8, 2), pattern(150_000, 3));
-    let hdr = |tag: u32, len: usize| {
-        let mut v = tag.to_le_bytes().to_vec();
-        v.extend_from_slice(&(len as u64).to_le_bytes());
-        v
-    };
+    let (al_a, al_b, al_c) = (16, 0, 63);
     let mut dsts = [vec![0u8; 200_000], vec![0u8; 8], vec![0u8; 150_000]];
     let mut reqs = Vec::new();
     for (i, d) in dsts.iter_mut().enumerate() {
@@ -389,14 +390,13 @@ fn raw_peer_greetings_and_striped_wire_format() {
                 .unwrap(),
         );
     }
-    s2.write_all(&a[102_400..]).unwrap();
-    s2.write_all(&c[77_824..]).unwrap();
-    s1.write_all(&a[..102_400]).unwrap();
-    s1.write_all(&c[..77_824]).unwrap();
-    s0.write_all(&hdr(40, a.len())).unwrap();
-    s0.write_all(&hdr(41, b.len())).unwrap();
-    s0.write_all(&b).unwrap();
-    s0.write_all(&hdr(42, c.len())).unwrap();
+    s2.write_all(&piece_unit(&a[102_400..], al_a)).unwrap();
+    s2.write_all(&piece_unit(&c[77_824..], al_c)).unwrap();
+    s1.write_all(&piece_unit(&a[..102_400], al_a)).unwrap();
+    s1.write_all(&piece_unit(&c[..77_824], al_c)).unwrap();
+    s0.write_all(&striped_unit(40, a.len(), al_a)).unwrap();
+    s0.write_all(&inline_unit(41, &b, al_b)).unwrap();
+    s0.write_all(&striped_unit(42, c.len(), al_c)).unwrap();
     let got = drive(&mut [] as &mut [Sends<'_>], &mut [(&mut *r, reqs)]);
     assert_eq!(got, [vec![200_000, 8, 150_000]]);
     assert!(dsts[0] == a && dsts[1] == b && dsts[2] == c);

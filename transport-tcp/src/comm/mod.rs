@@ -1,11 +1,14 @@
 //! The data path: [`TcpSendComm`] and [`TcpRecvComm`].
 //!
 //! # Wire format
-//! After the greeting, socket 0 carries for each message a 12-byte header —
-//! tag (`u32`, little-endian) then payload length (`u64`, little-endian) —
-//! followed by the payload if the message is small (or the connection has
+//! After the greeting, socket 0 carries for each message a 16-byte header —
+//! tag, payload length, the sender's payload alignment (see [`crate::wire`])
+//! — followed by the payload if the message is small (or the connection has
 //! one socket); a large message's payload travels in pieces on the other
-//! sockets (see [`crate::stripe`]).
+//! sockets (see [`crate::stripe`]). Every message on socket 0 and every
+//! piece is padded to whole 64-byte units, the payload placed in its unit as
+//! it lies in its cache line, so that the kernel's copies run at full speed
+//! (see [`crate::wire`]).
 //!
 //! # Progress
 //! Both comms keep a FIFO of posted requests in a `VecDeque` that is reused
@@ -17,9 +20,8 @@
 //! request has been reported, then are popped. Every `test` first makes as
 //! much progress as the sockets allow without blocking, then answers.
 //!
-//! Sends gather the headers and socket-0 payloads of several queued
-//! messages into one `sendmsg`. Receives read a header into a 12-byte
-//! staging buffer, check tag and size, lay the message out, then read the
+//! Sends gather the socket-0 units of several queued messages into one
+//! `sendmsg`. Receives read a header into a 16-byte staging buffer, check tag and size, lay the message out, then read the
 //! payload pieces straight into the posted buffer (no copy); each socket-0
 //! payload read also offers the staging buffer for the next header, so a
 //! stream of small messages costs one `recvmsg` each.
@@ -38,9 +40,6 @@ use crate::sys;
 use nccl_net::{NetError, Request};
 use std::io;
 
-/// Message header size: tag `u32` + length `u64`.
-pub(crate) const HDR: usize = 12;
-
 /// A remembered failure; rebuilt into a [`NetError`] on every report.
 #[derive(Clone, Debug)]
 pub(crate) enum Fault {
@@ -48,6 +47,7 @@ pub(crate) enum Fault {
     Io { call: &'static str, errno: i32 },
     Tag { expected: u32, got: u32 },
     Truncated { posted: usize, got: usize },
+    Protocol(String),
 }
 
 impl Fault {
@@ -68,6 +68,7 @@ impl Fault {
             Fault::Io { call, errno } => NetError::io(call, io::Error::from_raw_os_error(errno)),
             Fault::Tag { expected, got } => NetError::TagMismatch { expected, got },
             Fault::Truncated { posted, got } => NetError::Truncated { posted, got },
+            Fault::Protocol(ref what) => NetError::Protocol(format!("{what} from {peer}")),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! [`TcpRecvComm`]: the receiving half of a connection.
 
-use super::{unknown_request, Fault, HDR};
+use super::{empty_iov, unknown_request, Fault};
 use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
+use crate::wire::{self, Header, HDR, UNIT};
 use nccl_net::{MemHandle, NetResult, RecvComm, Request, RequestQueue};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -17,15 +18,23 @@ struct RecvOp {
     /// Where the socket-0 payload goes (set with `len`).
     data0: *mut u8,
     len0: usize,
-    /// Socket-0 payload bytes received so far.
+    /// Padding before and after it (see [`wire::pads`]).
+    head: usize,
+    tail: usize,
+    /// Bytes of the socket-0 unit after the header received so far.
     got0: usize,
     /// Pieces on other sockets not yet received.
     pieces_left: usize,
 }
 
 impl RecvOp {
+    /// Bytes of the socket-0 unit after the header.
+    fn rest0(&self) -> usize {
+        self.head + self.len0 + self.tail
+    }
+
     fn done(&self) -> bool {
-        self.len.is_some() && self.got0 == self.len0 && self.pieces_left == 0
+        self.len.is_some() && self.got0 == self.rest0() && self.pieces_left == 0
     }
 }
 
@@ -40,6 +49,8 @@ pub(crate) struct TcpRecvComm {
     /// Header bytes of the next message read so far.
     stage: [u8; HDR],
     staged: usize,
+    /// Where incoming pad bytes land (and are dropped).
+    sink: [u8; UNIT],
     striper: Striper,
     lanes: Lanes,
 }
@@ -68,6 +79,7 @@ impl TcpRecvComm {
             fault: None,
             stage: [0; HDR],
             staged: 0,
+            sink: [0; UNIT],
             striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Recv, others, nthreads)?,
         })
@@ -102,25 +114,21 @@ impl TcpRecvComm {
     /// Checks the staged header against `q[head0]` and lays the message out.
     fn take_header(&mut self) -> Result<(), Fault> {
         self.staged = 0;
-        let s = &self.stage;
-        let tag = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-        let mut l = [0u8; 8];
-        l.copy_from_slice(&s[4..12]);
-        let len = u64::from_le_bytes(l);
+        let h = Header::decode(&self.stage).map_err(Fault::Protocol)?;
         let id = self.q.id_at(self.head0);
         let op = &mut self.q[self.head0];
-        if tag != op.tag {
+        if h.tag != op.tag {
             return Err(Fault::Tag {
                 expected: op.tag,
-                got: tag,
+                got: h.tag,
             });
         }
-        let len = match usize::try_from(len) {
+        let len = match usize::try_from(h.len) {
             Ok(len) if len <= op.cap => len,
             _ => {
                 return Err(Fault::Truncated {
                     posted: op.cap,
-                    got: usize::try_from(len).unwrap_or(usize::MAX),
+                    got: usize::try_from(h.len).unwrap_or(usize::MAX),
                 })
             }
         };
@@ -131,16 +139,14 @@ impl TcpRecvComm {
             // Stays inside the caller's buffer: p.off < len <= cap.
             let ptr = data.wrapping_add(p.off);
             pieces_left += 1;
-            let c = Chunk {
-                op: id,
-                ptr,
-                len: p.len,
-                off: 0,
-            };
-            lanes.push(p.sock, c);
+            lanes.push(
+                p.sock,
+                Chunk::new(id, ptr, p.len, wire::pads(0, p.len, h.align)),
+            );
         });
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
+        (op.head, op.tail) = wire::pads(HDR, len0, h.align);
         op.len = Some(len);
         op.data0 = data0;
         op.len0 = len0;
@@ -165,35 +171,37 @@ impl TcpRecvComm {
                 }
                 self.take_header()?;
             }
+            let sink = self.sink.as_mut_ptr();
+            let stage = self.stage.as_mut_ptr();
             let op = &mut self.q[self.head0];
-            if op.got0 == op.len0 {
+            let rest = op.rest0();
+            if op.got0 == rest {
                 // Socket-0 part in (a 0-byte one completes on its header).
                 self.head0 += 1;
                 continue;
             }
-            let want = op.len0 - op.got0;
-            let iov = [
-                libc::iovec {
-                    // Stays inside the caller's buffer: got0 < len0.
-                    iov_base: op.data0.wrapping_add(op.got0).cast(),
-                    iov_len: want,
-                },
+            let want = rest - op.got0;
+            let segs = [
+                (sink, op.head),
+                (op.data0, op.len0),
+                (sink, op.tail),
                 // Read ahead the next header (nothing is staged here).
-                libc::iovec {
-                    iov_base: self.stage.as_mut_ptr().cast(),
-                    iov_len: HDR,
-                },
+                (stage, HDR),
             ];
-            // SAFETY: the first iovec lies within the buffer the `irecv`
+            let mut iov = [empty_iov(); 4];
+            let mut n_iov = 0;
+            wire::iov_from(&segs, op.got0, &mut iov, &mut n_iov);
+            // SAFETY: the payload iovec lies within the buffer the `irecv`
             // caller keeps valid for writes and unaliased until completion;
-            // the second is our own staging buffer, untouched during the call.
-            match unsafe { sys::recv_iov(&self.fd, &iov) } {
+            // the others are our own pad sink and header staging buffer,
+            // untouched during the call.
+            match unsafe { sys::recv_iov(&self.fd, &iov[..n_iov]) } {
                 Ok(0) => return Err(Fault::Closed),
                 Ok(n) => {
                     let k = n.min(want);
                     op.got0 += k;
                     self.staged = n - k;
-                    if op.got0 == op.len0 {
+                    if op.got0 == rest {
                         self.head0 += 1;
                     }
                     if n < want + HDR {
@@ -237,6 +245,8 @@ impl RecvComm for TcpRecvComm {
             len: None,
             data0: data,
             len0: 0,
+            head: 0,
+            tail: 0,
             got0: 0,
             pieces_left: 0,
         });

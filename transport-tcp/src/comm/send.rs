@@ -1,9 +1,10 @@
 //! [`TcpSendComm`]: the sending half of a connection.
 
-use super::{empty_iov, unknown_request, Fault, HDR};
+use super::{empty_iov, unknown_request, Fault};
 use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
+use crate::wire::{self, Header, HDR, ZEROS};
 use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -18,7 +19,10 @@ struct SendOp {
     /// The payload bytes that follow the header on socket 0.
     data0: *const u8,
     len0: usize,
-    /// Bytes of header + socket-0 payload written so far.
+    /// Padding before and after them (see [`wire::pads`]).
+    head: usize,
+    tail: usize,
+    /// Bytes of the socket-0 unit written so far.
     off: usize,
     /// Pieces on other sockets not yet written.
     pieces_left: usize,
@@ -26,7 +30,18 @@ struct SendOp {
 
 impl SendOp {
     fn total0(&self) -> usize {
-        HDR + self.len0
+        HDR + self.head + self.len0 + self.tail
+    }
+
+    /// The socket-0 unit: header, head pad, payload, tail pad.
+    fn segments(&self) -> [(*mut u8, usize); 4] {
+        let pad = ZEROS.as_ptr().cast_mut();
+        [
+            (self.hdr.as_ptr().cast_mut(), HDR),
+            (pad, self.head),
+            (self.data0.cast_mut(), self.len0),
+            (pad, self.tail),
+        ]
     }
 
     fn done(&self) -> bool {
@@ -99,31 +114,15 @@ impl TcpSendComm {
             let mut n_iov = 0;
             let mut want = 0usize;
             for op in self.q.range(self.head0..) {
-                if n_iov + 2 > MAX_IOV || want >= GATHER_BYTES {
+                if n_iov + 4 > MAX_IOV || want >= GATHER_BYTES {
                     break;
                 }
-                if op.off < HDR {
-                    iov[n_iov] = libc::iovec {
-                        iov_base: op.hdr[op.off..].as_ptr() as *mut libc::c_void,
-                        iov_len: HDR - op.off,
-                    };
-                    n_iov += 1;
-                    want += HDR - op.off;
-                }
-                let done = op.off.saturating_sub(HDR);
-                if op.len0 > done {
-                    iov[n_iov] = libc::iovec {
-                        // Stays inside the caller's buffer: done < len0.
-                        iov_base: op.data0.wrapping_add(done) as *mut libc::c_void,
-                        iov_len: op.len0 - done,
-                    };
-                    n_iov += 1;
-                    want += op.len0 - done;
-                }
+                want += wire::iov_from(&op.segments(), op.off, &mut iov, &mut n_iov);
             }
-            // SAFETY: each iovec points either into a header owned by the
-            // queue (not touched until the call returns) or into a payload
-            // the `isend` caller keeps valid for reads until completion.
+            // SAFETY: each iovec points into a header owned by the queue
+            // (not touched until the call returns), into the static pad
+            // bytes, or into a payload the `isend` caller keeps valid for
+            // reads until completion; sendmsg only reads through them.
             match unsafe { sys::send_iov(&self.fd, &iov[..n_iov]) } {
                 Ok(mut n) => {
                     let short = n < want;
@@ -179,9 +178,7 @@ impl SendComm for TcpSendComm {
                 crate::MAX_MESSAGE_BYTES
             )));
         }
-        let mut hdr = [0u8; HDR];
-        hdr[0..4].copy_from_slice(&tag.to_le_bytes());
-        hdr[4..12].copy_from_slice(&(len as u64).to_le_bytes());
+        let header = Header::new(tag, len, data);
         let id = self.q.next_id();
         let mut pieces_left = 0;
         let lanes = &mut self.lanes;
@@ -189,20 +186,20 @@ impl SendComm for TcpSendComm {
             // Stays inside the caller's buffer: p.off < len.
             let ptr = data.wrapping_add(p.off);
             pieces_left += 1;
-            let c = Chunk {
-                op: id,
-                ptr: ptr.cast_mut(),
-                len: p.len,
-                off: 0,
-            };
-            lanes.push(p.sock, c);
+            // Piece offsets are multiples of 4 KiB: each piece sits in its
+            // cache line as the message does.
+            let pads = wire::pads(0, p.len, header.align);
+            lanes.push(p.sock, Chunk::new(id, ptr.cast_mut(), p.len, pads));
         });
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
+        let (head, tail) = wire::pads(HDR, len0, header.align);
         let op = SendOp {
-            hdr,
+            hdr: header.encode(),
             data0,
             len0,
+            head,
+            tail,
             off: 0,
             pieces_left,
         };

@@ -1,6 +1,7 @@
 //! Raw sockets against the transport: strays at the listener, a stream
-//! that arrives byte by byte, a hostile length header.
+//! that arrives byte by byte, a hostile length header, a garbage header.
 
+use super::wire::{header, inline_unit};
 use super::{check_deadline, net, pattern, roundtrip};
 use nccl_net::{Net, NetError, Request};
 use std::io::{Read, Write};
@@ -68,7 +69,8 @@ fn strays_are_dropped_and_real_connection_accepted() {
 }
 
 /// A raw peer that writes the wire format byte by byte, polling the
-/// receiver between bytes, so every header and payload arrives in pieces.
+/// receiver between bytes, so every header, pad and payload arrives in
+/// pieces; the messages claim different alignments, so the pads differ.
 #[test]
 fn receiver_handles_fragmented_stream() {
     let net = net();
@@ -84,14 +86,19 @@ fn receiver_handles_fragmented_stream() {
             break r;
         }
     };
-    let payloads: Vec<Vec<u8>> = vec![vec![], pattern(5, 1), pattern(40, 2), vec![9]];
+    let payloads: Vec<Vec<u8>> = vec![
+        vec![],
+        pattern(5, 1),
+        pattern(40, 2),
+        vec![9],
+        pattern(200, 3),
+    ];
+    let aligns = [0u8, 17, 63, 16, 40];
     let mut wire = Vec::new();
     for (i, p) in payloads.iter().enumerate() {
-        wire.extend_from_slice(&(i as u32 + 100).to_le_bytes());
-        wire.extend_from_slice(&(p.len() as u64).to_le_bytes());
-        wire.extend_from_slice(p);
+        wire.extend_from_slice(&inline_unit(i as u32 + 100, p, aligns[i]));
     }
-    let mut dsts: Vec<Vec<u8>> = payloads.iter().map(|_| vec![0u8; 64]).collect();
+    let mut dsts: Vec<Vec<u8>> = payloads.iter().map(|_| vec![0u8; 256]).collect();
     let reqs: Vec<Request> = dsts
         .iter_mut()
         .enumerate()
@@ -133,8 +140,7 @@ fn hostile_length_is_truncation_not_panic() {
     let handle = TcpHandle::decode(listener.handle()).unwrap();
     let mut raw = TcpStream::connect(handle.addr).unwrap();
     raw.write_all(&handle.hello()).unwrap();
-    raw.write_all(&7u32.to_le_bytes()).unwrap();
-    raw.write_all(&u64::MAX.to_le_bytes()).unwrap();
+    raw.write_all(&header(7, u64::MAX, 0)).unwrap();
     let start = Instant::now();
     let mut r = loop {
         check_deadline(start, "accept raw peer");
@@ -158,5 +164,111 @@ fn hostile_length_is_truncation_not_panic() {
     assert!(
         matches!(err, NetError::Truncated { posted: 16, got } if got == usize::MAX),
         "{err}"
+    );
+}
+
+/// A header with a reserved byte set (garbage, or a peer speaking another
+/// format) is a protocol error naming the peer, not a panic or a hang.
+#[test]
+fn garbage_header_is_protocol_error() {
+    let net = net();
+    let mut listener = net.listen().unwrap();
+    let handle = TcpHandle::decode(listener.handle()).unwrap();
+    let mut raw = TcpStream::connect(handle.addr).unwrap();
+    raw.write_all(&handle.hello()).unwrap();
+    let mut bad = header(7, 8, 0);
+    bad[14] = 0xff;
+    raw.write_all(&bad).unwrap();
+    let start = Instant::now();
+    let mut r = loop {
+        check_deadline(start, "accept raw peer");
+        if let Some(r) = listener.accept().unwrap() {
+            break r;
+        }
+    };
+    let mut dst = [0u8; 16];
+    // SAFETY: `dst` outlives `r`.
+    let req = unsafe { r.irecv(dst.as_mut_ptr(), 16, 7, None) }
+        .unwrap()
+        .unwrap();
+    let err = loop {
+        check_deadline(start, "garbage header");
+        match r.test(req) {
+            Ok(None) => continue,
+            Ok(Some(n)) => panic!("accepted {n} bytes"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, NetError::Protocol(_)), "{err}");
+    assert!(err.to_string().contains("header"), "{err}");
+}
+
+/// Our sender against a raw listener: what it writes is the documented
+/// wire format byte for byte, each payload placed in its 64-byte unit as its
+/// source lies in its cache line, pads zero.
+#[test]
+fn sender_writes_documented_units() {
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let handle = TcpHandle {
+        addr: raw.local_addr().unwrap(),
+        nonce: *b"unitunit",
+        nsocks: 1,
+    };
+    let net = net();
+    let mut connector = net.connect(&handle.encode()).unwrap();
+    let (mut peer, _) = raw.accept().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = Instant::now();
+    let mut s = loop {
+        check_deadline(start, "connect to raw listener");
+        if let Some(s) = connector.poll_connect().unwrap() {
+            break s;
+        }
+    };
+    let mut hello = [0u8; 16];
+    peer.read_exact(&mut hello).unwrap();
+    assert_eq!(hello, handle.hello());
+    // Sources at several alignments within one buffer, of several sizes.
+    let src = pattern(10_000, 9);
+    let cases = [
+        (0usize, 8usize),
+        (16, 300),
+        (5, 4096),
+        (63, 1),
+        (40, 0),
+        (1, 5000),
+    ];
+    let base = src.as_ptr() as usize;
+    let mut expect = Vec::new();
+    let mut reqs = Vec::new();
+    for (i, &(off, len)) in cases.iter().enumerate() {
+        let p = &src[off..off + len];
+        let align = ((base + off) % 64) as u8;
+        expect.extend_from_slice(&inline_unit(i as u32, p, align));
+        // SAFETY: `src` outlives the requests, which complete below.
+        reqs.push(
+            unsafe { s.isend(p.as_ptr(), len, i as u32, None) }
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let mut wire = vec![0u8; expect.len()];
+    let (mut got, mut sent) = (0, vec![false; reqs.len()]);
+    while got < wire.len() || sent.contains(&false) {
+        check_deadline(start, "read the sender's stream");
+        for (k, &req) in reqs.iter().enumerate() {
+            if !sent[k] {
+                sent[k] = s.test(req).unwrap();
+            }
+        }
+        if got < wire.len() {
+            got += peer.read(&mut wire[got..]).unwrap();
+        }
+    }
+    assert_eq!(wire.len() % 64, 0);
+    assert!(
+        wire == expect,
+        "the stream differs from the documented units"
     );
 }
