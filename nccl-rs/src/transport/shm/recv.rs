@@ -11,7 +11,7 @@
 
 use super::cma;
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
-use super::mapped::{MappedSrc, SenderMaps, MAPPED_BYTES};
+use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::{pid_alive, PeerWatch};
 use super::ring::{
     decode_header, span_of, Consumer, Payload, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
@@ -65,7 +65,7 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     /// later frame is read meanwhile.
     lent: Option<(u64, usize)>,
     /// Our mappings of the sender's shared allocations.
-    maps: SenderMaps,
+    maps: PeerMapping,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -77,7 +77,7 @@ unsafe impl Send for ShmRecvComm {}
 /// What the header line at the tail says, checked against the receive
 /// posted for it: `(len, how, sender address, the sender helps copy it,
 /// the shared allocation it lies in)`.
-type Frame = (usize, Payload, u64, bool, Option<MappedSrc>);
+type Frame = (usize, Payload, u64, bool, Option<SharedRegion>);
 
 /// Where a single-copy message's bytes are read from.
 #[derive(Clone, Copy, Debug)]
@@ -122,7 +122,7 @@ impl ShmRecvComm {
             split,
             open: None,
             lent: None,
-            maps: SenderMaps::new(),
+            maps: PeerMapping::new(MapSide::Receiver),
             seg,
         }
     }
@@ -175,7 +175,7 @@ impl ShmRecvComm {
         let flags = u32::from_le_bytes(desc[8..12].try_into().expect("4 bytes"));
         let helps = how == Payload::Cma && flags & CMA_SENDER_HELPS != 0;
         let mapped = (how == Payload::Cma && flags & CMA_MAPPED != 0).then(|| {
-            MappedSrc::decode(desc[16..16 + MAPPED_BYTES].try_into().expect("descriptor"))
+            SharedRegion::decode(desc[16..16 + MAPPED_BYTES].try_into().expect("descriptor"))
         });
         Ok((len, how, addr, helps, mapped))
     }
@@ -200,7 +200,7 @@ impl ShmRecvComm {
                 }
             },
             // SAFETY: the destination as above; the source lies in our
-            // mapping of the sender's allocation (`SenderMaps::resolve`
+            // mapping of the sender's allocation (`PeerMapping::resolve`
             // checked that the message fits it; callers read within the
             // message), which stays mapped while we hold it, whatever the
             // sender does. `copy` tolerates a destination in the same pages.
@@ -319,7 +319,7 @@ impl ShmRecvComm {
         }
         let src = mapped
             .and_then(|m| self.maps.resolve(self.watch.pid(), &m, len))
-            .map_or(Src::Remote(addr), Src::Local);
+            .map_or(Src::Remote(addr), |p| Src::Local(p.cast_const()));
         // Release the frames before this one first: the sender completes
         // them (and helps with this one only once they are complete).
         self.cons.publish();

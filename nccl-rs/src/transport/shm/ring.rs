@@ -32,7 +32,7 @@ pub(super) const FRAME_MARK_CMA: u32 = u32::from_le_bytes(*b"CMA1");
 /// into the receiver if it offers them ([`super::split`]).
 pub(super) const CMA_SENDER_HELPS: u32 = 1;
 /// Flag of a single-copy frame: the message lies in a shared allocation of
-/// the sender, named by the [`super::mapped::MappedSrc`] in the line's bytes
+/// the sender, named by the [`super::mapped::SharedRegion`] in the line's bytes
 /// `HDR_BYTES + 16..`; the receiver may map it and copy with `memcpy`.
 pub(super) const CMA_MAPPED: u32 = 2;
 

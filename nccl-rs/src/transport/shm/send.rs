@@ -12,7 +12,7 @@
 
 use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
-use super::mapped::{MappedSrc, MAPPED_BYTES};
+use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::PeerWatch;
 use super::ring::{
     encode_header, span_of, Payload, Producer, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
@@ -75,6 +75,9 @@ pub(in crate::transport::shm) struct ShmSendComm {
     /// The split message we last reported on, and how many pieces of it we
     /// copied.
     helped: (u32, u32),
+    /// Our mappings of the receiver's shared allocations (split messages
+    /// into them are written by `memcpy`).
+    maps: PeerMapping,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -115,6 +118,7 @@ impl ShmSendComm {
             },
             helps,
             helped: (0, 0),
+            maps: PeerMapping::new(MapSide::Sender),
             seg,
         }
     }
@@ -177,7 +181,7 @@ impl ShmSendComm {
                     && op.len >= SPLIT_MIN_BYTES;
                 let mut flags = if op.helps { CMA_SENDER_HELPS } else { 0 };
                 if how == Payload::Cma {
-                    if let Some(m) = MappedSrc::locate(op.data, op.len) {
+                    if let Some(m) = SharedRegion::locate(op.data, op.len) {
                         flags |= CMA_MAPPED;
                         desc[16..16 + MAPPED_BYTES].copy_from_slice(&m.encode());
                     }
@@ -282,18 +286,30 @@ impl ShmSendComm {
         let epoch = split::epoch_of(op.end - FRAME_ALIGN as u64);
         let hdr = self.seg.header();
         let mut moved = false;
-        while let Some((dst, piece, lo, hi)) = hdr.offer.0.claim_back(epoch, len) {
-            let (start, n) = split::bytes_of(lo, hi, piece, len);
-            // SAFETY: `start + n <= len`: the range lies in the caller's
-            // buffer, readable per the `isend` contract until completion,
-            // which waits for the receiver to see this report.
-            let wrote = unsafe {
-                cma::write(
-                    self.watch.pid(),
-                    data.add(start),
-                    dst.wrapping_add(start as u64),
-                    n,
-                )
+        while let Some(run) = hdr.offer.0.claim_back(epoch, len) {
+            let (lo, hi) = (run.lo, run.hi);
+            let (start, n) = split::bytes_of(lo, hi, run.piece, len);
+            let pid = self.watch.pid();
+            let mapped = run.shared.and_then(|at| self.maps.resolve(pid, &at, len));
+            let wrote = match mapped {
+                // SAFETY: `p` is our mapping of the receiver's allocation,
+                // covering its whole destination of `len` bytes (bounds
+                // checked by `resolve`; the file's size is sealed), and
+                // `start + n <= len`. The receiver touches pieces `[lo, hi)`
+                // only after our report below (Release/Acquire), and keeps
+                // the destination until then (a withdrawal waits for us).
+                // The source lies in the caller's buffer, readable per the
+                // `isend` contract until completion, which waits for the
+                // receiver to see the report. `copy`: no overlap is assumed.
+                Some(p) => unsafe {
+                    std::ptr::copy(data.add(start), p.add(start), n);
+                    Ok(())
+                },
+                // SAFETY: as above for the source; the kernel checks the
+                // receiver's range.
+                None => unsafe {
+                    cma::write(pid, data.add(start), run.dst.wrapping_add(start as u64), n)
+                },
             };
             if self.helped.0 != epoch {
                 self.helped = (epoch, 0);

@@ -39,6 +39,7 @@
 //!   `front = back`) and waits for the sender's pieces in flight, so no
 //!   write lands in a buffer the caller got back.
 
+use super::mapped::{SharedRegion, MAPPED_BYTES};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Messages of at least this many bytes are split when the sender helps.
@@ -69,6 +70,28 @@ pub(super) struct Offer {
     pub(super) piece: AtomicU64,
     /// Message bytes.
     pub(super) len: AtomicU64,
+    /// The shared allocation holding the destination, if any
+    /// ([`SharedRegion::encode`], all zero for none): the sender may write
+    /// into a mapping of it.
+    pub(super) shared: [AtomicU64; SHARED_WORDS],
+}
+
+/// Words of an encoded [`SharedRegion`] in an [`Offer`].
+const SHARED_WORDS: usize = MAPPED_BYTES.div_ceil(8);
+
+/// A run of pieces the sender claimed ([`Offer::claim_back`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct BackRun {
+    /// The receiver's address of the whole message.
+    pub(super) dst: u64,
+    /// Where the whole message lies in a shared allocation of the
+    /// receiver's, if it does.
+    pub(super) shared: Option<SharedRegion>,
+    /// Bytes per piece.
+    pub(super) piece: usize,
+    /// Pieces `[lo, hi)`.
+    pub(super) lo: u16,
+    pub(super) hi: u16,
 }
 
 /// A decoded claim word.
@@ -130,8 +153,27 @@ pub(super) fn bytes_of(lo: u16, hi: u16, piece: usize, len: usize) -> (usize, us
 
 impl Offer {
     /// Receiver: offers message `epoch` of `len` bytes, to be copied to
-    /// `dst`, in `n` pieces of `piece` bytes.
-    pub(super) fn publish(&self, epoch: u32, dst: u64, len: usize, piece: usize, n: u16) {
+    /// `dst` (in `shared`, if it is in a shared allocation), in `n` pieces
+    /// of `piece` bytes.
+    pub(super) fn publish(
+        &self,
+        epoch: u32,
+        dst: u64,
+        shared: Option<SharedRegion>,
+        len: usize,
+        piece: usize,
+        n: u16,
+    ) {
+        let mut bytes = [0u8; SHARED_WORDS * 8];
+        if let Some(r) = shared {
+            bytes[..MAPPED_BYTES].copy_from_slice(&r.encode());
+        }
+        for (w, b) in self.shared.iter().zip(bytes.chunks_exact(8)) {
+            w.store(
+                u64::from_le_bytes(b.try_into().expect("8 bytes")),
+                Ordering::Relaxed,
+            );
+        }
         self.dst.store(dst, Ordering::Relaxed);
         self.piece.store(piece as u64, Ordering::Relaxed);
         self.len.store(len as u64, Ordering::Relaxed);
@@ -204,10 +246,19 @@ impl Offer {
         }
     }
 
+    /// The shared allocation the offer names, if any.
+    fn shared_dst(&self) -> Option<SharedRegion> {
+        let mut bytes = [0u8; SHARED_WORDS * 8];
+        for (w, b) in self.shared.iter().zip(bytes.chunks_exact_mut(8)) {
+            b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let none = bytes.iter().all(|&b| b == 0);
+        (!none).then(|| SharedRegion::decode(bytes[..MAPPED_BYTES].try_into().expect("encoded")))
+    }
+
     /// Sender: takes a run of pieces from the back of the offer if it is
-    /// for `epoch` and a message of `len` bytes. Returns the destination
-    /// address of the whole message, the piece size and the run.
-    pub(super) fn claim_back(&self, epoch: u32, len: usize) -> Option<(u64, usize, u16, u16)> {
+    /// for `epoch` and a message of `len` bytes.
+    pub(super) fn claim_back(&self, epoch: u32, len: usize) -> Option<BackRun> {
         let mut w = self.claim.load(Ordering::Acquire);
         loop {
             let c = Claim::unpack(w);
@@ -216,6 +267,7 @@ impl Offer {
             }
             // Valid while the claim below succeeds (see the module docs).
             let dst = self.dst.load(Ordering::Relaxed);
+            let shared = self.shared_dst();
             let piece = usize::try_from(self.piece.load(Ordering::Relaxed)).ok()?;
             let offered = self.len.load(Ordering::Relaxed);
             // Only the cut we would make for our own message: the receiver
@@ -235,7 +287,15 @@ impl Offer {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some((dst, piece, next.back, c.back)),
+                Ok(_) => {
+                    return Some(BackRun {
+                        dst,
+                        shared,
+                        piece,
+                        lo: next.back,
+                        hi: c.back,
+                    })
+                }
                 Err(now) => w = now,
             }
         }
@@ -283,7 +343,7 @@ mod tests {
         let o = Offer::default();
         let len = (3 << 20) + 5;
         let (piece, n) = cut(len);
-        o.publish(7, 0x1000, len, piece, n);
+        o.publish(7, 0x1000, None, len, piece, n);
         // The receiver's first claim takes half.
         let (lo, hi) = o.claim_front(7, piece, true).unwrap().unwrap();
         assert_eq!((lo, hi), (0, n.div_ceil(2)));
@@ -292,9 +352,9 @@ mod tests {
         assert!(o.claim_back(7, len - 1).is_none());
         let mut sender = Vec::new();
         let mut receiver = vec![(lo, hi)];
-        while let Some((dst, p, a, b)) = o.claim_back(7, len) {
-            assert_eq!((dst, p), (0x1000, piece));
-            sender.push((a, b));
+        while let Some(run) = o.claim_back(7, len) {
+            assert_eq!((run.dst, run.piece, run.shared), (0x1000, piece, None));
+            sender.push((run.lo, run.hi));
             if let Ok(run) = o.claim_front(7, piece, false).unwrap() {
                 receiver.push(run);
             }
@@ -323,12 +383,27 @@ mod tests {
     fn a_withdrawn_offer_gives_nothing_more() {
         let o = Offer::default();
         let (piece, n) = cut(1 << 20);
-        o.publish(3, 0x2000, 1 << 20, piece, n);
+        o.publish(3, 0x2000, None, 1 << 20, piece, n);
         let back = o.withdraw(3);
         assert_eq!(back, n);
         assert!(o.claim_back(3, 1 << 20).is_none());
         assert_eq!(o.claim_front(3, piece, false).unwrap(), Err(n));
         assert!(o.claim_front(4, piece, false).is_err(), "another epoch");
+    }
+
+    #[test]
+    fn an_offer_names_the_shared_allocation_of_its_destination() {
+        let b = crate::ShmBuffer::<u8>::zeroed(3 << 20).unwrap();
+        let len = 2 << 20;
+        let at = SharedRegion::locate(b.as_ptr().wrapping_add(4096), len).unwrap();
+        let o = Offer::default();
+        let (piece, n) = cut(len);
+        o.publish(9, 0x3000, Some(at), len, piece, n);
+        assert_eq!(o.claim_back(9, len).unwrap().shared, Some(at));
+        // The next offer, without one, clears it.
+        o.withdraw(9);
+        o.publish(10, 0x3000, None, len, piece, n);
+        assert_eq!(o.claim_back(10, len).unwrap().shared, None);
     }
 
     #[test]

@@ -82,13 +82,36 @@ const MAPPED_MSGS: &[(usize, bool)] = &[
     ((5 << 20) + 7, true),
 ];
 
+/// Messages of the "writer" peers: split single-copy messages that the
+/// idle sender helps copy into the parent's shared buffer.
+const WRITER_SIZES: &[usize] = &[(1 << 20) + 3, 9 << 20, 256 << 10];
+
 /// The transport both ends of a peer in `mode` use: single copy on for
-/// "mapped", the default otherwise.
+/// "mapped" and the writers, the default otherwise.
 fn net_for(mode: &str) -> ShmNet {
     match mode {
-        "mapped" => super::tests_cma::cma_default(),
+        "mapped" | "writer" | "writer-refused" => super::tests_cma::cma_default(),
         _ => net(),
     }
+}
+
+/// Sends [`WRITER_SIZES`] (message `i` is `pattern(len, 80 + i)`) from the
+/// heap, idle, so the sender copies the back of each into the receiver;
+/// leaves how many runs it wrote through a mapping in the file `writes`.
+fn send_as_writer(s: &mut dyn SendComm, dir: &Path, refuse_mapping: bool) {
+    use super::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
+    REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
+    s.hint_copy(nccl_net::CopyHint {
+        single_copy: true,
+        sender_idle: true,
+    });
+    for (i, &n) in WRITER_SIZES.iter().enumerate() {
+        let data = pattern(n, 80 + i as u64);
+        let q = isend(s, &data, 4);
+        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    }
+    let writes = MAPPED_WRITES.with(|n| n.get());
+    write_handle(&dir.join("writes"), writes.to_string().as_bytes());
 }
 
 /// Sends [`MAPPED_MSGS`] (message `i` is `pattern(len, 60 + i)`), the shared
@@ -138,6 +161,10 @@ fn child_peer() {
             // exists; before that every message would take the ring.
             read_handle(&dir.join("go"), None);
             send_mapped(s.as_mut())
+        }
+        "writer" | "writer-refused" => {
+            read_handle(&dir.join("go"), None);
+            send_as_writer(s.as_mut(), &dir, mode == "writer-refused");
         }
         "stream" => {
             let buf = pattern(16 << 20, 77);
@@ -227,6 +254,75 @@ fn cross_process_shared_buffers_are_mapped_and_copied() {
 fn cross_process_unmappable_shared_buffers_are_read_by_address() {
     // The same messages intact, every one read by `process_vm_readv`.
     assert_eq!(receive_mapped(true), 0);
+}
+
+/// Whether `want` is at `p` now (read while the peer may be writing it).
+fn arrived(p: *const u8, want: &[u8]) -> bool {
+    want.iter().enumerate().all(|(i, &b)| {
+        // SAFETY: `p` is the start of `want.len()` bytes of a live buffer of
+        // the caller's; a volatile read of a byte the peer may be writing
+        // through its mapping (the value is only compared).
+        unsafe { std::ptr::read_volatile(p.add(i)) == b }
+    })
+}
+
+/// Receives [`WRITER_SIZES`] from a writer peer into a `ShmBuffer` at an odd
+/// offset: polls until the receiver has offered the message and copied its
+/// first run, then leaves the rest to the sender (waits for the last bytes
+/// to land), then completes and checks every byte. Returns how many runs
+/// the peer wrote through a mapping of the buffer.
+fn receive_from_writer(refuse_mapping: bool) -> usize {
+    let mode = if refuse_mapping {
+        "writer-refused"
+    } else {
+        "writer"
+    };
+    let (dir, _net, mut child, mut r) = start_peer(mode);
+    write_handle(&dir.join("go"), b"go");
+    for (i, &n) in WRITER_SIZES.iter().enumerate() {
+        let want = pattern(n, 80 + i as u64);
+        let mut shared = crate::ShmBuffer::<u8>::zeroed(n + 8192).unwrap();
+        let buf = &mut shared[4101..4101 + n];
+        let p = buf.as_ptr();
+        let q = irecv(r.as_mut(), buf, 4);
+        poll("the receiver's first run", || {
+            assert_eq!(
+                r.test(q).unwrap(),
+                None,
+                "message {i} done without the sender"
+            );
+            Ok(arrived(p, &want[..64]).then_some(()))
+        })
+        .unwrap();
+        poll("the sender's runs", || {
+            Ok(arrived(p.wrapping_add(n - 64), &want[n - 64..]).then_some(()))
+        })
+        .unwrap();
+        assert_eq!(poll("recv", || r.test(q)).unwrap(), n);
+        assert!(
+            shared[4101..4101 + n] == want[..],
+            "message {i} of {n} bytes"
+        );
+    }
+    let status = child.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "peer failed: {status}");
+    let writes = std::fs::read_to_string(dir.join("writes")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    writes.parse().unwrap()
+}
+
+#[test]
+fn cross_process_split_pieces_are_written_into_a_mapping() {
+    let writes = receive_from_writer(false);
+    assert!(
+        writes >= WRITER_SIZES.len(),
+        "the sender wrote {writes} runs through a mapping"
+    );
+}
+
+#[test]
+fn cross_process_unmappable_destinations_are_written_by_address() {
+    assert_eq!(receive_from_writer(true), 0);
 }
 
 #[test]

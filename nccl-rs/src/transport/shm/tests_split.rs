@@ -52,6 +52,42 @@ fn an_idle_sender_copies_the_back_of_the_message() {
     poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
 }
 
+/// Sends one message of `len` bytes from an idle sender into a shared
+/// destination (at an odd offset), as the test above; returns how many
+/// runs the sender wrote through a mapping.
+fn idle_sender_into_shared(len: usize, refuse_mapping: bool) -> usize {
+    use super::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
+    REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
+    let data = pattern(len, 8);
+    let (mut s, mut r, _) = pair(&cma_net());
+    s.hint_copy(IDLE);
+    let before = MAPPED_WRITES.with(|n| n.get());
+    let q = isend(s.as_mut(), &data, 3);
+    let mut shared = crate::ShmBuffer::<u8>::zeroed(len + 8192).unwrap();
+    let buf = &mut shared[4097..4097 + len];
+    let rq = irecv(r.as_mut(), buf, 3);
+    assert_eq!(r.test(rq).unwrap(), None);
+    assert!(!s.test(q).unwrap());
+    let half = first_run(len);
+    assert!(buf[..half] == data[..half], "the receiver's run");
+    assert!(buf[half..] == data[half..], "the sender's runs");
+    assert_eq!(r.test(rq).unwrap(), Some(len));
+    poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+    REFUSE_MAPPING.with(|r| r.set(false));
+    MAPPED_WRITES.with(|n| n.get()) - before
+}
+
+#[test]
+fn an_idle_sender_writes_into_a_shared_destination_through_a_mapping() {
+    let len = (4 << 20) + 4097;
+    assert!(
+        idle_sender_into_shared(len, false) >= 1,
+        "no run was mapped"
+    );
+    // Mapping refused: the same bytes by `process_vm_writev`.
+    assert_eq!(idle_sender_into_shared(len, true), 0);
+}
+
 #[test]
 fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     let len = 1 << 20;

@@ -3,6 +3,7 @@
 //! withdrawing an offer when it goes away.
 
 use super::super::comm::Fault;
+use super::super::mapped::SharedRegion;
 use super::super::peer::pid_alive;
 use super::super::ring::Payload;
 use super::super::split;
@@ -45,12 +46,13 @@ impl ShmRecvComm {
             pieces,
             first: true,
         };
-        let dst = self.q[i].data as u64;
+        let dst = self.q[i].data;
+        let shared = SharedRegion::locate(dst, len);
         self.seg
             .header()
             .offer
             .0
-            .publish(s.epoch, dst, len, piece, pieces);
+            .publish(s.epoch, dst as u64, shared, len, piece, pieces);
         self.open = Some(s);
         self.split_step(i, s, moved)
     }
