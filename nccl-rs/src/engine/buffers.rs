@@ -82,7 +82,7 @@ pub(crate) unsafe fn copy_region(src: Region, dst: Region, stream: bool) {
         crate::reduce::copy_streaming(to, from);
     } else if s != d && src.len > 0 {
         // SAFETY: valid for the call (contract); `copy` tolerates overlap.
-        unsafe { std::ptr::copy(src.ptr, dst.ptr, src.len) };
+        unsafe { crate::reduce::move_mem(src.ptr, dst.ptr, src.len) };
     }
 }
 

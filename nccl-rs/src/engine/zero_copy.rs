@@ -85,9 +85,9 @@ pub(crate) unsafe fn run(
                     // (contract), `off + len` inside both; `tmp` holds at
                     // least `piece * es` bytes and is ours alone.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(xp, tmp.as_mut_ptr(), len);
-                        std::ptr::copy_nonoverlapping(yp, xp, len);
-                        std::ptr::copy_nonoverlapping(tmp.as_mut_ptr(), yp, len);
+                        reduce::copy_mem(xp, tmp.as_mut_ptr(), len);
+                        reduce::copy_mem(yp, xp, len);
+                        reduce::copy_mem(tmp.as_mut_ptr(), yp, len);
                     }
                     off += len;
                 }
@@ -135,13 +135,7 @@ pub(crate) unsafe fn run(
                         // rank writes during the call, `off + bytes` inside it;
                         // its operands were read into `acc` above (in place,
                         // they were the same bytes).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                acc.as_ptr(),
-                                d.ptr.wrapping_add(off),
-                                bytes,
-                            )
-                        };
+                        unsafe { reduce::copy_mem(acc.as_ptr(), d.ptr.wrapping_add(off), bytes) };
                     }
                     start += c;
                 }

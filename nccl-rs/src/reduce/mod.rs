@@ -46,6 +46,7 @@
 // Unsafe code only in `wide` (calls of the AVX2 build after the CPU check).
 #![deny(unsafe_code)]
 
+mod copy;
 mod narrow;
 mod ops;
 mod stream;
@@ -53,6 +54,7 @@ mod stream;
 mod tests;
 mod wide;
 
+pub(crate) use copy::{copy_mem, move_mem};
 pub(crate) use stream::{copy_streaming, STREAM_COPY_MIN, STREAM_OUTPUT_MIN};
 
 use crate::datatype::{DataType, RedOp};

@@ -204,7 +204,7 @@ impl ShmRecvComm {
             // checked that the message fits it; callers read within the
             // message), which stays mapped while we hold it, whatever the
             // sender does. `copy` tolerates a destination in the same pages.
-            Src::Local(p) => unsafe { ptr::copy(p, dst, len) },
+            Src::Local(p) => unsafe { crate::reduce::move_mem(p, dst, len) },
         }
         // Acquire: the sender sets `closed` (Release) when its comm is
         // dropped, and its buffers may be freed after that. Not set now
@@ -281,7 +281,7 @@ impl ShmRecvComm {
                     // `c <= n` bytes at the tail are published and not
                     // overwritten until we release them; `p + c <= len <=
                     // cap`, inside the caller's writable buffer.
-                    unsafe { ptr::copy_nonoverlapping(cons.tail_ptr(), op.data.add(p), c) };
+                    unsafe { crate::reduce::copy_mem(cons.tail_ptr(), op.data.add(p), c) };
                 }
                 cons.advance(n);
                 op.pos += n;

@@ -230,7 +230,7 @@ impl ShmSendComm {
                     // `c <= n` bytes at the head are ours to write; the
                     // source range `p..p+c` is inside the caller's buffer
                     // (`p + c <= len`), readable per the `isend` contract.
-                    unsafe { ptr::copy_nonoverlapping(op.data.add(p), prod.head_ptr(), c) };
+                    unsafe { crate::reduce::copy_mem(op.data.add(p), prod.head_ptr(), c) };
                 }
                 prod.advance(n);
                 // Publish piece by piece, so the receiver copies out the
@@ -302,7 +302,7 @@ impl ShmSendComm {
                 // `isend` contract until completion, which waits for the
                 // receiver to see the report. `copy`: no overlap is assumed.
                 Some(p) => unsafe {
-                    std::ptr::copy(data.add(start), p.add(start), n);
+                    crate::reduce::move_mem(data.add(start), p.add(start), n);
                     Ok(())
                 },
                 // SAFETY: as above for the source; the kernel checks the
