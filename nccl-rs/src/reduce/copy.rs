@@ -31,7 +31,7 @@ const CLIFF_MIN: usize = 1024;
 /// Whether a copy from `src` to `dst` lands on the slow distances: the
 /// destination 1 to 63 bytes after the source modulo 4096 (up to 31 is
 /// slow; up to 63 keeps a margin).
-fn on_cliff(src: *const u8, dst: *const u8) -> bool {
+pub(crate) fn on_cliff(src: *const u8, dst: *const u8) -> bool {
     let d = (dst as usize).wrapping_sub(src as usize) % 4096;
     (1..64).contains(&d)
 }

@@ -54,7 +54,7 @@ mod stream;
 mod tests;
 mod wide;
 
-pub(crate) use copy::{copy_mem, move_mem};
+pub(crate) use copy::{copy_mem, move_mem, on_cliff};
 pub(crate) use stream::{copy_streaming, STREAM_COPY_MIN, STREAM_OUTPUT_MIN};
 
 use crate::datatype::{DataType, RedOp};

@@ -217,3 +217,39 @@ fn receiver_without_single_copy_gets_the_ring() {
     assert!(completes_alone(s.as_mut(), q, 10), "ring path when told no");
     recv_check(r.as_mut(), &[4000], 4, 0);
 }
+
+/// Reads and writes of this process by cross-memory attach at the slow
+/// distances of `rep movsb` go through the bounce buffer, and at others not;
+/// every byte arrives either way, and nothing around the destination moves.
+#[test]
+fn transfers_at_slow_distances_bounce_and_stay_exact() {
+    let pid = std::process::id() as i32;
+    let src: Vec<u8> = (0..400_000u32).map(|i| (i * 17 + 5) as u8).collect();
+    for d in [0usize, 4, 12, 63, 64, 2000] {
+        for len in [1usize, 4095, 4096, 200_000, 300_001] {
+            for write in [false, true] {
+                let mut dst = vec![0x5Au8; 400_000 + 8192];
+                let want = (src.as_ptr() as usize + d) % 4096;
+                let at = (want + 4096 - dst.as_ptr() as usize % 4096) % 4096;
+                let before = cma::BOUNCED.get();
+                // SAFETY: `dst[at..at + len]` and `src[..len]` are in bounds
+                // (at < 4096), distinct, and not otherwise used meanwhile.
+                let r = unsafe {
+                    let to = dst.as_mut_ptr().add(at);
+                    match write {
+                        false => cma::read(pid, to, src.as_ptr() as u64, len),
+                        true => cma::write(pid, src.as_ptr(), to as u64, len),
+                    }
+                };
+                r.unwrap();
+                let what = format!("distance {d}, {len} bytes, write {write}");
+                assert_eq!(&dst[at..at + len], &src[..len], "{what}");
+                assert!(dst[..at].iter().all(|&b| b == 0x5A), "{what}: before");
+                assert!(dst[at + len..].iter().all(|&b| b == 0x5A), "{what}: after");
+                let bounced = cma::BOUNCED.get() > before;
+                let slow = (1..64).contains(&d) && len >= 4096;
+                assert_eq!(bounced, slow, "{what}: bounced {bounced}");
+            }
+        }
+    }
+}
