@@ -5,8 +5,13 @@ use std::process::Command;
 
 #[test]
 fn prints_one_row_per_size() {
+    rows_at_distance("0");
+    rows_at_distance("4");
+}
+
+fn rows_at_distance(d: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_copy_floor"))
-        .args(["-b", "4K", "-e", "64K", "-f", "4", "-n", "3"])
+        .args(["-b", "4K", "-e", "64K", "-f", "4", "-n", "3", "-d", d])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -20,6 +25,10 @@ fn prints_one_row_per_size() {
         .filter(|l| !l.starts_with('#'))
         .map(|l| l.split_whitespace().map(|w| w.parse().unwrap()).collect())
         .collect();
+    assert!(
+        text.contains(&format!("destination {d} bytes after")),
+        "{text}"
+    );
     let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(sizes, [4096.0, 16384.0, 65536.0], "{text}");
     for r in &rows {
@@ -35,6 +44,7 @@ fn refuses_bad_arguments() {
         &["-f", "1"],
         &["-x"],
         &["-b", "lots"],
+        &["-d", "4096"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_copy_floor"))
             .args(args)

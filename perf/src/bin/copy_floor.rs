@@ -4,10 +4,14 @@
 //! single-copy path on heap buffers).
 //!
 //! ```text
-//! copy_floor [-b 64K] [-e 64M] [-f 4] [-n 0]
+//! copy_floor [-b 64K] [-e 64M] [-f 4] [-n 0] [-d 0]
 //! ```
 //! `-n 0` picks the repetitions per size (about 50 ms of copying). Each
-//! cell is the median over repetitions. The source buffer lives in a child
+//! cell is the median over repetitions. `-d D` puts every destination `D`
+//! bytes after its source modulo 4096 (0 to 4095): both copies use
+//! `rep movsb`, which on AMD Zen runs several times slower at distances of
+//! 1 to 15 (`copy_floor -d 4` against `-d 0` shows whether a host's CPU
+//! does; nccl-rs keeps its own copies off those distances). The source buffer lives in a child
 //! process (this program run as `copy_floor --serve <bytes>`), which fills
 //! it once and waits for its standard input to close. For both cores busy,
 //! as two ranks of an all-gather are, run two at once
@@ -22,6 +26,8 @@ struct Args {
     max: usize,
     factor: usize,
     reps: usize,
+    /// Destination minus source, modulo 4096.
+    distance: usize,
 }
 
 /// A size with nccl-tests' suffixes (`nccl_perf::args::parse_size`).
@@ -37,6 +43,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         max: 64 << 20,
         factor: 4,
         reps: 0,
+        distance: 0,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -46,14 +53,21 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "-e" => a.max = size(value()?)?,
             "-f" => a.factor = size(value()?)?,
             "-n" => a.reps = size(value()?)?,
+            "-d" => a.distance = size(value()?)?,
             "-h" | "--help" => {
-                return Err("usage: copy_floor [-b min] [-e max] [-f factor] [-n reps]".into())
+                return Err(
+                    "usage: copy_floor [-b min] [-e max] [-f factor] [-n reps] [-d distance]"
+                        .into(),
+                )
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if a.min == 0 || a.min > a.max || a.factor < 2 {
         return Err("need 0 < min <= max and factor >= 2".into());
+    }
+    if a.distance >= 4096 {
+        return Err(format!("-d {}: a distance is 0 to 4095", a.distance));
     }
     Ok(a)
 }
@@ -150,11 +164,24 @@ impl Drop for Source {
     }
 }
 
+/// Where in `buf` (at least 4096 bytes longer than needed) a range starts
+/// that lies `distance` bytes after `src` modulo 4096.
+fn at_distance(buf: &[u8], src: usize, distance: usize) -> usize {
+    (src + distance + 4096 - buf.as_ptr() as usize % 4096) % 4096
+}
+
 fn run(a: &Args) -> Result<(), String> {
     let source = spawn_source(a.max)?;
     let src: Vec<u8> = (0..a.max).map(|i| (i % 251) as u8).collect();
-    let mut dst = vec![0u8; a.max];
-    println!("# copy_floor: one core copying; median of repetitions");
+    let mut buf = vec![0u8; a.max + 4096];
+    // The destination of the local copy, and of the child's buffer (whose
+    // address the child told us).
+    let local = at_distance(&buf, src.as_ptr() as usize, a.distance);
+    let remote = at_distance(&buf, source.addr, a.distance);
+    println!(
+        "# copy_floor: one core copying; median of repetitions; destination {} bytes after the source modulo 4096",
+        a.distance
+    );
     println!(
         "# {:>10} {:>12} {:>9} {:>12} {:>9} {:>8}",
         "size", "memcpy(us)", "GB/s", "cma(us)", "GB/s", "cma/cpy"
@@ -166,11 +193,11 @@ fn run(a: &Args) -> Result<(), String> {
             n => n,
         };
         let memcpy = timed(reps, || {
-            dst[..bytes].copy_from_slice(&src[..bytes]);
+            buf[local..local + bytes].copy_from_slice(&src[..bytes]);
             Ok(())
         })?;
         let cma = timed(reps, || {
-            cma_read(source.pid, source.addr, &mut dst[..bytes])
+            cma_read(source.pid, source.addr, &mut buf[remote..remote + bytes])
         })?;
         let gbs = |s: f64| bytes as f64 / s / 1e9;
         println!(
