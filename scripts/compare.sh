@@ -25,7 +25,11 @@ csv=$(echo $SIZES | tr ' ' ,)
 # The host's copy floors (memcpy and process_vm_readv, one core), at the
 # start and the end of the run: the bounds of the single-copy paths.
 FLOOR=${OUT%.txt}-floor.txt
-floor() { echo "=== copy_floor $1, load $(cut -d' ' -f1-3 /proc/loadavg)"; target/release/copy_floor -b 64K -e 64M -f 4 2>&1; }
+floor() { echo "=== copy_floor $1, load $(cut -d' ' -f1-3 /proc/loadavg)"; target/release/copy_floor -b 64K -e 64M -f 4 2>&1;
+  echo "=== copy_floor $1 at distance 4 (rep movsb's slow distances; nccl-rs avoids them)"; target/release/copy_floor -b 64K -e 1M -f 4 -d 4 2>&1; }
+# Where the host put the two vCPUs right now: a cache-line round trip between
+# them, in ns (copy_floor --pair), recorded with every section.
+pair() { target/release/copy_floor --pair 2>/dev/null || echo "?"; }
 floor start > "$FLOOR"
 for r in $(seq 1 "$REPS"); do
   for N in $NS; do
@@ -33,7 +37,7 @@ for r in $(seq 1 "$REPS"); do
       for cfg in shm tcp shm-R; do
         env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
         reg=0; [ $cfg = shm-R ] && reg=1
-        echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+        echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
         for s in $SIZES; do
           # About as long as the peers' T seconds per size (short runs read high).
           iters=20; [ "$s" -le 16777216 ] && iters=60; [ "$s" -le 1048576 ] && iters=2000
@@ -43,12 +47,12 @@ for r in $(seq 1 "$REPS"); do
             -b $s -e $s -n $iters -w $warm -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
         done
       done
-      echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
       $MPIRUN -np $N "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
-      echo "=== rep $r cfg mpi-tcp N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      echo "=== rep $r cfg mpi-tcp N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
       $MPIRUN -np $N --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 \
         | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
-      echo "=== rep $r cfg gloo N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT"
+      echo "=== rep $r cfg gloo N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
       GLOO_SOCKET_IFNAME=lo "$VENV/bin/python" "$PEERS/gloo_bench.py" -n $N -s $csv -o $op -t $T 2>&1 \
         | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
     done
@@ -57,3 +61,4 @@ done
 floor end >> "$FLOOR"
 python3 scripts/compare_summary.py "$OUT"
 echo; echo "Copy floors of this host (target/release/copy_floor; $FLOOR):"; grep -v '^#' "$FLOOR"
+echo; grep -o 'pair [0-9]* ns' "$OUT" | awk '{n++; if ($2 > 200) far++} END {if (n) printf "vCPU placement (copy_floor --pair before each section): %d sections, %d (%.0f%%) with the two CPUs apart (round trip over 200 ns)\n", n, far, 100*far/n}'

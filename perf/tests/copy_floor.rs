@@ -37,6 +37,31 @@ fn rows_at_distance(d: &str) {
     }
 }
 
+/// `--pair` prints one positive round-trip time (where there are two CPUs)
+/// and refuses one CPU twice.
+#[test]
+fn pair_prints_a_round_trip() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_copy_floor"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        let out = run(&["--pair"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ns: f64 = text.trim().parse().unwrap();
+        assert!(ns > 0.0 && ns.is_finite(), "{text}");
+    }
+    assert!(!run(&["--pair", "0", "0"]).status.success());
+    assert!(!run(&["--pair", "0"]).status.success());
+}
+
 #[test]
 fn refuses_bad_arguments() {
     for args in [

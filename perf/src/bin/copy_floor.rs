@@ -11,7 +11,14 @@
 //! bytes after its source modulo 4096 (0 to 4095): both copies use
 //! `rep movsb`, which on AMD Zen runs several times slower at distances of
 //! 1 to 15 (`copy_floor -d 4` against `-d 0` shows whether a host's CPU
-//! does; nccl-rs keeps its own copies off those distances). The source buffer lives in a child
+//! does; nccl-rs keeps its own copies off those distances).
+//!
+//! `copy_floor --pair [A B]` instead times a cache-line round trip between
+//! two CPUs (default the first two this process may run on): one number
+//! in ns, the median of 20 bursts. On a virtual machine it tells where the
+//! host put the two vCPUs right now; on the development machine it moves
+//! between about 25-90 ns (they share a core or a cache) and 330-360 ns (they do not)
+//! within seconds, and every copy between two ranks' cores moves with it. The source buffer lives in a child
 //! process (this program run as `copy_floor --serve <bytes>`), which fills
 //! it once and waits for its standard input to close. For both cores busy,
 //! as two ranks of an all-gather are, run two at once
@@ -19,6 +26,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 struct Args {
@@ -218,9 +226,78 @@ fn run(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) -> Result<(), String> {
+    let set = nccl_perf::bind::single_cpu_set(cpu);
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is this thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    match r {
+        0 => Ok(()),
+        _ => Err(format!("cpu {cpu}: {}", std::io::Error::last_os_error())),
+    }
+}
+
+/// A word on a cache line of its own.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Median ns of a round trip of one cache line between CPUs `a` and `b`.
+fn pair(a: usize, b: usize) -> Result<f64, String> {
+    const TRIPS: u64 = 20_000;
+    let line = Line(AtomicU64::new(0));
+    let ponger = |word: &AtomicU64| -> Result<(), String> {
+        pin(b)?;
+        for i in 0..20 * TRIPS {
+            while word.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            word.store(2 * i + 2, Ordering::Release);
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let pong = s.spawn(|| ponger(&line.0));
+        pin(a)?;
+        let mut bursts = Vec::with_capacity(20);
+        for burst in 0..20 {
+            let start = Instant::now();
+            for i in burst * TRIPS..(burst + 1) * TRIPS {
+                line.0.store(2 * i + 1, Ordering::Release);
+                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            bursts.push(start.elapsed().as_secs_f64() * 1e9 / TRIPS as f64);
+        }
+        pong.join()
+            .map_err(|_| "the other thread panicked".to_string())??;
+        Ok(median(bursts))
+    })
+}
+
+/// `--pair [A B]`.
+fn run_pair(argv: &[String]) -> Result<(), String> {
+    let cpus = nccl_perf::bind::allowed_cpus();
+    let (a, b) = match argv {
+        [] if cpus.len() >= 2 => (cpus[0], cpus[1]),
+        [] => return Err("--pair needs two CPUs to run on".into()),
+        [a, b] => (
+            a.parse().map_err(|_| format!("not a CPU: {a:?}"))?,
+            b.parse().map_err(|_| format!("not a CPU: {b:?}"))?,
+        ),
+        _ => return Err("usage: copy_floor --pair [cpu cpu]".into()),
+    };
+    if a == b {
+        return Err("--pair needs two different CPUs".into());
+    }
+    println!("{:.0}", pair(a, b)?);
+    Ok(())
+}
+
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let res = match argv.first().map(String::as_str) {
+        Some("--pair") => run_pair(&argv[1..]),
         Some("--serve") => argv
             .get(1)
             .ok_or_else(|| "--serve needs a size".to_string())
