@@ -3,6 +3,8 @@
 # prints a markdown table of bus bandwidth (GB/s) and time per op.
 # nccl-rs runs three ways: shared memory and TCP on plain heap buffers, and
 # shared memory with -R 1 (buffers from ncclMemAlloc: zero-copy collectives).
+# Each size runs nccl-rs's three ways and Open MPI's two back to back (Gloo,
+# slow to start, once per collective), so a ratio compares runs seconds apart.
 # nccl-rs rows record out-of-place and in-place times; the summary compares
 # broadcast in place (MPI_Bcast and torch's broadcast have one buffer) and
 # everything else out of place (as MPI's calls; torch's all_reduce is in
@@ -34,26 +36,31 @@ floor start > "$FLOOR"
 for r in $(seq 1 "$REPS"); do
   for N in $NS; do
     for op in $OPS; do
-      for cfg in shm tcp shm-R; do
-        env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
-        reg=0; [ $cfg = shm-R ] && reg=1
-        echo "=== rep $r cfg nccl-rs-$cfg N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
-        for s in $SIZES; do
-          # About as long as the peers' T seconds per size (short runs read high).
-          iters=20; [ "$s" -le 16777216 ] && iters=60; [ "$s" -le 1048576 ] && iters=2000
-          [ "$s" -le 65536 ] && iters=10000; [ "$s" -le 1024 ] && iters=20000
-          warm=$((iters / 20)); [ $warm -lt 20 ] && warm=20
+      # Each size: nccl-rs's three ways and Open MPI's two back to back, within
+      # seconds, so that both ends of a ratio share the host's state (it moves
+      # the vCPUs between shared and separate caches every few seconds).
+      for s in $SIZES; do
+        # About as long as the peers' T seconds per size (short runs read high).
+        iters=20; [ "$s" -le 16777216 ] && iters=60; [ "$s" -le 1048576 ] && iters=2000
+        [ "$s" -le 65536 ] && iters=10000; [ "$s" -le 1024 ] && iters=20000
+        warm=$((iters / 20)); [ $warm -lt 20 ] && warm=20
+        head="N=$N op $op size $s load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns"
+        for cfg in shm tcp shm-R; do
+          env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
+          reg=0; [ $cfg = shm-R ] && reg=1
+          echo "=== rep $r cfg nccl-rs-$cfg $head" >> "$OUT"
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
             -b $s -e $s -n $iters -w $warm -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
         done
+        echo "=== rep $r cfg mpi-shm $head" >> "$OUT"
+        timeout 300 $MPIRUN -np $N "$BIN/mpi_bench" -s $s -o $op -t $T 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
+        echo "=== rep $r cfg mpi-tcp $head" >> "$OUT"
+        timeout 300 $MPIRUN -np $N --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$BIN/mpi_bench" -s $s -o $op -t $T 2>&1 \
+          | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
       done
-      echo "=== rep $r cfg mpi-shm N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
-      $MPIRUN -np $N "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
-      echo "=== rep $r cfg mpi-tcp N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
-      $MPIRUN -np $N --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$BIN/mpi_bench" -s $csv -o $op -t $T 2>&1 \
-        | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
+      # Gloo takes seconds to start (Python, torch): all sizes in one run.
       echo "=== rep $r cfg gloo N=$N op $op load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns" >> "$OUT"
-      GLOO_SOCKET_IFNAME=lo "$VENV/bin/python" "$PEERS/gloo_bench.py" -n $N -s $csv -o $op -t $T 2>&1 \
+      GLOO_SOCKET_IFNAME=lo timeout 600 "$VENV/bin/python" "$PEERS/gloo_bench.py" -n $N -s $csv -o $op -t $T 2>&1 \
         | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"
     done
   done

@@ -11,10 +11,12 @@
 //!   presents it and drops strays.
 //! * A connection is [`TcpOptions::nsocks`] data sockets (the listener's
 //!   count wins; see [`handle`]), plus a control socket if there are
-//!   several, as in NCCL. Messages are framed as a 12-byte header (tag,
-//!   length) on socket 0 and matched in posting order; small ones follow
-//!   their header inline, large ones are striped over the data sockets in
-//!   chunks of at least 64 KiB (see the `stripe` and `comm` modules).
+//!   several, as in NCCL. Messages are framed as a 16-byte header (tag,
+//!   length, alignment) on socket 0 and matched in posting order; small ones
+//!   follow their header inline, large ones are striped over the data sockets
+//!   in chunks of at least 64 KiB (see the `stripe` and `comm` modules);
+//!   every write is padded to whole 64-byte units so that the kernel's
+//!   copies run at full speed (see the `wire` module).
 //! * With [`TcpOptions::nthreads`] ≥ 2, sockets 1.. are serviced by that
 //!   many helper threads per comm (see the `helper` module); otherwise by
 //!   the thread calling `test`.

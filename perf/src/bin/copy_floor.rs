@@ -241,39 +241,74 @@ fn pin(cpu: usize) -> Result<(), String> {
 #[repr(align(128))]
 struct Line(AtomicU64);
 
-/// Median ns of a round trip of one cache line between CPUs `a` and `b`.
+/// Median ns of a round trip of one cache line between CPUs `a` and `b`:
+/// this thread on `a` writes odd values, a helper on `b` answers with the
+/// next even one. Either side gives up (and makes the other stop) when
+/// pinning fails or the other is silent for [`PAIR_DEADLINE`].
 fn pair(a: usize, b: usize) -> Result<f64, String> {
     const TRIPS: u64 = 20_000;
+    const BURSTS: u64 = 20;
     let line = Line(AtomicU64::new(0));
-    let ponger = |word: &AtomicU64| -> Result<(), String> {
-        pin(b)?;
-        for i in 0..20 * TRIPS {
-            while word.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            word.store(2 * i + 2, Ordering::Release);
-        }
-        Ok(())
-    };
-    std::thread::scope(|s| {
-        let pong = s.spawn(|| ponger(&line.0));
-        pin(a)?;
-        let mut bursts = Vec::with_capacity(20);
-        for burst in 0..20 {
-            let start = Instant::now();
-            for i in burst * TRIPS..(burst + 1) * TRIPS {
-                line.0.store(2 * i + 1, Ordering::Release);
-                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
-                    std::hint::spin_loop();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Waits until `word` holds `want`; false if told to stop, or after
+    // PAIR_DEADLINE without it.
+    let wait = |word: &AtomicU64, want: u64| {
+        let mut spins = 0u32;
+        let mut since = None;
+        while word.load(Ordering::Acquire) != want {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 {
+                let t0 = *since.get_or_insert_with(Instant::now);
+                if stop.load(Ordering::Relaxed) || t0.elapsed() > PAIR_DEADLINE {
+                    return false;
                 }
             }
-            bursts.push(start.elapsed().as_secs_f64() * 1e9 / TRIPS as f64);
         }
-        pong.join()
-            .map_err(|_| "the other thread panicked".to_string())??;
-        Ok(median(bursts))
+        true
+    };
+    pin(a)?;
+    std::thread::scope(|s| {
+        let pong = s.spawn(|| -> Result<(), String> {
+            let r = pin(b).and_then(|()| {
+                for i in 0..BURSTS * TRIPS {
+                    if !wait(&line.0, 2 * i + 1) {
+                        return Err(format!("no word from CPU {a}"));
+                    }
+                    line.0.store(2 * i + 2, Ordering::Release);
+                }
+                Ok(())
+            });
+            stop.store(true, Ordering::Relaxed);
+            r
+        });
+        let ping = (|| {
+            let mut bursts = Vec::with_capacity(BURSTS as usize);
+            for burst in 0..BURSTS {
+                let start = Instant::now();
+                for i in burst * TRIPS..(burst + 1) * TRIPS {
+                    line.0.store(2 * i + 1, Ordering::Release);
+                    if !wait(&line.0, 2 * i + 2) {
+                        return Err(format!("no answer from CPU {b}"));
+                    }
+                }
+                bursts.push(start.elapsed().as_secs_f64() * 1e9 / TRIPS as f64);
+            }
+            Ok(median(bursts))
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let pong = pong
+            .join()
+            .map_err(|_| "the other thread panicked".to_string());
+        // This thread is pinned already, so a failure of the helper's (its
+        // pinning, or silence) explains ours: it goes first.
+        pong??;
+        ping
     })
 }
+
+/// The longest `--pair` may wait for the other CPU.
+const PAIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `--pair [A B]`.
 fn run_pair(argv: &[String]) -> Result<(), String> {
@@ -289,6 +324,9 @@ fn run_pair(argv: &[String]) -> Result<(), String> {
     };
     if a == b {
         return Err("--pair needs two different CPUs".into());
+    }
+    if let Some(c) = [a, b].into_iter().find(|c| !cpus.contains(c)) {
+        return Err(format!("--pair: this process may not run on CPU {c}"));
     }
     println!("{:.0}", pair(a, b)?);
     Ok(())

@@ -176,7 +176,7 @@ impl TcpRecvComm {
             let op = &mut self.q[self.head0];
             let rest = op.rest0();
             if op.got0 == rest {
-                // Socket-0 part in (a 0-byte one completes on its header).
+                // Socket-0 unit in.
                 self.head0 += 1;
                 continue;
             }
