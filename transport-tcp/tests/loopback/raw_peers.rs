@@ -132,15 +132,15 @@ fn receiver_handles_fragmented_stream() {
     }
 }
 
-/// A raw peer announcing an absurd length gets a clean error, no panic.
-#[test]
-fn hostile_length_is_truncation_not_panic() {
+/// What a receive of 16 bytes (tag 7) reports when a raw peer writes `wire`
+/// after its greeting: it must be an error, not data, a panic or a hang.
+fn error_after_raw(wire: &[u8], what: &str) -> NetError {
     let net = net();
     let mut listener = net.listen().unwrap();
     let handle = TcpHandle::decode(listener.handle()).unwrap();
     let mut raw = TcpStream::connect(handle.addr).unwrap();
     raw.write_all(&handle.hello()).unwrap();
-    raw.write_all(&header(7, u64::MAX, 0)).unwrap();
+    raw.write_all(wire).unwrap();
     let start = Instant::now();
     let mut r = loop {
         check_deadline(start, "accept raw peer");
@@ -153,14 +153,20 @@ fn hostile_length_is_truncation_not_panic() {
     let req = unsafe { r.irecv(dst.as_mut_ptr(), 16, 7, None) }
         .unwrap()
         .unwrap();
-    let err = loop {
-        check_deadline(start, "hostile header");
+    loop {
+        check_deadline(start, what);
         match r.test(req) {
             Ok(None) => continue,
-            Ok(Some(n)) => panic!("accepted {n} bytes"),
-            Err(e) => break e,
+            Ok(Some(n)) => panic!("{what}: accepted {n} bytes"),
+            Err(e) => return e,
         }
-    };
+    }
+}
+
+/// A raw peer announcing an absurd length gets a clean error, no panic.
+#[test]
+fn hostile_length_is_truncation_not_panic() {
+    let err = error_after_raw(&header(7, u64::MAX, 0), "hostile header");
     assert!(
         matches!(err, NetError::Truncated { posted: 16, got } if got == usize::MAX),
         "{err}"
@@ -171,34 +177,9 @@ fn hostile_length_is_truncation_not_panic() {
 /// format) is a protocol error naming the peer, not a panic or a hang.
 #[test]
 fn garbage_header_is_protocol_error() {
-    let net = net();
-    let mut listener = net.listen().unwrap();
-    let handle = TcpHandle::decode(listener.handle()).unwrap();
-    let mut raw = TcpStream::connect(handle.addr).unwrap();
-    raw.write_all(&handle.hello()).unwrap();
     let mut bad = header(7, 8, 0);
     bad[14] = 0xff;
-    raw.write_all(&bad).unwrap();
-    let start = Instant::now();
-    let mut r = loop {
-        check_deadline(start, "accept raw peer");
-        if let Some(r) = listener.accept().unwrap() {
-            break r;
-        }
-    };
-    let mut dst = [0u8; 16];
-    // SAFETY: `dst` outlives `r`.
-    let req = unsafe { r.irecv(dst.as_mut_ptr(), 16, 7, None) }
-        .unwrap()
-        .unwrap();
-    let err = loop {
-        check_deadline(start, "garbage header");
-        match r.test(req) {
-            Ok(None) => continue,
-            Ok(Some(n)) => panic!("accepted {n} bytes"),
-            Err(e) => break e,
-        }
-    };
+    let err = error_after_raw(&bad, "garbage header");
     assert!(matches!(err, NetError::Protocol(_)), "{err}");
     assert!(err.to_string().contains("header"), "{err}");
 }
