@@ -30,15 +30,15 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 IFS=";" read -ra CF <<< "${CFGS:?set CFGS}"
 out=$(mktemp)
 for r in $(seq 1 "$R"); do
-  line="$(target/release/copy_floor --pair 2>/dev/null || echo 0)"
+  line="$(timeout 30 target/release/copy_floor --pair 2>/dev/null || echo 0)"
   for cfg in "${CF[@]}"; do
     set -- $cfg
     case $1 in
-      mpi-shm) t=$($MPIRUN "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 | grep -E '^ +[0-9]' | awk '{print $4}');;
-      mpi-tcp) t=$($MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 \
+      mpi-shm) t=$(timeout 300 $MPIRUN "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 | grep -E '^ +[0-9]' | awk '{print $4}');;
+      mpi-tcp) t=$(timeout 300 $MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 \
                  | grep -E '^ +[0-9]' | awk '{print $4}');;
       *) b=$1; shift
-         t=$(env NCCL_SOCKET_IFNAME=lo "$@" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 ${ARGS:-} 2>&1 \
+         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "$@" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 ${ARGS:-} 2>&1 \
              | grep -E '^ +[0-9]' | awk -v c=$col '{print $c}');;
     esac
     line="$line ${t:-nan}"

@@ -46,6 +46,10 @@
 
 /// Every write is a whole number of these bytes.
 pub(crate) const UNIT: usize = 64;
+// A striped message's pieces start at multiples of the chunk alignment, so
+// each sits in its cache line as the message does (both sides use the
+// header's `align` for every piece).
+const _: () = assert!(crate::stripe::CHUNK_ALIGN % UNIT == 0);
 /// Message header size.
 pub(crate) const HDR: usize = 16;
 
