@@ -21,6 +21,7 @@
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
+//! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
@@ -93,6 +94,10 @@ pub struct Config {
     /// `NCCL_SHM_CMA_MAX_BYTES`: largest call (output bytes of this rank)
     /// whose messages may go single-copy.
     pub shm_cma_max_bytes: usize,
+    /// `NCCL_SHM_NEAR_RING_BYTES`: messages that may go single-copy, up to
+    /// this size, go through the ring while the peer's CPU shares a cache
+    /// with ours (0: never).
+    pub shm_near_ring_bytes: usize,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
@@ -129,6 +134,7 @@ impl Default for Config {
             shm_cma_min_bytes: 16 << 10,
             shm_cma_split: true,
             shm_cma_max_bytes: 2 << 20,
+            shm_near_ring_bytes: 1 << 20,
             shm_direct_reduce: true,
             local_register: true,
             zero_copy_min_bytes: 32 << 10,
@@ -194,6 +200,12 @@ impl Config {
                 &text,
                 "NCCL_SHM_CMA_MAX_BYTES",
                 d.shm_cma_max_bytes,
+                0..=usize::MAX,
+            )?,
+            shm_near_ring_bytes: num(
+                &text,
+                "NCCL_SHM_NEAR_RING_BYTES",
+                d.shm_near_ring_bytes,
                 0..=usize::MAX,
             )?,
             local_register: text("NCCL_LOCAL_REGISTER").is_none()
@@ -335,8 +347,11 @@ mod tests {
             ("NCCL_SHM_USE_CMA", "0"),
             ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
             ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
+            ("NCCL_SHM_NEAR_RING_BYTES", "0"),
         ])
         .unwrap();
+        assert_eq!(c.shm_near_ring_bytes, 0);
+        assert_eq!(Config::default().shm_near_ring_bytes, 1 << 20);
         assert!(!c.shm_use_cma);
         assert_eq!(c.shm_cma_min_bytes, 4096);
         assert_eq!(c.shm_cma_max_bytes, 65536);

@@ -145,6 +145,13 @@ impl Communicator {
                 cma_min_bytes: config.shm_cma_min_bytes,
                 cma_split: config.shm_cma_split,
                 direct_reduce: config.shm_direct_reduce,
+                // Ranks sharing a CPU gain nothing from the ring's two
+                // copies (one core does both).
+                near_ring_bytes: if local_ranks > cpus {
+                    0
+                } else {
+                    config.shm_near_ring_bytes
+                },
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

@@ -57,6 +57,10 @@ pub(super) struct CmaOpts {
     /// Whether large single-copy messages are split between both ends
     /// ([`super::split`]): the receiver offers them, the sender helps.
     pub(super) split: bool,
+    /// Messages up to this many bytes go through the ring instead while the
+    /// receiver's CPU shares a cache with ours ([`super::placement`]; 0:
+    /// never).
+    pub(super) near_ring: usize,
 }
 
 /// Outcome of the receiver's probe, in [`super::segment::Side::cma`] of the

@@ -184,6 +184,7 @@ impl ShmConnector {
                 recv_pidns,
                 cma.map(|c| c.min),
                 helps,
+                cma.map_or(0, |c| c.near_ring),
             )),
         })
     }

@@ -13,6 +13,7 @@ use super::cma;
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::{pid_alive, PeerWatch};
+use super::placement;
 use super::ring::{
     decode_header, span_of, Consumer, Payload, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
     HDR_BYTES, INLINE_MAX,
@@ -66,6 +67,8 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     lent: Option<(u64, usize)>,
     /// Our mappings of the sender's shared allocations.
     maps: PeerMapping,
+    /// Where the sender's CPU is ([`super::placement`]).
+    placement: placement::Sampler,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -123,6 +126,7 @@ impl ShmRecvComm {
             open: None,
             lent: None,
             maps: PeerMapping::new(MapSide::Receiver),
+            placement: placement::Sampler::default(),
             seg,
         }
     }
@@ -234,6 +238,11 @@ impl ShmRecvComm {
                     Ok(None) => break Ok(()),
                     Err(f) => break Err(f),
                 };
+                if how == Payload::Cma {
+                    // Let the sender, which waits for this release, time
+                    // how soon it sees it.
+                    self.cons.stamp_next();
+                }
                 self.cons.advance(FRAME_ALIGN);
                 let op = &mut self.q[i];
                 op.len = len;
@@ -338,7 +347,10 @@ impl ShmRecvComm {
         if self.fault.is_some() || self.ndone == self.q.len() || self.lent.is_some() {
             return;
         }
-        match self.pump() {
+        let pumped = self.pump();
+        let near = &self.seg.header().near.0;
+        (self.placement).note(self.cons.take_sample(), self.watch.pid(), near);
+        match pumped {
             Ok(true) => self.watch.progressed(),
             Ok(false) => {
                 if self.watch.stalled(&self.seg.header().send.0) {

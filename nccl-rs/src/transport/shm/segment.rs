@@ -12,7 +12,7 @@
 
 use super::handle::valid_name;
 use super::peer::{own_pid, own_pidns, pid_alive};
-use super::ring::FRAME_ALIGN;
+use super::ring::{Counter, FRAME_ALIGN};
 use super::split::Offer;
 use nccl_net::{NetError, NetResult};
 use std::ffi::CString;
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// `"NCCLRSHM"`; stored last when the listener has initialised the header.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"NCCLRSHM");
 /// Version of the segment layout and ring protocol.
-pub(super) const VERSION: u64 = 3;
+pub(super) const VERSION: u64 = 4;
 /// Every segment name starts with this.
 pub(super) const NAME_PREFIX: &str = "nccl-rs-";
 /// Where the ring starts (one page, so the ring is page-aligned).
@@ -76,9 +76,12 @@ pub(super) struct Header {
     /// The connector (sending side).
     pub(super) send: Line<Side>,
     /// Bytes published by the producer (written by the sender only).
-    pub(super) head: Line<AtomicU64>,
+    pub(super) head: Line<Counter>,
     /// Bytes consumed by the consumer (written by the receiver only).
-    pub(super) tail: Line<AtomicU64>,
+    pub(super) tail: Line<Counter>,
+    /// When (`CLOCK_MONOTONIC`, ns) either side last timed a publication of
+    /// the other's within a cache transfer (`placement`; both write it).
+    pub(super) near: Line<AtomicU64>,
     /// The receiver's offer of a split single-copy message (both sides
     /// claim in it; see `split`).
     pub(super) offer: Line<Offer>,

@@ -14,6 +14,7 @@ use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
 use super::comm::{mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::PeerWatch;
+use super::placement;
 use super::ring::{
     encode_header, span_of, Payload, Producer, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
     HDR_BYTES, INLINE_MAX,
@@ -78,6 +79,12 @@ pub(in crate::transport::shm) struct ShmSendComm {
     /// Our mappings of the receiver's shared allocations (split messages
     /// into them are written by `memcpy`).
     maps: PeerMapping,
+    /// Messages that may go single copy, up to this size, go through the
+    /// ring while the receiver's CPU shares a cache with ours
+    /// ([`placement`]).
+    near_ring: usize,
+    /// Where the receiver's CPU is ([`placement`]).
+    placement: placement::Sampler,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -90,14 +97,17 @@ unsafe impl Send for ShmSendComm {}
 impl ShmSendComm {
     /// A comm over a segment whose sending side we have claimed; the
     /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
-    /// least `cma_min` bytes go single-copy when the receiver can read us;
-    /// `helps`: we copy parts of the large ones the receiver offers.
+    /// least `cma_min` bytes go single-copy when the receiver can read us,
+    /// except those up to `near_ring` bytes while it is near
+    /// ([`placement`]); `helps`: we copy parts of the large ones the
+    /// receiver offers.
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
         peer_pidns: u64,
         cma_min: Option<usize>,
         helps: bool,
+        near_ring: usize,
     ) -> ShmSendComm {
         ShmSendComm {
             prod: Producer::new(ring_of(&seg)),
@@ -119,17 +129,19 @@ impl ShmSendComm {
             helps,
             helped: (0, 0),
             maps: PeerMapping::new(MapSide::Sender),
+            near_ring,
+            placement: placement::Sampler::default(),
             seg,
         }
     }
 
-    /// How a message of `len` bytes, posted with single copy `allowed` or
-    /// not, travels now.
-    fn payload_for(&mut self, len: usize, allowed: bool) -> Payload {
+    /// How the message of `len` bytes at `data`, posted with `hint`,
+    /// travels now.
+    fn payload_for(&mut self, data: *const u8, len: usize, hint: CopyHint) -> Payload {
         let Some(min) = self.cma_min else {
             return Payload::Ring;
         };
-        if !allowed || len < min || len <= INLINE_MAX {
+        if !hint.single_copy || len < min || len <= INLINE_MAX {
             return Payload::Ring;
         }
         if self.cma == CMA_UNKNOWN {
@@ -137,11 +149,27 @@ impl ShmSendComm {
             // probe (nothing else is published with it; cheap either way).
             self.cma = self.seg.header().recv.0.cma.load(Ordering::Acquire);
         }
-        if self.cma == CMA_YES {
+        if self.cma == CMA_YES && !self.ring_while_near(data, len, hint) {
             Payload::Cma
         } else {
             Payload::Ring
         }
+    }
+
+    /// Whether a message that may go single copy goes through the ring
+    /// because the receiver's CPU shares a cache with ours now
+    /// ([`placement`]): up to `near_ring` bytes, unless the receiver would
+    /// copy it by `memcpy` from shared memory ([`super::mapped`]) or we
+    /// would help copy it ([`split`]), which beat the ring.
+    fn ring_while_near(&self, data: *const u8, len: usize, hint: CopyHint) -> bool {
+        len <= self.near_ring
+            && !(self.helps && hint.sender_idle && len >= SPLIT_MIN_BYTES)
+            && SharedRegion::locate(data, len).is_none()
+            && placement::is_near(
+                self.watch.pid(),
+                &self.seg.header().near.0,
+                placement::now_ns(),
+            )
     }
 
     /// Writes as much of the queued messages as the ring takes. Returns
@@ -149,6 +177,7 @@ impl ShmSendComm {
     fn pump(&mut self) -> Result<bool, Fault> {
         let mut moved = false;
         while let Some(&SendOp {
+            data,
             len,
             pos,
             how,
@@ -157,10 +186,11 @@ impl ShmSendComm {
         }) = self.q.get(self.nwritten)
         {
             let how = if pos == 0 {
-                self.payload_for(len, hint.single_copy)
+                self.payload_for(data, len, hint)
             } else {
                 how
             };
+            let stamp = pos == 0 && self.cma_min.is_some_and(|m| len >= m.max(INLINE_MAX + 1));
             let i = self.nwritten;
             let ShmSendComm { prod, q, helps, .. } = self;
             let op = &mut q[i];
@@ -171,6 +201,10 @@ impl ShmSendComm {
                 }
                 let dst = prod.head_ptr();
                 let hdr = encode_header(op.tag, op.len as u64, how);
+                if stamp {
+                    // Let the receiver time how soon it sees this frame.
+                    prod.stamp_next();
+                }
                 // The single-copy descriptor: address, flags, and where a
                 // message in shared memory lies ([`super::mapped`]).
                 let mut desc = [0u8; FRAME_ALIGN - HDR_BYTES];
@@ -346,7 +380,10 @@ impl ShmSendComm {
             return;
         }
         let step = |c: &mut Self| -> Result<bool, Fault> { Ok(c.pump()? | c.settle()?) };
-        match step(self) {
+        let stepped = step(self);
+        let near = &self.seg.header().near.0;
+        (self.placement).note(self.prod.take_sample(), self.watch.pid(), near);
+        match stepped {
             Ok(true) => self.watch.progressed(),
             Ok(false) => {
                 if self.watch.stalled(&self.seg.header().recv.0) {

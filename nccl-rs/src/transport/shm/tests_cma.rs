@@ -25,7 +25,11 @@ fn cma_net(buffsize: usize, slots: usize, min: usize) -> ShmNet {
 
 /// Single copy from `min` bytes, split messages on.
 fn opts(min: usize) -> cma::CmaOpts {
-    cma::CmaOpts { min, split: true }
+    cma::CmaOpts {
+        min,
+        split: true,
+        near_ring: 0,
+    }
 }
 
 /// Default options with single copy on (as `NCCL_SHM_USE_CMA=1` sets it).
@@ -252,4 +256,52 @@ fn transfers_at_slow_distances_bounce_and_stay_exact() {
             }
         }
     }
+}
+
+/// Marks this process's peer (itself, in these tests) near, as a fresh
+/// sample would ([`super::placement`]).
+fn mark_near() {
+    let pid = std::process::id() as i32;
+    let seg = std::sync::atomic::AtomicU64::new(0);
+    placement::Sampler::default().note(Some((0, placement::now_ns())), pid, &seg);
+}
+
+#[test]
+fn near_receivers_get_messages_up_to_the_limit_through_the_ring() {
+    let net = ShmNet::new(ShmOptions {
+        cma: true,
+        near_ring_bytes: 256 << 10,
+        ..ShmOptions::default()
+    })
+    .unwrap();
+    let (mut s, mut r, _) = pair(&net);
+    // Up to the limit: through the ring while near (the send completes
+    // with nobody receiving). A near mark lasts 2 ms, so a descheduled
+    // test may miss it; one success of several tries is the proof.
+    let mut through_ring = 0;
+    for i in 0..10u64 {
+        mark_near();
+        let data = pattern(64 << 10, i);
+        let q = isend(s.as_mut(), &data, 3);
+        let alone = completes_alone(s.as_mut(), q, 1);
+        through_ring += usize::from(alone);
+        let mut buf = vec![0u8; 64 << 10];
+        let rq = irecv(r.as_mut(), &mut buf, 3);
+        assert_eq!(poll("recv", || r.test(rq)).unwrap(), 64 << 10);
+        if !alone {
+            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+        }
+        assert!(buf == data, "message {i}");
+    }
+    assert!(
+        through_ring > 0,
+        "no message went through the ring while near"
+    );
+    // Above the limit: single copy however near.
+    mark_near();
+    let data = pattern(512 << 10, 99);
+    let q = isend(s.as_mut(), &data, 4);
+    assert!(!completes_alone(s.as_mut(), q, 1000));
+    recv_check(r.as_mut(), &[512 << 10], 99, 4);
+    poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
 }

@@ -111,6 +111,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     let no_split = CmaOpts {
         min: 16 << 10,
         split: false,
+        near_ring: 0,
     };
     let split = CmaOpts {
         split: true,
