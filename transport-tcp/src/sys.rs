@@ -76,6 +76,23 @@ pub(crate) fn set_nodelay(fd: &OwnedFd) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
 }
 
+/// Sets `TCP_QUICKACK`: `false` puts the socket in delayed-ACK ("ping-pong")
+/// mode, which the kernel leaves when a delayed ACK's timer fires.
+pub(crate) fn set_quickack(fd: &OwnedFd, on: bool) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_QUICKACK,
+        libc::c_int::from(on),
+    )
+}
+
+/// Whether the socket is in quick-ACK mode (`TCP_QUICKACK`).
+#[cfg(test)]
+pub(crate) fn quickack(fd: &OwnedFd) -> io::Result<bool> {
+    Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK)? != 0)
+}
+
 /// Sets `SO_SNDBUF` and `SO_RCVBUF` to `bytes` (0 leaves the kernel's
 /// autotuning alone). The kernel caps the value at `net.core.[rw]mem_max`.
 pub(crate) fn set_buffers(fd: &OwnedFd, bytes: usize) -> io::Result<()> {
