@@ -240,7 +240,7 @@ impl Core {
         }
         let copy = Region::new(self.staging.ensure(input.len), input.len);
         let in_place = i == o && input.len == output.len && input.len % self.nranks == 0;
-        let stream = input.len >= crate::reduce::STREAM_OUTPUT_MIN;
+        let stream = input.len >= crate::reduce::stream_output_min();
         let block = input.len / self.nranks;
         let parts = match in_place {
             // Everything but this rank's block, as the two ranges around it.

@@ -383,7 +383,7 @@ impl<'a> Run<'a> {
             }
             Step::Copy { src, dst, count } => {
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
-                let stream = self.bufs.output.len >= reduce::STREAM_OUTPUT_MIN;
+                let stream = self.bufs.output.len >= reduce::stream_output_min();
                 // SAFETY: both ranges are bounds-checked parts of buffers
                 // valid for this call that nothing else touches meanwhile.
                 unsafe { super::copy_region(src, dst, stream) };

@@ -56,7 +56,7 @@ pub(crate) unsafe fn run(
 ) -> Result<(), String> {
     let es = b.dtype.size();
     let piece = (PIECE / es).max(1);
-    let stream = b.own_output_len >= reduce::STREAM_OUTPUT_MIN;
+    let stream = b.own_output_len >= reduce::stream_output_min();
     tmp.ensure(piece * es);
     // The current reduction's operand and destination ranges (one
     // allocation per call, not per piece).
