@@ -118,7 +118,7 @@
 //! that may go single copy, up to [`ShmOptions::near_ring_bytes`]
 //! (`NCCL_SHM_NEAR_RING_BYTES`, 1 MiB), take the ring instead, except those
 //! read from shared memory and those the sender helps copy. 2 ranks on the
-//! 2-vCPU development machine, ten paired rounds (`scripts/paired.sh`):
+//! 2-vCPU development machine, eight to ten paired rounds (`scripts/paired.sh`):
 //! all-gather 64 KiB 9.3 -> 6.4 us, 256 KiB 28.7 -> 22.3 us, 1 MiB 97.9 ->
 //! 91.5 us; all-to-all 64 KiB 9.8 -> 7.0 us; broadcast 64 KiB 12.8 -> 8.0
 //! us. Not with more local ranks than CPUs (ranks sharing a core gain
