@@ -301,6 +301,11 @@ pub struct CopyHint {
     /// the transport may spend its time copying part of each message into
     /// the receiver itself.
     pub sender_idle: bool,
+    /// This rank also receives during the call, so its core is busy with
+    /// receive copies: a transport that would otherwise leave every copy
+    /// to the receiver (the TCP transport's spliced sends) copies its own
+    /// share instead. `false` (the default) where nobody says.
+    pub receives: bool,
 }
 
 /// The receiving half of an established connection. Dropping it closes it.

@@ -1,10 +1,11 @@
 //! Loopback bandwidth of the TCP transport: one sender thread, one receiver
 //! thread, `ITERS` messages of `SIZE_MIB` MiB each.
 //!
-//! `cargo run --release -p transport-tcp --example loopback_bw -- [SIZE_MIB] [ITERS] [SOCKET_BUF_BYTES] [YIELD] [NSOCKS] [NTHREADS]`
+//! `cargo run --release -p transport-tcp --example loopback_bw -- [SIZE_MIB] [ITERS] [SOCKET_BUF_BYTES] [YIELD] [NSOCKS] [NTHREADS] [SPLICE_MIN]`
 //!
 //! `NSOCKS` sockets per connection (default 1), `NTHREADS` helper threads
-//! per comm (default 1: none).
+//! per comm (default 1: none), messages from `SPLICE_MIN` bytes spliced
+//! (default as `TcpOptions`; 0: none).
 //!
 //! With `YIELD` = 1 the polling threads call `yield_now` between unfinished
 //! polls, which helps on a machine with fewer free cores than pollers.
@@ -25,10 +26,14 @@ fn main() {
     let yield_now = args.next().unwrap_or(0) != 0;
     let nsocks = args.next().unwrap_or(1);
     let nthreads = args.next().unwrap_or(1);
+    let splice_min = args
+        .next()
+        .unwrap_or(TcpOptions::default().splice_min_bytes);
     let opts = TcpOptions {
         socket_buf_bytes: buf,
         nsocks,
         nthreads,
+        splice_min_bytes: splice_min,
         ..TcpOptions::default()
     };
     let net = TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), opts).unwrap();
@@ -79,7 +84,7 @@ fn main() {
     sender.join().unwrap();
     assert!(dst.iter().all(|&b| b == 7));
     println!(
-        "{iters} x {} MiB, socket buffers {buf} B, {nsocks} sockets, {nthreads} threads: {:.3} s, {:.2} GB/s ({:.1} Gbit/s)",
+        "{iters} x {} MiB, socket buffers {buf} B, {nsocks} sockets, {nthreads} threads, splice from {splice_min} B: {:.3} s, {:.2} GB/s ({:.1} Gbit/s)",
         size >> 20,
         dt,
         (iters * size) as f64 / dt / 1e9,

@@ -251,6 +251,7 @@ pub(crate) struct TcpConnector {
     handle: TcpHandle,
     buf_bytes: usize,
     nthreads: usize,
+    splice_min: usize,
     socks: Vec<Sock>,
     finished: bool,
 }
@@ -259,13 +260,19 @@ impl TcpConnector {
     /// Starts connecting the sockets of a connection (`handle.nsocks` data
     /// sockets, see [`crate::stripe::total_sockets`]) to
     /// the listener of `handle`; the comm will use `nthreads` helper
-    /// threads.
-    pub(crate) fn start(handle: &TcpHandle, buf_bytes: usize, nthreads: usize) -> NetResult<Self> {
+    /// threads and splice striped messages of at least `splice_min` bytes.
+    pub(crate) fn start(
+        handle: &TcpHandle,
+        buf_bytes: usize,
+        nthreads: usize,
+        splice_min: usize,
+    ) -> NetResult<Self> {
         let mut c = TcpConnector {
             target: handle.addr,
             handle: *handle,
             buf_bytes,
             nthreads,
+            splice_min,
             socks: (0..crate::stripe::total_sockets(usize::from(handle.nsocks)))
                 .map(|index| Sock {
                     // total_sockets(64) = 65 fits a u8.
@@ -408,8 +415,14 @@ impl Connector for TcpConnector {
             })
             .collect();
         tracing::debug!(peer = %self.target, nsocks = fds.len(), "NET/Socket: connected");
-        let comm = TcpSendComm::new(fds, self.target.to_string(), MAX_REQUESTS, self.nthreads)
-            .map_err(|e| NetError::io("start helper thread", e))?;
+        let comm = TcpSendComm::new(
+            fds,
+            self.target.to_string(),
+            MAX_REQUESTS,
+            self.nthreads,
+            self.splice_min,
+        )
+        .map_err(|e| NetError::io("start helper thread", e))?;
         Ok(Some(Box::new(comm)))
     }
 }

@@ -130,7 +130,7 @@ fn run(dir: Dir, shared: &HelperShared, lanes: &[(OwnedFd, Arc<LaneShared>)]) {
                     cur[k] = lane.lock().pop_front();
                 }
                 let Some(c) = cur[k].as_mut() else { break };
-                match chunk_io(dir, fd, c) {
+                match chunk_io(dir, fd, c, None) {
                     Ok(m) => moved |= m,
                     Err(f) => return fail(shared, f),
                 }

@@ -7,10 +7,23 @@
 //! message order (see [`crate::stripe`]), so the n-th chunk written on a
 //! lane is the n-th chunk read from it. Chunk payloads go straight between
 //! the caller's buffer and the socket.
+//!
+//! # Spliced sends
+//! A chunk marked spliced is not copied into the socket: its pages are
+//! mapped into a pipe (`vmsplice`) and moved from there to the socket
+//! (`splice`), so the socket's buffers hold references to the caller's
+//! pages. Over loopback those references travel to the receiving socket,
+//! and the receiver's `recvmsg` is the only copy of the bytes (two without:
+//! the sender's into socket buffers, the receiver's out of them); to
+//! another host the NIC reads the pages. The caller's buffer must then stay
+//! untouched until the receiver has read the data, not just until the
+//! socket took it: the comm completes such a message only on the
+//! receiver's acknowledgement (see [`crate::comm`]). A lane's pipe is only
+//! ever filled from one chunk, and drained before the next one starts.
 
 use crate::comm::Fault;
 use crate::helper::{Helper, LaneShared};
-use crate::sys;
+use crate::sys::{self, Pipe};
 use crate::wire::{self, UNIT, ZEROS};
 use std::collections::VecDeque;
 use std::io;
@@ -42,6 +55,8 @@ pub(crate) struct Chunk {
     tail: usize,
     /// Bytes of the unit moved so far.
     pub(crate) off: usize,
+    /// Sent through the lane's pipe (see the module docs); no pads.
+    spliced: bool,
 }
 
 // SAFETY: a chunk only names caller memory that the isend/irecv contract
@@ -60,6 +75,15 @@ impl Chunk {
             head,
             tail,
             off: 0,
+            spliced: false,
+        }
+    }
+
+    /// A piece of a spliced message (see the module docs; it has no pads).
+    pub(crate) fn spliced(op: u64, ptr: *mut u8, len: usize) -> Chunk {
+        Chunk {
+            spliced: true,
+            ..Chunk::new(op, ptr, len, (0, 0))
         }
     }
 
@@ -69,9 +93,23 @@ impl Chunk {
     }
 }
 
-/// Moves as much of `c` as the socket allows. Returns whether any byte
+/// Moves as much of `c` as the socket allows, a spliced chunk through
+/// `pipe` where there is one (copied otherwise). Returns whether any byte
 /// moved; `c.done()` once the chunk is.
-pub(crate) fn chunk_io(dir: Dir, fd: &OwnedFd, c: &mut Chunk) -> Result<bool, Fault> {
+pub(crate) fn chunk_io(
+    dir: Dir,
+    fd: &OwnedFd,
+    c: &mut Chunk,
+    pipe: Option<&mut Pipe>,
+) -> Result<bool, Fault> {
+    if let (Dir::Send, true, Some(p)) = (dir, c.spliced, pipe) {
+        let moved = sys::without_sigpipe(|| splice_chunk(fd, c, p))?;
+        if c.done() || c.spliced {
+            return Ok(moved);
+        }
+        // The pages could not be spliced: copy the rest.
+        return Ok(chunk_io(dir, fd, c, None)? || moved);
+    }
     let mut moved = false;
     // Incoming pad bytes land here and are dropped; outgoing ones are zeros.
     let mut sink = [0u8; UNIT];
@@ -113,9 +151,53 @@ pub(crate) fn chunk_io(dir: Dir, fd: &OwnedFd, c: &mut Chunk) -> Result<bool, Fa
     Ok(moved)
 }
 
+/// Moves as much of spliced chunk `c` (no pads) to the socket as it takes,
+/// through `p`. Clears `c.spliced` if its memory cannot be spliced (device
+/// memory, say); the pipe is empty then, and the rest is to be copied.
+fn splice_chunk(fd: &OwnedFd, c: &mut Chunk, p: &mut Pipe) -> Result<bool, Fault> {
+    let mut moved = false;
+    while !c.done() {
+        if p.held == 0 {
+            let want = (c.len - c.off).min(p.cap);
+            // SAFETY: the range lies in the piece, which the isend contract
+            // keeps readable until completion; the comm completes a spliced
+            // message only once the receiver has read it, so the caller
+            // does not write the pages while the kernel may still read them.
+            match unsafe { sys::vmsplice(p, c.ptr.wrapping_add(c.off), want) } {
+                Ok(0) => break,
+                Ok(n) => p.held = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "NET/Socket: vmsplice failed; copying instead");
+                    c.spliced = false;
+                    break;
+                }
+            }
+        }
+        match sys::splice_to_socket(p, fd, p.held) {
+            Ok(0) => break,
+            Ok(n) => {
+                p.held -= n;
+                c.off += n;
+                moved = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(Fault::from_io("splice", &e)),
+        }
+    }
+    Ok(moved)
+}
+
+/// Bytes a lane's pipe is asked to hold (the default `pipe-max-size`).
+const PIPE_BYTES: usize = 1 << 20;
+
 enum Lane {
-    /// Serviced by the caller's thread.
-    Inline { fd: OwnedFd, q: VecDeque<Chunk> },
+    /// Serviced by the caller's thread; `pipe` once spliced sends are on.
+    Inline {
+        fd: OwnedFd,
+        q: VecDeque<Chunk>,
+        pipe: Option<Pipe>,
+    },
     /// Serviced by helper thread `helper`; `ops` are the request ids of
     /// the chunks handed over and not yet seen complete, `seen` how many
     /// completions were taken from `shared.done`.
@@ -154,6 +236,7 @@ impl Lanes {
                 .map(|fd| Lane::Inline {
                     fd,
                     q: VecDeque::new(),
+                    pipe: None,
                 })
                 .collect();
             return Ok(l);
@@ -176,6 +259,26 @@ impl Lanes {
             l.helpers.push(Helper::spawn(dir, lanes)?);
         }
         Ok(l)
+    }
+
+    /// Gives every lane a pipe for spliced sends; `false` (and spliced
+    /// chunks are copied) where helper threads service the lanes or a pipe
+    /// cannot be made (out of descriptors, say).
+    pub(crate) fn enable_splice(&mut self) -> bool {
+        for lane in &mut self.lanes {
+            match lane {
+                Lane::Inline { pipe: Some(_), .. } => {}
+                Lane::Inline { pipe, .. } => match sys::pipe(PIPE_BYTES) {
+                    Ok(p) => *pipe = Some(p),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "NET/Socket: no pipe for spliced sends");
+                        return false;
+                    }
+                },
+                Lane::Helped { .. } => return false,
+            }
+        }
+        !self.lanes.is_empty()
     }
 
     /// Queues `c` on socket `sock` (1..n).
@@ -208,9 +311,9 @@ impl Lanes {
             let mut moved = false;
             for lane in &mut self.lanes {
                 match lane {
-                    Lane::Inline { fd, q } => {
+                    Lane::Inline { fd, q, pipe } => {
                         while let Some(c) = q.front_mut() {
-                            moved |= chunk_io(dir, fd, c)?;
+                            moved |= chunk_io(dir, fd, c, pipe.as_mut())?;
                             if !c.done() {
                                 break;
                             }

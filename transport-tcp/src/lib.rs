@@ -20,6 +20,14 @@
 //! * With [`TcpOptions::nthreads`] ≥ 2, sockets 1.. are serviced by that
 //!   many helper threads per comm (see the `helper` module); otherwise by
 //!   the thread calling `test`.
+//! * Striped messages of at least [`TcpOptions::splice_min_bytes`] from a
+//!   caller that receives nothing meanwhile ([`nccl_net::CopyHint`]) are
+//!   spliced: `vmsplice` maps the caller's pages into a pipe and `splice`
+//!   hands them to the socket, so the sender copies nothing and, over
+//!   loopback, the receiver's `recvmsg` is the only copy. Such a message
+//!   completes on the receiver's 8-byte acknowledgement on socket 0, since
+//!   its pages are the socket's buffer until read (see the `lanes` and
+//!   `wire` modules).
 //!
 //! # Sockets and helper threads: measurements and defaults
 //! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3
@@ -104,6 +112,16 @@ pub const DEFAULT_NSOCKS_PERTHREAD: usize = 3;
 pub const DEFAULT_NTHREADS: usize = 1;
 /// Default `SO_SNDBUF` / `SO_RCVBUF` size.
 pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
+/// Default [`TcpOptions::splice_min_bytes`]. 2 ranks over loopback,
+/// broadcast (the root only sends), six paired rounds of
+/// `scripts/paired.sh` with splicing off against on from this size:
+/// 128 KiB x0.86 (two 64 KiB pieces: the acknowledgement's round trip
+/// costs more than the copy saves), 256 KiB x1.16, 1 MiB x1.15-1.41,
+/// 16 MiB x1.13, 64 MiB x1.04-1.06. One direction of the transport alone
+/// (`examples/loopback_bw`, 3 sockets): 1 MiB messages 2.1-2.4 -> 2.7-4.5
+/// GB/s, 4 MiB 3.3-3.4 -> 3.8-3.9 GB/s, 16 and 64 MiB alike (1.6-2.1 GB/s:
+/// buffers larger than the cache).
+pub const DEFAULT_SPLICE_MIN_BYTES: usize = 256 << 10;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
 pub const MAX_REQUESTS: usize = 32;
@@ -149,6 +167,10 @@ pub struct TcpOptions {
     /// `NCCL_SOCKET_NTHREADS`); 0 or 1: none, the thread calling `test`
     /// does all the I/O.
     pub nthreads: usize,
+    /// Striped messages of at least this many bytes are sent with
+    /// `vmsplice` + `splice` instead of a copy into the socket (see the
+    /// `lanes` module); 0: never. Default [`DEFAULT_SPLICE_MIN_BYTES`].
+    pub splice_min_bytes: usize,
 }
 
 impl Default for TcpOptions {
@@ -159,6 +181,7 @@ impl Default for TcpOptions {
             socket_buf_bytes: DEFAULT_SOCKET_BUF_BYTES,
             nsocks: DEFAULT_NSOCKS_PERTHREAD * DEFAULT_NTHREADS,
             nthreads: DEFAULT_NTHREADS,
+            splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
         }
     }
 }
@@ -301,6 +324,7 @@ impl Net for TcpNet {
             &h,
             self.opts.socket_buf_bytes,
             self.opts.nthreads,
+            self.opts.splice_min_bytes,
         )?))
     }
 }

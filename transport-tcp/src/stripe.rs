@@ -78,6 +78,11 @@ impl Striper {
         Some(even.div_ceil(CHUNK_ALIGN).saturating_mul(CHUNK_ALIGN))
     }
 
+    /// Whether a message of `len` bytes is striped (not inline on socket 0).
+    pub(crate) fn stripes(&self, len: usize) -> bool {
+        self.chunk(len).is_some()
+    }
+
     /// Lays out the next message of `len` bytes: calls `piece` for every
     /// piece in order and advances the rotation. Returns `false` (and calls
     /// nothing) for a message that goes inline on socket 0.

@@ -419,3 +419,177 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Res
         Err(e) => Err(e),
     }
 }
+
+/// A non-blocking, close-on-exec pipe that socket sends splice user pages
+/// through (see [`crate::lanes`]).
+pub(crate) struct Pipe {
+    pub(crate) r: OwnedFd,
+    pub(crate) w: OwnedFd,
+    /// Bytes the pipe holds at most (from `F_GETPIPE_SZ`).
+    pub(crate) cap: usize,
+    /// Bytes in the pipe not yet spliced to the socket.
+    pub(crate) held: usize,
+}
+
+/// A new [`Pipe`], grown to `bytes` where the kernel allows (an
+/// unprivileged process gets at most `/proc/sys/fs/pipe-max-size`, 1 MiB by
+/// default; a smaller pipe only costs more calls).
+pub(crate) fn pipe(bytes: usize) -> io::Result<Pipe> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors were just returned by pipe2; nobody else
+    // owns them.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: F_SETPIPE_SZ / F_GETPIPE_SZ take an int and no pointers.
+    let _ = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
+    // SAFETY: as above.
+    let cap = cvt(unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) })?;
+    Ok(Pipe {
+        r,
+        w,
+        cap: cap as usize,
+        held: 0,
+    })
+}
+
+/// Maps up to `len` bytes at `ptr` into the pipe (`vmsplice` without
+/// `SPLICE_F_GIFT`: the pipe takes references to the pages, it copies
+/// nothing). Returns the bytes taken.
+///
+/// # Safety
+/// `ptr..ptr + len` must be readable memory of this process, and must not be
+/// written until every byte taken has been read at the far end of whatever
+/// the pipe feeds: the kernel reads the pages themselves, later.
+pub(crate) unsafe fn vmsplice(p: &Pipe, ptr: *const u8, len: usize) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: ptr.cast_mut().cast(),
+        iov_len: len,
+    };
+    loop {
+        // SAFETY: `iov` is a live iovec; the caller vouches for the memory.
+        let r = unsafe { libc::vmsplice(p.w.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Moves up to `len` bytes from the pipe to the (non-blocking) socket
+/// without copying them. Call only inside [`without_sigpipe`]: `splice`
+/// has no `MSG_NOSIGNAL`.
+pub(crate) fn splice_to_socket(p: &Pipe, fd: &OwnedFd, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: no pointers; both descriptors are live.
+        let r = unsafe {
+            libc::splice(
+                p.r.as_raw_fd(),
+                std::ptr::null_mut(),
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                len,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        match cvt_size(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Runs `f` with `SIGPIPE` blocked in this thread and consumes a `SIGPIPE`
+/// that `f` raised (one that was pending before is left alone), so that a
+/// peer that went away yields `EPIPE` and does not kill a host process
+/// that did not ignore the signal, as `MSG_NOSIGNAL` does for `sendmsg`.
+pub(crate) fn without_sigpipe<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain old data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { mem::zeroed() };
+    // SAFETY: as above.
+    let mut pending: libc::sigset_t = unsafe { mem::zeroed() };
+    // SAFETY: every pointer is to a live local sigset_t.
+    let before = unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1
+    };
+    let out = f();
+    // SAFETY: as above; the zero timeout makes sigtimedwait a poll.
+    unsafe {
+        if !before
+            && libc::sigpending(&mut pending) == 0
+            && libc::sigismember(&pending, libc::SIGPIPE) == 1
+        {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    out
+}
+
+#[cfg(test)]
+mod sigpipe_tests {
+    use super::*;
+
+    fn sigpipe_pending() -> bool {
+        // SAFETY: a live local sigset_t, initialised by sigpending.
+        unsafe {
+            let mut set: libc::sigset_t = mem::zeroed();
+            libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGPIPE) == 1
+        }
+    }
+
+    fn sigpipe_blocked() -> bool {
+        // SAFETY: a live local sigset_t, filled in by pthread_sigmask.
+        unsafe {
+            let mut set: libc::sigset_t = mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, libc::SIGPIPE) == 1
+        }
+    }
+
+    static DELIVERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    extern "C" fn count(_: libc::c_int) {
+        DELIVERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A `SIGPIPE` raised inside is held while blocked and consumed on the
+    /// way out, never delivered (a counting handler stands in for the
+    /// default action, which would kill the process); the thread's mask is
+    /// as before.
+    #[test]
+    fn sigpipe_raised_inside_is_consumed() {
+        // SAFETY: sigaction is plain old data; the handler only touches an
+        // atomic, and the previous action is put back below.
+        let old = unsafe {
+            let mut act: libc::sigaction = mem::zeroed();
+            let mut old: libc::sigaction = mem::zeroed();
+            act.sa_sigaction = count as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigaction(libc::SIGPIPE, &act, &mut old);
+            old
+        };
+        assert!(!sigpipe_blocked() && !sigpipe_pending());
+        let seen = without_sigpipe(|| {
+            // SAFETY: raise() takes no pointers; the signal is blocked here
+            // (pending, not delivered).
+            unsafe { libc::raise(libc::SIGPIPE) };
+            (sigpipe_blocked(), sigpipe_pending())
+        });
+        let delivered = DELIVERED.load(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: restores the action saved above.
+        unsafe { libc::sigaction(libc::SIGPIPE, &old, std::ptr::null_mut()) };
+        assert_eq!(seen, (true, true), "blocked and pending inside");
+        assert_eq!(delivered, 0, "delivered instead of consumed");
+        assert!(!sigpipe_pending() && !sigpipe_blocked(), "mask restored");
+    }
+}

@@ -7,7 +7,8 @@
 //! | 0..4  | tag, `u32` little-endian |
 //! | 4..12 | payload length, `u64` little-endian |
 //! | 12    | `align`: the sender's payload address modulo [`UNIT`] |
-//! | 13..16 | reserved, zero |
+//! | 13    | flags: bit 0 [`Header::spliced`] |
+//! | 14..16 | reserved, zero |
 //!
 //! # Units
 //! Everything a connection writes comes in units of a whole number of
@@ -52,6 +53,10 @@ pub(crate) const UNIT: usize = 64;
 const _: () = assert!(crate::stripe::CHUNK_ALIGN % UNIT == 0);
 /// Message header size.
 pub(crate) const HDR: usize = 16;
+/// An acknowledgement of a spliced message, written by the receiver on
+/// socket 0 (the otherwise idle direction): the message's sequence number
+/// on the connection (0 for the first message), `u64` little-endian.
+pub(crate) const ACK: usize = 8;
 
 /// A decoded message header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +65,10 @@ pub(crate) struct Header {
     pub(crate) len: u64,
     /// The sender's payload address modulo [`UNIT`].
     pub(crate) align: u8,
+    /// The pieces are spliced from the sender's pages (see
+    /// [`crate::lanes`]): they carry no pads, and the receiver acknowledges
+    /// the whole message on socket 0 once it is in (see [`crate::comm`]).
+    pub(crate) spliced: bool,
 }
 
 impl Header {
@@ -69,6 +78,16 @@ impl Header {
             tag,
             len: len as u64,
             align: (data as usize % UNIT) as u8,
+            spliced: false,
+        }
+    }
+
+    /// The pads of a `len`-byte piece on a data socket: none when spliced.
+    pub(crate) fn piece_pads(&self, len: usize) -> (usize, usize) {
+        if self.spliced {
+            (0, 0)
+        } else {
+            pads(0, len, self.align)
         }
     }
 
@@ -77,6 +96,7 @@ impl Header {
         b[0..4].copy_from_slice(&self.tag.to_le_bytes());
         b[4..12].copy_from_slice(&self.len.to_le_bytes());
         b[12] = self.align;
+        b[13] = u8::from(self.spliced);
         b
     }
 
@@ -89,12 +109,14 @@ impl Header {
             tag: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             len: u64::from_le_bytes(len),
             align: b[12],
+            spliced: b[13] & 1 != 0,
         };
-        if usize::from(h.align) >= UNIT || b[13..].iter().any(|&x| x != 0) {
+        if usize::from(h.align) >= UNIT || b[13] > 1 || b[14..].iter().any(|&x| x != 0) {
             return Err(format!(
-                "bad message header (align {}, reserved {:?})",
+                "bad message header (align {}, flags {}, reserved {:?})",
                 h.align,
-                &b[13..]
+                b[13],
+                &b[14..]
             ));
         }
         Ok(h)
@@ -157,8 +179,16 @@ mod tests {
             tag: 0xdead_beef,
             len: 1 << 40,
             align: 63,
+            spliced: false,
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
+        let s = Header { spliced: true, ..h };
+        assert_eq!(Header::decode(&s.encode()), Ok(s));
+        assert_eq!(s.piece_pads(100), (0, 0), "spliced pieces carry no pads");
+        assert_eq!(h.piece_pads(100), pads(0, 100, 63));
+        let mut b = h.encode();
+        b[13] = 2;
+        assert!(Header::decode(&b).is_err(), "unknown flag");
         let mut b = h.encode();
         b[12] = 64;
         assert!(Header::decode(&b).is_err(), "align out of range");

@@ -244,6 +244,7 @@ pub(super) fn copy_hint(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPoli
     CopyHint {
         single_copy: single_copy_allowed(call, bufs, policy, receives),
         sender_idle: !receives && sender_idle(call, bufs),
+        receives,
     }
 }
 

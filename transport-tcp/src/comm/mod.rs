@@ -26,6 +26,12 @@
 //! payload read also offers the staging buffer for the next header, so a
 //! stream of small messages costs one `recvmsg` each.
 //!
+//! A spliced message (see [`crate::lanes`]) also waits for its receiver's
+//! acknowledgement: the receiver writes the message's sequence number on
+//! socket 0, the one direction of the connection nothing else uses, once
+//! the whole message is in; the sender reads acknowledgements while any
+//! is due, so a receiver that closes fails the send.
+//!
 //! After a connection error, a tag mismatch or a truncation the stream can
 //! no longer be trusted: the comm remembers the fault and reports it from
 //! every later call that would need the connection.

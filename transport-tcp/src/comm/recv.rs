@@ -30,6 +30,10 @@ struct RecvOp {
     got0: usize,
     /// Pieces on other sockets not yet received.
     pieces_left: usize,
+    /// Sequence number of the message on the connection (set with `len`).
+    seq: u64,
+    /// Spliced: to be acknowledged once in (see [`crate::lanes`]).
+    ack: bool,
 }
 
 impl RecvOp {
@@ -60,6 +64,13 @@ pub(crate) struct TcpRecvComm {
     lanes: Lanes,
     /// When socket 0 was last put in delayed-ACK mode.
     acks_delayed_at: Option<Instant>,
+    /// Headers taken so far (the next message's sequence number).
+    taken: u64,
+    /// Spliced messages whose acknowledgement is not yet queued.
+    to_ack: usize,
+    /// Acknowledgements queued for socket 0, and their bytes written.
+    acks_out: Vec<u8>,
+    acks_sent: usize,
 }
 
 // SAFETY: as for TcpSendComm: the raw pointers are only handed to the
@@ -90,7 +101,36 @@ impl TcpRecvComm {
             striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Recv, others, nthreads)?,
             acks_delayed_at: None,
+            taken: 0,
+            to_ack: 0,
+            acks_out: Vec::new(),
+            acks_sent: 0,
         })
+    }
+
+    /// Queues the acknowledgement of every spliced message that is in and
+    /// writes what socket 0 takes: the sender's pages are then free.
+    fn acknowledge(&mut self) -> Result<(), Fault> {
+        if self.to_ack > 0 {
+            for i in 0..self.q.len() {
+                let op = &mut self.q[i];
+                if op.ack && op.done() {
+                    op.ack = false;
+                    self.to_ack -= 1;
+                    self.acks_out.extend_from_slice(&op.seq.to_le_bytes());
+                }
+            }
+        }
+        while self.acks_sent < self.acks_out.len() {
+            match sys::send(&self.fd, &self.acks_out[self.acks_sent..]) {
+                Ok(n) => self.acks_sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(Fault::from_io("send", &e)),
+            }
+        }
+        self.acks_out.clear();
+        self.acks_sent = 0;
+        Ok(())
     }
 
     fn progress(&mut self) {
@@ -107,6 +147,11 @@ impl TcpRecvComm {
                 }
             });
             if let Err(f) = r {
+                self.fail(f);
+            }
+        }
+        if self.fault.is_none() {
+            if let Err(f) = self.acknowledge() {
                 self.fail(f);
             }
         }
@@ -169,10 +214,7 @@ impl TcpRecvComm {
             // Stays inside the caller's buffer: p.off < len <= cap.
             let ptr = data.wrapping_add(p.off);
             pieces_left += 1;
-            lanes.push(
-                p.sock,
-                Chunk::new(id, ptr, p.len, wire::pads(0, p.len, h.align)),
-            );
+            lanes.push(p.sock, Chunk::new(id, ptr, p.len, h.piece_pads(p.len)));
         });
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
@@ -181,6 +223,10 @@ impl TcpRecvComm {
         op.data0 = data0;
         op.len0 = len0;
         op.pieces_left = pieces_left;
+        op.seq = self.taken;
+        op.ack = h.spliced;
+        self.taken += 1;
+        self.to_ack += usize::from(h.spliced);
         Ok(())
     }
 
@@ -246,6 +292,16 @@ impl TcpRecvComm {
     }
 }
 
+impl Drop for TcpRecvComm {
+    /// Writes acknowledgements still queued (best effort, non-blocking), so
+    /// that a sender's last spliced message completes.
+    fn drop(&mut self) {
+        if self.fault.is_none() {
+            let _ = self.acknowledge();
+        }
+    }
+}
+
 impl RecvComm for TcpRecvComm {
     fn reg_mr(&mut self, _ptr: *mut u8, _len: usize) -> NetResult<MemHandle> {
         Ok(MemHandle(0))
@@ -279,6 +335,8 @@ impl RecvComm for TcpRecvComm {
             tail: 0,
             got0: 0,
             pieces_left: 0,
+            seq: 0,
+            ack: false,
         });
         Ok(Some(req))
     }

@@ -125,6 +125,7 @@ impl ShmSendComm {
             hint: CopyHint {
                 single_copy: true,
                 sender_idle: false,
+                receives: false,
             },
             helps,
             helped: (0, 0),

@@ -104,6 +104,7 @@ fn send_as_writer(s: &mut dyn SendComm, dir: &Path, refuse_mapping: bool) {
     s.hint_copy(nccl_net::CopyHint {
         single_copy: true,
         sender_idle: true,
+        receives: false,
     });
     for (i, &n) in WRITER_SIZES.iter().enumerate() {
         let data = pattern(n, 80 + i as u64);

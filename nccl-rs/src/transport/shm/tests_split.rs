@@ -14,6 +14,7 @@ use nccl_net::{CopyHint, NetError};
 const IDLE: CopyHint = CopyHint {
     single_copy: true,
     sender_idle: true,
+    receives: false,
 };
 
 fn cma_net() -> ShmNet {
@@ -98,6 +99,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     s.hint_copy(CopyHint {
         single_copy: true,
         sender_idle: false,
+        receives: false,
     });
     let q = isend(s.as_mut(), &data, 1);
     let mut buf = vec![0u8; len];
