@@ -10,10 +10,12 @@ mod raw_peers;
 #[path = "common/wire.rs"]
 mod wire;
 
-use nccl_net::{Net, RecvComm, Request, SendComm};
+use nccl_net::{RecvComm, Request, SendComm};
 use std::time::{Duration, Instant};
 use transport_tcp::{TcpNet, TcpOptions};
 
+#[path = "common/conn.rs"]
+mod conn;
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// One socket per connection: the raw peers (in `loopback/raw_peers.rs`) speak that wire format
@@ -37,20 +39,7 @@ fn check_deadline(start: Instant, what: &str) {
 
 /// Listens on `net`, connects from `net`, polls both until established.
 fn pair(net: &TcpNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let mut listener = net.listen().unwrap();
-    let mut connector = net.connect(listener.handle()).unwrap();
-    let (mut s, mut r) = (None, None);
-    let start = Instant::now();
-    while s.is_none() || r.is_none() {
-        check_deadline(start, "handshake");
-        if s.is_none() {
-            s = connector.poll_connect().unwrap();
-        }
-        if r.is_none() {
-            r = listener.accept().unwrap();
-        }
-    }
-    (s.unwrap(), r.unwrap())
+    conn::pair(net, net, DEADLINE)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

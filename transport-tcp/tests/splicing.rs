@@ -5,10 +5,12 @@
 //! fails a spliced send instead of leaving it waiting. Every poll loop runs
 //! under a deadline.
 
-use nccl_net::{Net, NetError, RecvComm, SendComm};
+use nccl_net::{NetError, RecvComm, SendComm};
 use std::time::{Duration, Instant};
 use transport_tcp::{TcpNet, TcpOptions};
 
+#[path = "common/conn.rs"]
+mod conn;
 const DEADLINE: Duration = Duration::from_secs(60);
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -26,20 +28,7 @@ fn net(splice_min: usize) -> TcpNet {
 }
 
 fn pair(net: &TcpNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let mut listener = net.listen().unwrap();
-    let mut connector = net.connect(listener.handle()).unwrap();
-    let (mut s, mut r) = (None, None);
-    let start = Instant::now();
-    while s.is_none() || r.is_none() {
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-        if s.is_none() {
-            s = connector.poll_connect().unwrap();
-        }
-        if r.is_none() {
-            r = listener.accept().unwrap();
-        }
-    }
-    (s.unwrap(), r.unwrap())
+    conn::pair(net, net, DEADLINE)
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {

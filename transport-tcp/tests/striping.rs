@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use transport_tcp::{TcpHandle, TcpNet, TcpOptions};
 use wire::{inline_unit, piece_unit, striped_unit};
 
+#[path = "common/conn.rs"]
+mod conn;
 #[path = "common/wire.rs"]
 mod wire;
 
@@ -37,20 +39,7 @@ fn check_deadline(start: Instant, what: &str) {
 
 /// `rx` listens, `tx` connects; polls both until established.
 fn pair(tx: &TcpNet, rx: &TcpNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let mut listener = rx.listen().unwrap();
-    let mut connector = tx.connect(listener.handle()).unwrap();
-    let (mut s, mut r) = (None, None);
-    let start = Instant::now();
-    while s.is_none() || r.is_none() {
-        check_deadline(start, "handshake");
-        if s.is_none() {
-            s = connector.poll_connect().unwrap();
-        }
-        if r.is_none() {
-            r = listener.accept().unwrap();
-        }
-    }
-    (s.unwrap(), r.unwrap())
+    conn::pair(tx, rx, DEADLINE)
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
