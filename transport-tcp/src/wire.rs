@@ -169,6 +169,31 @@ pub(crate) fn iov_from(
     bytes
 }
 
+/// Copies `src` into the concatenation of `segs` from its byte `done` on
+/// (the counterpart of [`iov_from`] for bytes already read).
+///
+/// # Safety
+/// Every segment must be valid for writes of its length and must not
+/// overlap `src`; `done + src.len()` must not exceed the segments' total.
+pub(crate) unsafe fn scatter(segs: &[(*mut u8, usize)], mut done: usize, mut src: &[u8]) {
+    for &(ptr, len) in segs {
+        if src.is_empty() {
+            break;
+        }
+        if done >= len {
+            done -= len;
+            continue;
+        }
+        let k = (len - done).min(src.len());
+        // SAFETY: `done + k <= len` lies within the segment, which the
+        // caller guarantees writable and disjoint from `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.add(done), k) };
+        src = &src[k..];
+        done = 0;
+    }
+    debug_assert!(src.is_empty(), "scatter past the segments");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +246,23 @@ mod tests {
         // The common case: malloc'd buffers, 16 bytes into a line.
         assert_eq!(pads(HDR, 1 << 20, 16), (0, 48));
         assert_eq!(pads(0, 1 << 20, 16), (16, 48));
+    }
+
+    #[test]
+    fn scatter_continues_where_it_left_off() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 4];
+        let segs = [
+            (a.as_mut_ptr(), 3),
+            (std::ptr::null_mut(), 0),
+            (b.as_mut_ptr(), 4),
+        ];
+        // SAFETY: both arrays outlive the calls; 2 + 3 and 5 + 2 <= 7.
+        unsafe {
+            scatter(&segs, 2, &[1, 2, 3]);
+            scatter(&segs, 5, &[4, 5]);
+        }
+        assert_eq!((a, b), ([0, 0, 1], [2, 3, 4, 5]));
     }
 
     #[test]

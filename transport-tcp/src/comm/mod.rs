@@ -21,10 +21,12 @@
 //! much progress as the sockets allow without blocking, then answers.
 //!
 //! Sends gather the socket-0 units of several queued messages into one
-//! `sendmsg`. Receives read a header into a 16-byte staging buffer, check tag and size, lay the message out, then read the
-//! payload pieces straight into the posted buffer (no copy); each socket-0
-//! payload read also offers the staging buffer for the next header, so a
-//! stream of small messages costs one `recvmsg` each.
+//! `sendmsg`. Receives read socket 0 into a 4 KiB read-ahead buffer when
+//! they need a header (see [`ahead`]), check tag and size, lay the message
+//! out, copy what of its unit came with the header, and read the rest and
+//! the pieces straight into the posted buffer (no copy); each socket-0
+//! payload read also offers the read-ahead buffer for what follows, so a
+//! small message costs one `recv` and a stream of them fewer.
 //!
 //! A spliced message (see [`crate::lanes`]) also waits for its receiver's
 //! acknowledgement: the receiver writes the message's sequence number on
@@ -36,6 +38,7 @@
 //! no longer be trusted: the comm remembers the fault and reports it from
 //! every later call that would need the connection.
 
+mod ahead;
 mod recv;
 mod send;
 

@@ -1,5 +1,6 @@
 //! [`TcpRecvComm`]: the receiving half of a connection.
 
+use super::ahead::ReadAhead;
 use super::{empty_iov, unknown_request, Fault};
 use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
@@ -55,9 +56,8 @@ pub(crate) struct TcpRecvComm {
     /// Number of requests at the front of `q` whose socket-0 part is in.
     head0: usize,
     fault: Option<Fault>,
-    /// Header bytes of the next message read so far.
-    stage: [u8; HDR],
-    staged: usize,
+    /// Socket-0 bytes read before their message was laid out.
+    ahead: ReadAhead,
     /// Where incoming pad bytes land (and are dropped).
     sink: [u8; UNIT],
     striper: Striper,
@@ -95,8 +95,7 @@ impl TcpRecvComm {
             q: RequestQueue::with_capacity(max_requests),
             head0: 0,
             fault: None,
-            stage: [0; HDR],
-            staged: 0,
+            ahead: ReadAhead::new(),
             sink: [0; UNIT],
             striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Recv, others, nthreads)?,
@@ -185,11 +184,10 @@ impl TcpRecvComm {
         }
     }
 
-    /// Checks the staged header against `q[head0]` and lays the message out.
-    fn take_header(&mut self) -> Result<(), Fault> {
-        self.staged = 0;
+    /// Checks header `hdr` against `q[head0]` and lays the message out.
+    fn take_header(&mut self, hdr: &[u8; HDR]) -> Result<(), Fault> {
         self.delay_acks();
-        let h = Header::decode(&self.stage).map_err(Fault::Protocol)?;
+        let h = Header::decode(hdr).map_err(Fault::Protocol)?;
         let id = self.q.id_at(self.head0);
         let op = &mut self.q[self.head0];
         if h.tag != op.tag {
@@ -232,57 +230,76 @@ impl TcpRecvComm {
 
     /// Reads as much of the socket-0 stream as the socket holds.
     fn progress0(&mut self) -> Result<(), Fault> {
+        // The socket had less than a read asked for: nothing more to read.
+        let mut drained = false;
         while self.head0 < self.q.len() {
             if self.q[self.head0].len.is_none() {
-                if self.staged < HDR {
-                    match sys::recv(&self.fd, &mut self.stage[self.staged..]) {
-                        Ok(0) => return Err(Fault::Closed),
-                        Ok(n) => self.staged += n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                        Err(e) => return Err(Fault::from_io("recv", &e)),
+                let hdr = match self.ahead.header() {
+                    Some(hdr) => hdr,
+                    None if drained => return Ok(()),
+                    None => {
+                        let space = self.ahead.space();
+                        let asked = space.len();
+                        match sys::recv(&self.fd, space) {
+                            Ok(0) => return Err(Fault::Closed),
+                            Ok(n) => {
+                                self.ahead.filled(n);
+                                drained = n < asked;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                            Err(e) => return Err(Fault::from_io("recv", &e)),
+                        }
+                        match self.ahead.header() {
+                            Some(hdr) => hdr,
+                            None => return Ok(()), // drained the socket
+                        }
                     }
-                    if self.staged < HDR {
-                        return Ok(()); // drained the socket
-                    }
-                }
-                self.take_header()?;
+                };
+                self.take_header(&hdr)?;
             }
             let sink = self.sink.as_mut_ptr();
-            let stage = self.stage.as_mut_ptr();
             let op = &mut self.q[self.head0];
+            let segs = [(sink, op.head), (op.data0, op.len0), (sink, op.tail)];
             let rest = op.rest0();
+            let early = self.ahead.take(rest - op.got0);
+            // SAFETY: the payload segment lies within the buffer the `irecv`
+            // caller keeps valid for writes and unaliased until completion;
+            // the pads land in our sink (a pad is shorter than it); `early`
+            // is our read-ahead buffer; `got0 + early.len() <= rest`.
+            unsafe { wire::scatter(&segs, op.got0, early) };
+            op.got0 += early.len();
             if op.got0 == rest {
                 // Socket-0 unit in.
                 self.head0 += 1;
                 continue;
             }
+            if drained {
+                return Ok(());
+            }
+            // Nothing is left unread ahead here: read the rest of the unit
+            // and whatever follows it, up to a read-ahead buffer full.
             let want = rest - op.got0;
-            let segs = [
-                (sink, op.head),
-                (op.data0, op.len0),
-                (sink, op.tail),
-                // Read ahead the next header (nothing is staged here).
-                (stage, HDR),
-            ];
+            let (ahead, ahead_len) = self.ahead.whole();
             let mut iov = [empty_iov(); 4];
             let mut n_iov = 0;
             wire::iov_from(&segs, op.got0, &mut iov, &mut n_iov);
-            // SAFETY: the payload iovec lies within the buffer the `irecv`
-            // caller keeps valid for writes and unaliased until completion;
-            // the others are our own pad sink and header staging buffer,
-            // untouched during the call.
+            iov[n_iov] = libc::iovec {
+                iov_base: ahead.cast(),
+                iov_len: ahead_len,
+            };
+            n_iov += 1;
+            // SAFETY: as for `scatter` above; the last iovec is our
+            // read-ahead buffer, untouched during the call.
             match unsafe { sys::recv_iov(&self.fd, &iov[..n_iov]) } {
                 Ok(0) => return Err(Fault::Closed),
                 Ok(n) => {
                     let k = n.min(want);
                     op.got0 += k;
-                    self.staged = n - k;
+                    self.ahead.filled(n - k);
                     if op.got0 == rest {
                         self.head0 += 1;
                     }
-                    if n < want + HDR {
-                        return Ok(()); // drained the socket
-                    }
+                    drained = n < want + ahead_len;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(Fault::from_io("recvmsg", &e)),
@@ -360,42 +377,4 @@ impl RecvComm for TcpRecvComm {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-    use std::time::{Duration, Instant};
-
-    /// Socket 0 of a receive comm leaves the kernel's quick-ACK mode once a
-    /// message is in.
-    #[test]
-    fn socket_zero_delays_its_acks() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
-        rx.set_nonblocking(true).unwrap();
-        let mut comm = TcpRecvComm::new(vec![OwnedFd::from(rx)], "test".into(), 4, 1).unwrap();
-        assert!(sys::quickack(&comm.fd).unwrap(), "the kernel's default");
-        // One 8-byte message as a v3 sender writes it: header, pads, payload
-        // at its source's offset in its cache line (0 here), pads.
-        let payload = [0x5au8; 8];
-        let h = Header::new(9, payload.len(), std::ptr::null());
-        let (head, tail) = wire::pads(HDR, payload.len(), h.align);
-        let mut unit = h.encode().to_vec();
-        unit.resize(HDR + head, 0);
-        unit.extend_from_slice(&payload);
-        unit.resize(unit.len() + tail, 0);
-        assert_eq!(unit.len() % UNIT, 0);
-        tx.write_all(&unit).unwrap();
-        let mut buf = [0u8; 8];
-        // SAFETY: `buf` outlives the request, which completes below.
-        let req = unsafe { comm.irecv(buf.as_mut_ptr(), buf.len(), 9, None) }
-            .unwrap()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while comm.test(req).unwrap().is_none() {
-            assert!(Instant::now() < deadline, "message never completed");
-        }
-        assert_eq!(buf, payload);
-        assert!(!sys::quickack(&comm.fd).unwrap(), "delayed ACKs");
-    }
-}
+mod tests;
