@@ -87,6 +87,13 @@ pub struct Case {
 /// by common world sizes.
 pub const COUNTS: [usize; 5] = [0, 1, 7, 1023, 1_000_003];
 
+/// One more count for all-to-all (elements per peer) and all-gather
+/// (elements per rank): at 4 ranks their calls move 80 KiB (1-byte
+/// elements) to 640 KiB (8-byte) per rank, where, with more local ranks
+/// than CPUs, an out-of-place call sends its blocks single copy from a copy
+/// in shared memory (all-to-all only up to 1 MiB).
+pub const STAGED_COUNT: usize = 20_011;
+
 /// Every case for `n` ranks.
 pub fn matrix(n: usize) -> Vec<Case> {
     let mut out = Vec::new();
@@ -105,7 +112,11 @@ pub fn matrix(n: usize) -> Vec<Case> {
                     if in_place && !coll.has_in_place() {
                         continue;
                     }
-                    for count in COUNTS {
+                    let extra = match coll {
+                        Coll::AllToAll | Coll::AllGather => Some(STAGED_COUNT),
+                        _ => None,
+                    };
+                    for count in COUNTS.into_iter().chain(extra) {
                         let root = if coll.rooted() {
                             (out.len() * 7 + 3) % n
                         } else {
