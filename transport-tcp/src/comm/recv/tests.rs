@@ -3,15 +3,21 @@ use super::*;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+/// A receive comm over one loopback socket, and the sending end (blocking).
+fn one_socket_comm(max_requests: usize) -> (std::net::TcpStream, TcpRecvComm) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (rx, _) = l.accept().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let comm = TcpRecvComm::new(vec![OwnedFd::from(rx)], "test".into(), max_requests, 1).unwrap();
+    (tx, comm)
+}
+
 /// Socket 0 of a receive comm leaves the kernel's quick-ACK mode once a
 /// message is in.
 #[test]
 fn socket_zero_delays_its_acks() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (rx, _) = l.accept().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    let mut comm = TcpRecvComm::new(vec![OwnedFd::from(rx)], "test".into(), 4, 1).unwrap();
+    let (mut tx, mut comm) = one_socket_comm(4);
     assert!(sys::quickack(&comm.fd).unwrap(), "the kernel's default");
     // One 8-byte message as a v3 sender writes it: header, pads, payload
     // at its source's offset in its cache line (0 here), pads.
@@ -55,10 +61,6 @@ fn inline_message(tag: u32, payload: &[u8], align: u8) -> Vec<u8> {
 #[test]
 fn read_ahead_keeps_messages_apart() {
     use super::super::ahead::AHEAD;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (rx, _) = l.accept().unwrap();
-    rx.set_nonblocking(true).unwrap();
     let sizes = [
         8,
         0,
@@ -77,7 +79,7 @@ fn read_ahead_keeps_messages_apart() {
         AHEAD - 80,
         8,
     ];
-    let mut comm = TcpRecvComm::new(vec![OwnedFd::from(rx)], "test".into(), 64, 1).unwrap();
+    let (mut tx, mut comm) = one_socket_comm(64);
     let mut stream = Vec::new();
     let mut want = Vec::new();
     for (i, &n) in sizes.iter().enumerate() {
