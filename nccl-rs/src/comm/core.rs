@@ -76,9 +76,9 @@ pub(crate) struct Core {
     /// The zero-copy path, where every rank shares this host over shared
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
-    /// A copy of an in-place all-to-all's input, reused from call to call
-    /// (see [`Core::stage_input`]); shared memory, so that
-    /// co-located readers map it.
+    /// A copy of an all-to-all's or all-gather's input that is sent from,
+    /// reused from call to call (see [`Core::stage_input`]); shared memory,
+    /// so that co-located readers map it.
     staging: SendStaging,
     /// Ranks talk over sockets: broadcast in [`SOCKET_BROADCAST_CHUNK_BYTES`]
     /// chunks.
@@ -235,10 +235,10 @@ impl Core {
     /// input: in this communicator's staging buffer, which stays allocated
     /// (as the engine's scratch does), because a fresh copy per call pays
     /// the first touch of every page (2 ranks, 64 MiB in place: 50 ms with
-    /// a new `Vec` per call, against 15 ms out of place). Exactly in place
-    /// (`true` returned), the rank's own block is already where it belongs:
-    /// only the other blocks are copied, and the schedule
-    /// (`all_to_all_in_place`) leaves the own block alone.
+    /// a new `Vec` per call, against 15 ms out of place). Exactly in place,
+    /// the rank's own block is already where it belongs: only the other
+    /// blocks are copied, and the schedule `all_to_all_in_place` (`true`
+    /// returned: run it) leaves the own block alone.
     ///
     /// With more local ranks than CPUs, an out-of-place all-to-all whose
     /// blocks go single copy from a heap buffer is staged the same way up
@@ -259,7 +259,7 @@ impl Core {
         if input.len == 0 {
             return (bufs, false);
         }
-        let disjoint = i >= o + output.len || o >= i + input.len;
+        let disjoint = !input.overlaps(output);
         if disjoint && !self.stages_all_to_all(input, output) {
             return (bufs, false);
         }
@@ -309,11 +309,10 @@ impl Core {
     /// 3.25 -> 3.98 ms).
     fn stage_all_gather_input(&mut self, mut bufs: CallBufs) -> CallBufs {
         let (input, output) = (bufs.input, bufs.output);
-        let (i, o) = (input.ptr as usize, output.ptr as usize);
         let policy = self.engine.single_copy;
         let staged = policy.oversubscribed
             && input.len > 0
-            && (i >= o + output.len || o >= i + input.len)
+            && !input.overlaps(output)
             && policy.whole_block_all_gather(output.len)
             && crate::hostmem::locate(input.ptr, input.len).is_none();
         if staged {

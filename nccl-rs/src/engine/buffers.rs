@@ -21,6 +21,12 @@ impl Region {
         }
     }
 
+    /// Whether the two ranges share a byte.
+    pub(crate) fn overlaps(&self, other: Region) -> bool {
+        (self.ptr as usize) < other.ptr as usize + other.len
+            && (other.ptr as usize) < self.ptr as usize + self.len
+    }
+
     pub(crate) fn empty() -> Region {
         Region {
             ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),

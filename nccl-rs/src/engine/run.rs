@@ -458,10 +458,7 @@ impl<'a> Run<'a> {
     /// `dst = src ⊕ incoming`, then the average's division if `finalize`.
     fn reduce(&self, src: Region, dst: Region, incoming: Region, finalize: bool) -> Result<()> {
         let (dt, op) = (self.call.dtype, self.call.op);
-        let overlap = |a: Region, b: Region| {
-            (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len
-        };
-        if (src.ptr != dst.ptr && overlap(src, dst)) || overlap(incoming, dst) {
+        if (src.ptr != dst.ptr && src.overlaps(dst)) || incoming.overlaps(dst) {
             return Err(self.internal("overlapping reduction operands".into()));
         }
         // SAFETY: `incoming` is a staging slot or scratch range (engine-owned),
