@@ -123,7 +123,12 @@ impl TcpSendComm {
     /// otherwise spend its core copying into the socket and nothing else
     /// (2 ranks over loopback, ten paired rounds: broadcast 1 MiB x1.41,
     /// 16 MiB x1.13), but not when each side also receives: all-gather 16
-    /// MiB x0.89, all-to-all x0.96.
+    /// MiB x0.89, all-to-all x0.96; measured again with splicing forced on
+    /// for both ranks, all-gather 1-64 MiB x0.87-1.05. `perf` of the 16 MiB
+    /// all-gather shows why: the send copy (21% of both CPUs) goes, but the
+    /// receive copy grows from 21% to 29%, since it now reads the sender's
+    /// pages rather than socket buffers the sender has just written, and
+    /// pinning the pages for `vmsplice` takes 5%.
     fn splices(&mut self, len: usize) -> bool {
         if self.splice_min == 0
             || self.receives
