@@ -248,15 +248,20 @@ mod tests {
         assert_eq!(pads(0, 1 << 20, 16), (16, 48));
     }
 
+    /// Segments over `a` and `b` with an empty one between them.
+    fn around_empty(a: &mut [u8], b: &mut [u8]) -> [(*mut u8, usize); 3] {
+        [
+            (a.as_mut_ptr(), a.len()),
+            (std::ptr::null_mut(), 0),
+            (b.as_mut_ptr(), b.len()),
+        ]
+    }
+
     #[test]
     fn scatter_continues_where_it_left_off() {
         let mut a = [0u8; 3];
         let mut b = [0u8; 4];
-        let segs = [
-            (a.as_mut_ptr(), 3),
-            (std::ptr::null_mut(), 0),
-            (b.as_mut_ptr(), 4),
-        ];
+        let segs = around_empty(&mut a, &mut b);
         // SAFETY: both arrays outlive the calls; 2 + 3 and 5 + 2 <= 7.
         unsafe {
             scatter(&segs, 2, &[1, 2, 3]);
@@ -269,11 +274,7 @@ mod tests {
     fn iov_from_skips_what_is_done() {
         let mut a = [0u8; 10];
         let mut b = [0u8; 5];
-        let segs = [
-            (a.as_mut_ptr(), 10),
-            (std::ptr::null_mut(), 0),
-            (b.as_mut_ptr(), 5),
-        ];
+        let segs = around_empty(&mut a, &mut b);
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
