@@ -284,6 +284,26 @@ pub trait SendComm: Send {
     fn hint_copy(&mut self, hint: CopyHint) {
         let _ = hint;
     }
+
+    /// Largest message [`SendComm::send_eager`] takes; 0 (the default):
+    /// this transport has no eager path.
+    fn eager_max(&self) -> usize {
+        0
+    }
+
+    /// Sends `len <= eager_max()` bytes at `data` with `tag` at once,
+    /// complete when it returns `Ok(true)` (no request to test): the tiny
+    /// message path. `Ok(false)`: not now (no room, or earlier sends still
+    /// queued, which keep their order); call again. Never blocks. The
+    /// default says `Ok(false)`.
+    ///
+    /// # Safety
+    /// `data..data+len` must be valid for reads for the duration of the
+    /// call.
+    unsafe fn send_eager(&mut self, data: *const u8, len: usize, tag: u32) -> NetResult<bool> {
+        let _ = (data, len, tag);
+        Ok(false)
+    }
 }
 
 /// How the sends posted from now on may travel: a hint from the caller,
@@ -381,6 +401,32 @@ pub trait RecvComm: Send {
     fn release(&mut self, req: Request) -> NetResult<()> {
         let _ = req;
         Ok(())
+    }
+
+    /// Largest message [`RecvComm::recv_eager`] takes; 0 (the default):
+    /// this transport has no eager path.
+    fn eager_max(&self) -> usize {
+        0
+    }
+
+    /// Receives the next message, of at most `len <= eager_max()` bytes and
+    /// expecting `tag`, into `data` if it has arrived: `Ok(Some(bytes))`,
+    /// complete; `Ok(None)`: not yet, call again. Only while no receive is
+    /// posted (an error otherwise). A message of another tag or a longer
+    /// one fails as `test` would. Never blocks. The default says `Ok(None)`:
+    /// call it only where `eager_max` allows.
+    ///
+    /// # Safety
+    /// `data..data+len` must be valid for writes for the duration of the
+    /// call.
+    unsafe fn recv_eager(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+    ) -> NetResult<Option<usize>> {
+        let _ = (data, len, tag);
+        Ok(None)
     }
 }
 

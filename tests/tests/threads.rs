@@ -40,7 +40,7 @@ fn on_threads_with<R: Send + 'static>(
             let (f, cfg) = (f.clone(), cfg.clone());
             std::thread::spawn(move || {
                 let comm = if mem {
-                    Communicator::init_with_net(&id, n, r, &cfg, Arc::new(MemNet)).unwrap()
+                    Communicator::init_with_net(&id, n, r, &cfg, Arc::new(MemNet::new())).unwrap()
                 } else {
                     Communicator::init(&id, n, r, &cfg).unwrap()
                 };

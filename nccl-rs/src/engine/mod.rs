@@ -5,6 +5,14 @@
 //! for one operation (so tests can drive many ranks from one thread);
 //! [`Engine::run`] drives it to completion by polling and yielding, then
 //! sleeping between polls, until the deadline.
+//!
+//! A tiny call whose every message fits the transports' eager paths (the
+//! shared-memory transport's inline frames, 48 bytes) runs without
+//! requests: each send is written at once, each receive read when its step
+//! comes ([`nccl_net::SendComm::send_eager`]). Two ranks, 8-byte all-reduce,
+//! five paired rounds (`scripts/paired.sh`): 0.99 -> 0.76 us (all-gather
+//! 0.78 -> 0.43, all-to-all 0.63 -> 0.43, broadcast 0.41 -> 0.31,
+//! reduce-scatter 0.51 -> 0.41).
 
 mod buffers;
 mod copy_hint;
@@ -56,6 +64,10 @@ pub(crate) struct Engine {
     pub(crate) abort: AbortHandle,
     /// Which calls' sends may go single-copy; see [`copy_hint`].
     pub(crate) single_copy: SingleCopyPolicy,
+    /// Per peer, the largest message the eager path of the connection to
+    /// it, and from it, takes (0: none, or no connection); see
+    /// [`Engine::eager`].
+    eager_max: Vec<(usize, usize)>,
 }
 
 /// The staging slots' memory, computed once.
@@ -78,7 +90,14 @@ unsafe impl Send for SlotRegions {}
 /// all-reduce 0.44–0.47 → 0.37–0.39 µs, 64 KiB in-place broadcast 3.41–3.49 →
 /// 3.19–3.22 µs; all-gather, all-to-all, reduce-scatter and all-reduce of
 /// 64 KiB–1 MiB within noise).
+/// Most steps a call on the eager path has (a one-hop tiny collective
+/// at 32 ranks has about 64); longer schedules are not tiny calls.
+const EAGER_MAX_STEPS: usize = 64;
 const SPIN: Duration = Duration::from_micros(5);
+/// Idle polls that spin before the clock is first read (each poll takes
+/// well under 100 ns, so these stay inside [`SPIN`]): a tiny call that
+/// waits a few hundred nanoseconds for its peer spends them polling.
+const CLOCKLESS_SPINS: u32 = 32;
 const YIELD: Duration = Duration::from_millis(2);
 const SLEEP: Duration = Duration::from_micros(100);
 /// How often an idle operation asks whether another rank failed.
@@ -94,6 +113,19 @@ impl Engine {
         nslots: usize,
         timeout: Duration,
     ) -> Engine {
+        let eager_max = (0..nranks)
+            .map(|p| {
+                let s = send
+                    .get(p)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |c| c.eager_max());
+                let r = recv
+                    .get(p)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |c| c.eager_max());
+                (s, r)
+            })
+            .collect();
         Engine {
             rank,
             nranks,
@@ -107,6 +139,7 @@ impl Engine {
             timeout,
             abort: AbortHandle::default(),
             single_copy: SingleCopyPolicy::default(),
+            eager_max,
         }
     }
 
@@ -132,9 +165,12 @@ impl Engine {
                 .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
                 .collect();
         }
-        let hint = copy_hint::copy_hint(&call, &bufs, self.single_copy);
-        for comm in self.send.iter_mut().flatten() {
-            comm.hint_copy(hint);
+        let eager = self.eager(&call);
+        if !eager {
+            let hint = copy_hint::copy_hint(&call, &bufs, self.single_copy);
+            for comm in self.send.iter_mut().flatten() {
+                comm.hint_copy(hint);
+            }
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
         let slots = &self.slot_regions.0;
@@ -149,7 +185,30 @@ impl Engine {
             slots,
             &mut self.book,
             &self.abort,
+            eager,
         )
+    }
+
+    /// Whether `call` runs on the eager (tiny-message) path: it has at
+    /// most [`EAGER_MAX_STEPS`] steps, and every message fits the eager
+    /// path of the transport it travels on (and a staging slot, where it
+    /// is reduced). Transports without one (sockets) never qualify.
+    fn eager(&self, call: &Call<'_>) -> bool {
+        let steps = &call.sched.steps;
+        if steps.len() > EAGER_MAX_STEPS || self.slots.is_empty() {
+            return false;
+        }
+        let es = call.dtype.size();
+        // A transport without an eager path says 0: not even an empty
+        // message goes that way.
+        let fits = |bytes: usize, max: usize| max > 0 && bytes <= max;
+        let max = |peer: usize| self.eager_max.get(peer).copied().unwrap_or((0, 0));
+        steps.iter().all(|s| {
+            let bytes = s.count().saturating_mul(es);
+            s.send_peer().is_none_or(|p| fits(bytes, max(p).0))
+                && s.recv_peer()
+                    .is_none_or(|p| fits(bytes, max(p).1) && bytes <= self.slot_bytes)
+        })
     }
 
     /// Runs one operation to completion or to the deadline. While idle it
@@ -178,6 +237,7 @@ impl Engine {
         let mut start: Option<Instant> = None;
         let mut idle_since: Option<Instant> = None;
         let mut polls = 0u32;
+        let mut quiet = 0u32;
         let mut last_health: Option<Instant> = None;
         loop {
             let (done, moved) = run.poll()?;
@@ -186,6 +246,13 @@ impl Engine {
             }
             if moved {
                 idle_since = None;
+                quiet = 0;
+                continue;
+            }
+            quiet = quiet.saturating_add(1);
+            if quiet <= CLOCKLESS_SPINS && !spin.is_zero() {
+                // Well inside the spin: no need to read the clock yet.
+                std::hint::spin_loop();
                 continue;
             }
             let now = Instant::now();

@@ -64,6 +64,10 @@ pub(crate) struct Run<'a> {
     blocked: Option<(usize, Region)>,
     /// The engine's abort flag (borrowed: no reference count per call).
     abort: &'a super::AbortHandle,
+    /// Every message fits the transports' eager paths (the engine's
+    /// `eager` check): steps run in order, each receive read when its step
+    /// comes, each send complete when written; nothing is posted or tested.
+    eager: bool,
 }
 
 impl<'a> Run<'a> {
@@ -80,14 +84,18 @@ impl<'a> Run<'a> {
         slots: &'a [Region],
         book: &'a mut Bookkeeping,
         abort: &'a super::AbortHandle,
+        eager: bool,
     ) -> Run<'a> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
-        book.posted.clear();
-        book.posted.resize_with(n, || None);
         book.sends.clear();
-        book.free_slots.clear();
-        book.free_slots.extend((0..slots.len()).rev());
+        if !eager {
+            // (The eager path posts nothing and reduces in slot 0.)
+            book.posted.clear();
+            book.posted.resize_with(n, || None);
+            book.free_slots.clear();
+            book.free_slots.extend((0..slots.len()).rev());
+        }
         Run {
             rank,
             nranks,
@@ -99,12 +107,14 @@ impl<'a> Run<'a> {
             bufs,
             scratch,
             posted: &mut book.posted,
-            next_post: 0,
+            // Nothing is posted on the eager path: every step may run.
+            next_post: if eager { n } else { 0 },
             cur: 0,
             window,
             sends: &mut book.sends,
             blocked: None,
             abort,
+            eager,
         }
     }
 
@@ -291,6 +301,12 @@ impl<'a> Run<'a> {
         let Some(comm) = self.send.get_mut(to).and_then(Option::as_mut) else {
             return Err(self.internal(format!("no connection to rank {to}")));
         };
+        if self.eager {
+            // SAFETY: `src` is a checked range of a buffer valid for the
+            // whole run.
+            let sent = unsafe { comm.send_eager(src.ptr, src.len, tag) };
+            return sent.map_err(|e| self.net_err(to, e));
+        }
         // SAFETY: `src` is a checked range of a buffer that stays valid for
         // the whole run; `Run` only finishes once every send completed.
         let req = unsafe { comm.isend(src.ptr, src.len, tag, None) };
@@ -312,7 +328,12 @@ impl<'a> Run<'a> {
             let step = self.call.sched.steps[self.cur];
             let mut slot = None;
             let mut lent = None;
-            if let Some(from) = step.recv_peer() {
+            if let (Some(from), true) = (step.recv_peer(), self.eager) {
+                if !self.recv_eager(step, from)? {
+                    break;
+                }
+                slot = step.needs_slot().then_some(0);
+            } else if let Some(from) = step.recv_peer() {
                 let p = self.posted[self.cur]
                     .as_ref()
                     .ok_or_else(|| self.internal("receive not posted".into()))?;
@@ -351,7 +372,7 @@ impl<'a> Run<'a> {
                 comm.release(req).map_err(|e| self.net_err(from, e))?;
             }
             result?;
-            if let Some(s) = slot {
+            if let (Some(s), false) = (slot, self.eager) {
                 self.free_slots.push(s);
             }
             self.cur += 1;
@@ -361,6 +382,36 @@ impl<'a> Run<'a> {
             moved |= self.retry_blocked()?;
         }
         Ok(moved)
+    }
+
+    /// Receives the data of `step`, from rank `from`, on the eager path:
+    /// into its destination, or into staging slot 0 if it is to be reduced.
+    /// `false`: it has not arrived yet.
+    fn recv_eager(&mut self, step: Step, from: usize) -> Result<bool> {
+        let bytes = self.bytes(step.count());
+        let dst = match step {
+            Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => {
+                self.region(dst, step.count())?
+            }
+            // `Engine::eager` checked that a slot holds it.
+            _ => Region::new(self.slots[0].ptr, bytes),
+        };
+        let tag = self.call.tag;
+        let Some(comm) = self.recv.get_mut(from).and_then(Option::as_mut) else {
+            return Err(self.internal(format!("no connection from rank {from}")));
+        };
+        // SAFETY: `dst` is a checked range of a user buffer, or a staging
+        // slot, valid for the whole run; nothing else touches it meanwhile
+        // (no receive is posted on the eager path).
+        let got = unsafe { comm.recv_eager(dst.ptr, dst.len, tag) };
+        match got.map_err(|e| self.net_err(from, e))? {
+            None => Ok(false),
+            Some(n) if n == bytes => Ok(true),
+            Some(n) => {
+                let msg = format!("expected {bytes} bytes, got {n}");
+                Err(self.net_err(from, NetError::Protocol(msg)))
+            }
+        }
     }
 
     /// Executes `step`; its incoming data is in staging `slot`, or in the

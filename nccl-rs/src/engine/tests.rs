@@ -8,7 +8,7 @@ use crate::transport::mem::MemNet;
 use crate::transport::Net;
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    mesh_over(&MemNet, n, slot_bytes)
+    mesh_over(&MemNet::new(), n, slot_bytes)
 }
 
 fn mesh_over(net: &dyn Net, n: usize, slot_bytes: usize) -> Vec<Engine> {
@@ -235,5 +235,112 @@ fn avg_divides_once_and_ranks_agree_bitwise() {
     }
     for (_, out) in &io {
         assert_eq!(out, &first, "every rank must hold the same bits");
+    }
+}
+
+/// Tiny calls take the transport's eager path where it has one (every
+/// message within its limit), and compute what the request path computes,
+/// exactly; calls with a larger message, or over a transport without the
+/// path, do not take it.
+#[test]
+fn tiny_calls_take_the_eager_path_and_agree() {
+    type Build = fn(usize, usize, usize) -> Schedule;
+    type Elems = fn(usize) -> (usize, usize);
+    // (name, schedule of (n, r, count), input and output elements per
+    // `count` at n ranks)
+    let cases: [(&str, Build, Elems); 7] = [
+        ("all-reduce direct", schedule::all_reduce_direct, |_| (1, 1)),
+        (
+            "all-reduce ring",
+            |n, r, c| schedule::all_reduce(n, r, c, 2),
+            |_| (1, 1),
+        ),
+        (
+            "reduce-scatter direct",
+            schedule::reduce_scatter_direct,
+            |n| (n, 1),
+        ),
+        ("all-gather direct", schedule::all_gather_direct, |n| (1, n)),
+        (
+            "broadcast direct",
+            |n, r, c| schedule::broadcast_direct(n, r, n - 1, c),
+            |_| (1, 1),
+        ),
+        (
+            "all-to-all",
+            |n, r, c| schedule::all_to_all(n, r, c, 3),
+            |n| (n, n),
+        ),
+        (
+            "tree all-reduce",
+            |n, r, c| schedule::all_reduce_tree(n, r, c, 2),
+            |_| (1, 1),
+        ),
+    ];
+    let run = |net: &MemNet, n: usize, build: Build, count: usize, (i, o): (usize, usize)| {
+        let mut engines = mesh_over(net, n, 64);
+        let scheds: Vec<_> = (0..n).map(|r| build(n, r, count)).collect();
+        let eager: Vec<bool> = engines
+            .iter()
+            .zip(&scheds)
+            .map(|(e, s)| {
+                let call = Call {
+                    sched: s,
+                    dtype: DataType::Int32,
+                    op: RedOp::Sum,
+                    tag: 1,
+                    what: OpLabel::Test,
+                };
+                e.eager(&call)
+            })
+            .collect();
+        let mut io: Vec<_> = (0..n)
+            .map(|r| {
+                let input: Vec<i32> = (0..i * count).map(|k| (r * 1000 + k) as i32).collect();
+                (
+                    bytemuck::cast_slice(&input).to_vec(),
+                    vec![0u8; o * count * 4],
+                )
+            })
+            .collect();
+        drive(&mut engines, &scheds, DataType::Int32, RedOp::Sum, &mut io);
+        (
+            eager,
+            io.into_iter().map(|(_, out)| out).collect::<Vec<_>>(),
+        )
+    };
+    for n in [2, 3, 5, 8] {
+        for (name, build, elems) in cases {
+            // Messages of at most 48 bytes (12 elements) go eager.
+            for count in [3, 12, 13] {
+                let (e_on, out_on) = run(&MemNet::with_eager(48), n, build, count, elems(n));
+                let (e_off, out_off) = run(&MemNet::new(), n, build, count, elems(n));
+                let what = format!("{name}, {n} ranks, {count} elements");
+                let fits = |r| {
+                    let steps = build(n, r, count).steps;
+                    steps.len() <= EAGER_MAX_STEPS && steps.iter().all(|s| s.count() * 4 <= 48)
+                };
+                let want: Vec<bool> = (0..n).map(fits).collect();
+                assert_eq!(e_on, want, "{what}: eager");
+                assert!(count > 3 || want.iter().all(|&e| e), "{what}: a tiny call");
+                assert!(
+                    count < 13 || name != "all-reduce direct" || !want[0],
+                    "{what}"
+                );
+                assert!(
+                    e_off.iter().all(|&e| !e),
+                    "{what}: no eager path, yet {e_off:?}"
+                );
+                assert_eq!(out_on, out_off, "{what}: the two paths differ");
+                if name.starts_with("all-reduce") || name.starts_with("tree") {
+                    let want: Vec<i32> = (0..count)
+                        .map(|k| (0..n).map(|r| (r * 1000 + k) as i32).sum())
+                        .collect();
+                    for out in &out_on {
+                        assert_eq!(out[..], *bytemuck::cast_slice::<i32, u8>(&want), "{what}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -108,7 +108,7 @@ fn a_broken_halving_doubling_schedule_is_caught() {
 }
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    let net = MemNet;
+    let net = MemNet::new();
     let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
         (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
     let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =

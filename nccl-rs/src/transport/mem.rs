@@ -2,7 +2,9 @@
 //! engines driven by one thread) of one process. `isend` copies the message
 //! into the link's queue and completes at once; `irecv` completes when a
 //! message is queued. Nothing here waits, so a test that drives engines by
-//! hand is fully deterministic.
+//! hand is fully deterministic. [`MemNet::with_eager`] adds the eager
+//! (tiny-message) path, so that the engine's use of it is tested at many
+//! ranks too.
 
 use super::{
     Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm,
@@ -32,7 +34,21 @@ fn lock(l: &Shared) -> std::sync::MutexGuard<'_, Link> {
 
 /// The in-memory transport.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct MemNet;
+pub struct MemNet {
+    eager_max: usize,
+}
+
+impl MemNet {
+    /// Without an eager path.
+    pub const fn new() -> MemNet {
+        MemNet { eager_max: 0 }
+    }
+
+    /// With an eager path for messages of up to `eager_max` bytes.
+    pub const fn with_eager(eager_max: usize) -> MemNet {
+        MemNet { eager_max }
+    }
+}
 
 impl Net for MemNet {
     fn properties(&self) -> Properties {
@@ -62,6 +78,7 @@ impl Net for MemNet {
             handle: id.to_le_bytes(),
             link: Some(link),
             id,
+            eager_max: self.eager_max,
         }))
     }
 
@@ -72,7 +89,10 @@ impl Net for MemNet {
                 .and_then(|b| b.try_into().ok())
                 .ok_or_else(|| NetError::BadHandle("short".into()))?,
         );
-        Ok(Box::new(MemConnector { id }))
+        Ok(Box::new(MemConnector {
+            id,
+            eager_max: self.eager_max,
+        }))
     }
 }
 
@@ -80,6 +100,7 @@ struct MemListener {
     handle: [u8; 8],
     link: Option<Shared>,
     id: u64,
+    eager_max: usize,
 }
 
 impl Listener for MemListener {
@@ -104,12 +125,14 @@ impl Listener for MemListener {
             posted: VecDeque::new(),
             done: HashMap::new(),
             next: 0,
+            eager_max: self.eager_max,
         })))
     }
 }
 
 struct MemConnector {
     id: u64,
+    eager_max: usize,
 }
 
 impl Connector for MemConnector {
@@ -120,12 +143,16 @@ impl Connector for MemConnector {
             .cloned()
             .ok_or_else(|| NetError::BadHandle(format!("no listener {}", self.id)))?;
         lock(&link).connected = true;
-        Ok(Some(Box::new(MemSend { link })))
+        Ok(Some(Box::new(MemSend {
+            link,
+            eager_max: self.eager_max,
+        })))
     }
 }
 
 struct MemSend {
     link: Shared,
+    eager_max: usize,
 }
 
 impl Drop for MemSend {
@@ -164,6 +191,19 @@ impl SendComm for MemSend {
     fn test(&mut self, _req: Request) -> NetResult<bool> {
         Ok(true)
     }
+
+    fn eager_max(&self) -> usize {
+        self.eager_max
+    }
+
+    unsafe fn send_eager(&mut self, data: *const u8, len: usize, tag: u32) -> NetResult<bool> {
+        if len > self.eager_max {
+            return Err(NetError::Other(format!("eager send of {len} bytes")));
+        }
+        // SAFETY: the caller guarantees `data..data+len` is readable for
+        // the call.
+        unsafe { self.isend(data, len, tag, None) }.map(|r| r.is_some())
+    }
 }
 
 struct Posted {
@@ -182,6 +222,7 @@ struct MemRecv {
     posted: VecDeque<Posted>,
     done: HashMap<u64, usize>,
     next: u64,
+    eager_max: usize,
 }
 
 impl MemRecv {
@@ -246,5 +287,34 @@ impl RecvComm for MemRecv {
         }
         self.progress()?;
         Ok(self.done.remove(&req.0))
+    }
+
+    fn eager_max(&self) -> usize {
+        self.eager_max
+    }
+
+    unsafe fn recv_eager(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+    ) -> NetResult<Option<usize>> {
+        if len > self.eager_max || !self.posted.is_empty() || !self.done.is_empty() {
+            return Err(NetError::Other(format!(
+                "eager receive of {len} bytes with {} receives posted",
+                self.posted.len() + self.done.len()
+            )));
+        }
+        // SAFETY: the caller guarantees `data..data+len` is writable for
+        // the call; the request is completed (or failed) right here.
+        let req = unsafe { self.irecv(data, len, tag, None) }?.expect("always room");
+        match self.test(req) {
+            Ok(Some(n)) => Ok(Some(n)),
+            other => {
+                // Not arrived (or failed): nothing stays posted.
+                self.posted.clear();
+                other
+            }
+        }
     }
 }

@@ -158,6 +158,8 @@ mod tests_bench;
 #[cfg(test)]
 mod tests_cma;
 #[cfg(test)]
+mod tests_eager;
+#[cfg(test)]
 mod tests_lend;
 #[cfg(test)]
 mod tests_process;

@@ -22,6 +22,7 @@ use super::segment::Segment;
 use super::split::SPLIT_MIN_BYTES;
 use split_recv::OpenSplit;
 
+mod eager;
 mod split_recv;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
 use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request, RequestQueue};
@@ -439,6 +440,20 @@ impl RecvComm for ShmRecvComm {
             }
             _ => Ok(()),
         }
+    }
+
+    fn eager_max(&self) -> usize {
+        INLINE_MAX
+    }
+
+    unsafe fn recv_eager(
+        &mut self,
+        data: *mut u8,
+        len: usize,
+        tag: u32,
+    ) -> NetResult<Option<usize>> {
+        // SAFETY: the caller upholds the same contract.
+        unsafe { self.eager(data, len, tag) }
     }
 }
 

@@ -26,6 +26,8 @@ use nccl_net::{CopyHint, MemHandle, NetError, NetResult, Request, RequestQueue, 
 use std::ptr;
 use std::sync::atomic::Ordering;
 
+mod eager;
+
 /// The producer publishes its counter after every piece of this many
 /// payload bytes, so the receiver copies a piece out while the next is
 /// copied in. Measured at 2 ranks (`ncclrun -n 2 broadcast_perf -b 16K -e 4M
@@ -474,5 +476,14 @@ impl SendComm for ShmSendComm {
 
     fn hint_copy(&mut self, hint: CopyHint) {
         self.hint = hint;
+    }
+
+    fn eager_max(&self) -> usize {
+        INLINE_MAX
+    }
+
+    unsafe fn send_eager(&mut self, data: *const u8, len: usize, tag: u32) -> NetResult<bool> {
+        // SAFETY: the caller upholds the same contract.
+        unsafe { self.eager(data, len, tag) }
     }
 }

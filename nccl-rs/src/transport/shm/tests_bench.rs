@@ -3,7 +3,7 @@
 
 use super::tests::{net, pair, pattern};
 use super::*;
-use nccl_net::RecvComm;
+use nccl_net::{RecvComm, SendComm};
 use std::time::Instant;
 
 /// Prints best / median / mean GB/s of per-message `times`.
@@ -102,7 +102,7 @@ fn memcpy_bench() {
 }
 
 /// 64 MiB only, default options, next to memcpy:
-/// `cargo test --release -p nccl-rs --lib shm::tests::bench_64mib -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_64mib -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_64mib() {
@@ -111,7 +111,7 @@ fn bench_64mib() {
     memcpy_bench();
 }
 
-/// `cargo test --release -p nccl-rs --lib shm::tests::bench_throughput -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_throughput -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_throughput() {
@@ -184,4 +184,68 @@ fn bench_throughput() {
         "SHM 8 B ping-pong: {:.2} us one-way",
         dt / n as f64 / 2.0 * 1e6
     );
+}
+
+/// One side of [`bench_exchange`]: `n` rounds of post a receive, send,
+/// test both to completion.
+fn exchange_side(s: &mut dyn SendComm, r: &mut dyn RecvComm, n: usize) -> f64 {
+    let (src, mut dst) = ([7u8; 8], [0u8; 8]);
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: both buffers outlive the requests, completed in this round.
+        let rq = unsafe { r.irecv(dst.as_mut_ptr(), 8, 0, None) }
+            .unwrap()
+            .unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { s.isend(src.as_ptr(), 8, 0, None) }
+            .unwrap()
+            .unwrap();
+        let (mut sd, mut rd) = (false, false);
+        while !(sd && rd) {
+            sd = sd || s.test(sq).unwrap();
+            rd = rd || r.test(rq).unwrap().is_some();
+        }
+    }
+    t.elapsed().as_secs_f64() / n as f64
+}
+
+/// As [`exchange_side`], on the eager path.
+fn exchange_side_eager(s: &mut dyn SendComm, r: &mut dyn RecvComm, n: usize) -> f64 {
+    let (src, mut dst) = ([7u8; 8], [0u8; 8]);
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: both buffers outlive the calls.
+        while !unsafe { s.send_eager(src.as_ptr(), 8, 0) }.unwrap() {}
+        // SAFETY: as above.
+        while unsafe { r.recv_eager(dst.as_mut_ptr(), 8, 0) }
+            .unwrap()
+            .is_none()
+        {}
+    }
+    t.elapsed().as_secs_f64() / n as f64
+}
+
+/// Symmetric 8-byte exchange between two threads, as a 2-rank tiny
+/// collective does, through requests and on the eager path:
+/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_exchange -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_exchange() {
+    type Side = fn(&mut dyn SendComm, &mut dyn RecvComm, usize) -> f64;
+    let net = net();
+    let n = 1_000_000;
+    for (what, side) in [
+        ("requests", exchange_side as Side),
+        ("eager", exchange_side_eager as Side),
+    ] {
+        let (mut s1, mut r1, _) = pair(&net);
+        let (mut s2, mut r2, _) = pair(&net);
+        let peer = std::thread::spawn(move || side(s2.as_mut(), r1.as_mut(), n));
+        let t = side(s1.as_mut(), r2.as_mut(), n);
+        peer.join().unwrap();
+        println!(
+            "SHM 8 B symmetric exchange, {what}: {:.1} ns per round",
+            t * 1e9
+        );
+    }
 }
