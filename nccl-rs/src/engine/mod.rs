@@ -7,7 +7,7 @@
 //! sleeping between polls, until the deadline.
 //!
 //! A tiny call whose every message fits the transports' eager paths (the
-//! shared-memory transport's inline frames, 48 bytes) runs without
+//! shared-memory transport's sealed frames, 40 bytes) runs without
 //! requests: each send is written at once, each receive read when its step
 //! comes ([`nccl_net::SendComm::send_eager`]). Two ranks, 8-byte all-reduce,
 //! five paired rounds (`scripts/paired.sh`): 0.99 -> 0.76 us (all-gather

@@ -72,7 +72,18 @@ pub(super) fn ring_of(seg: &Segment) -> RingPtrs {
     // the ring); the connector claimed the sending side with a
     // compare-exchange and the listener accepts once, so there is one
     // producer and one consumer.
-    unsafe { RingPtrs::new(seg.data(), g.ring_bytes, g.slot_bytes, &h.head.0, &h.tail.0) }
+    unsafe {
+        RingPtrs::new(
+            seg.data(),
+            g.ring_bytes,
+            g.slot_bytes,
+            &h.head.0,
+            &h.tail.0,
+            // The nonce's second word: random, written before either side
+            // maps the segment's ring (the handle carries it too).
+            h.info.0.nonce[1].load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// Marks our side closed so the peer stops waiting for us.

@@ -443,7 +443,7 @@ impl RecvComm for ShmRecvComm {
     }
 
     fn eager_max(&self) -> usize {
-        INLINE_MAX
+        super::ring::SEALED_MAX
     }
 
     unsafe fn recv_eager(

@@ -12,6 +12,9 @@
 
 use super::placement;
 use std::ptr::NonNull;
+
+mod seal;
+pub(super) use seal::SEALED_MAX;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Frames start at multiples of this; a header never straddles the end of
@@ -144,11 +147,14 @@ pub(super) struct RingPtrs {
     slot: usize,
     head: NonNull<Counter>,
     tail: NonNull<Counter>,
+    /// Keys the seals of this ring's sealed frames ([`seal`]).
+    key: u64,
 }
 
 impl RingPtrs {
     /// Describes a ring of `cap` bytes at `data` with counters `head` and
-    /// `tail`.
+    /// `tail`, whose sealed frames are keyed with `key` (random, the same
+    /// at both ends).
     ///
     /// # Safety
     /// `data..data+cap` must be valid for reads and writes, and `head` and
@@ -163,6 +169,7 @@ impl RingPtrs {
         slot: usize,
         head: &Counter,
         tail: &Counter,
+        key: u64,
     ) -> RingPtrs {
         debug_assert!(slot > 0 && slot & (FRAME_ALIGN - 1) == 0 && cap / slot * slot == cap);
         RingPtrs {
@@ -171,6 +178,7 @@ impl RingPtrs {
             slot,
             head: NonNull::from(head),
             tail: NonNull::from(tail),
+            key,
         }
     }
 
@@ -343,12 +351,14 @@ impl Consumer {
     }
 
     /// Published bytes not read yet. Reloads the producer's counter
-    /// (Acquire) only when the cached one shows fewer than `want`.
+    /// (Acquire) only when the cached one shows fewer than `want`. Frames
+    /// read by their seal ([`seal`]) may lie past the published counter:
+    /// nothing is available until it passes them.
     pub(super) fn avail(&mut self, want: usize) -> Result<usize, Corrupt> {
-        let mut avail = self.head - self.tail;
+        let mut avail = self.head.saturating_sub(self.tail);
         if avail < want as u64 {
             let h = self.r.head().load(Ordering::Acquire);
-            if h < self.head || h - self.published > self.r.cap as u64 {
+            if h < self.head || h.saturating_sub(self.published) > self.r.cap as u64 {
                 return Err("producer counter out of range");
             }
             if h > self.head {
@@ -357,7 +367,7 @@ impl Consumer {
                 }
             }
             self.head = h;
-            avail = h - self.tail;
+            avail = h.saturating_sub(self.tail);
         }
         Ok(avail as usize)
     }
@@ -459,7 +469,7 @@ mod tests {
         let (head, tail) = (Counter::default(), Counter::default());
         let data = NonNull::new(buf.as_mut_ptr().cast::<u8>()).unwrap();
         // SAFETY: as in `wraps_and_keeps_order`.
-        let r = unsafe { RingPtrs::new(data, 256, 64, &head, &tail) };
+        let r = unsafe { RingPtrs::new(data, 256, 64, &head, &tail, 1) };
         let (mut p, mut c) = (Producer::new(r), Consumer::new(r));
         p.advance(64);
         p.publish();
@@ -498,7 +508,7 @@ mod tests {
         let data = NonNull::new(buf.as_mut_ptr().cast::<u8>()).unwrap();
         // SAFETY: `buf` and the counters outlive `p` and `c`; one producer,
         // one consumer; 64 divides 256.
-        let r = unsafe { RingPtrs::new(data, 256, 64, &head, &tail) };
+        let r = unsafe { RingPtrs::new(data, 256, 64, &head, &tail, 1) };
         let (mut p, mut c) = (Producer::new(r), Consumer::new(r));
         let (mut wrote, mut read) = (0u64, 0u64);
         let total = 10_000u64;

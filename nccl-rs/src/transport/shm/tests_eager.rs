@@ -32,16 +32,16 @@ fn small_ring() -> ShmNet {
 #[test]
 fn eager_messages_keep_their_place_among_requests() {
     let (mut s, mut r, _) = pair(&net());
-    assert_eq!((s.eager_max(), r.eager_max()), (48, 48));
+    assert_eq!((s.eager_max(), r.eager_max()), (40, 40));
     let big = pattern(1000, 1);
     let tiny: Vec<Vec<u8>> = (0..4).map(|i| pattern(8 * i + 1, 10 + i as u64)).collect();
     let empty: &[u8] = &[];
-    // A request, then eager sends (an empty one and one of the limit's 48
+    // A request, then eager sends (an empty one and one of the limit's 40
     // bytes among them), then a request again.
     let q = isend(s.as_mut(), &big, 1);
     assert!(send_eager(s.as_mut(), &tiny[0], 2).unwrap());
     assert!(send_eager(s.as_mut(), empty, 3).unwrap());
-    let full = pattern(48, 3);
+    let full = pattern(40, 3);
     assert!(send_eager(s.as_mut(), &full, 4).unwrap());
     let q2 = isend(s.as_mut(), &tiny[3], 5);
     poll("sends", || {
@@ -52,7 +52,7 @@ fn eager_messages_keep_their_place_among_requests() {
     let mut got = vec![0u8; 1000];
     let rq = irecv(r.as_mut(), &mut got, 1);
     // An eager receive while a request is posted is refused.
-    let mut buf = [0xAAu8; 48];
+    let mut buf = [0xAAu8; 40];
     assert!(matches!(
         recv_eager(r.as_mut(), &mut buf, 2),
         Err(NetError::Other(_))
@@ -62,7 +62,7 @@ fn eager_messages_keep_their_place_among_requests() {
     assert_eq!(recv_eager_poll(r.as_mut(), &mut buf[..9], 2).unwrap(), 1);
     assert_eq!(buf[..1], tiny[0][..]);
     assert_eq!(recv_eager_poll(r.as_mut(), &mut buf[..0], 3).unwrap(), 0);
-    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf, 4).unwrap(), 48);
+    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf, 4).unwrap(), 40);
     assert!(buf[..] == full[..]);
     let mut last = vec![0u8; 25];
     let rq = irecv(r.as_mut(), &mut last, 5);
@@ -94,9 +94,9 @@ fn eager_receive_names_a_mismatch() {
         other => panic!("{other:?}"),
     }
     // Over the limit: refused on both ends, not truncated.
-    assert!(send_eager(s.as_mut(), &[0; 49], 1).is_err());
+    assert!(send_eager(s.as_mut(), &[0; 41], 1).is_err());
     let (_, mut r, _) = pair(&net());
-    assert!(recv_eager(r.as_mut(), &mut [0u8; 49], 1).is_err());
+    assert!(recv_eager(r.as_mut(), &mut [0u8; 41], 1).is_err());
 }
 
 #[test]

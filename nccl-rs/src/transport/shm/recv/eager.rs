@@ -1,9 +1,11 @@
 //! The receiver's tiny-message path ([`nccl_net::RecvComm::recv_eager`]):
 //! the frame line at the tail read straight into the caller's buffer, with
-//! no request to post, progress or test.
+//! no request to post, progress or test. A sealed frame (see
+//! [`super::super::ring`]'s `seal`) is seen on its own line; any other
+//! through the producer's counter.
 
 use super::super::comm::Fault;
-use super::super::ring::{Payload, FRAME_ALIGN, INLINE_MAX};
+use super::super::ring::{Payload, FRAME_ALIGN, INLINE_MAX, SEALED_MAX};
 use super::{RecvOp, ShmRecvComm};
 use nccl_net::{NetError, NetResult};
 
@@ -22,9 +24,9 @@ impl ShmRecvComm {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
-        if cap > INLINE_MAX {
+        if cap > SEALED_MAX {
             return Err(NetError::Other(format!(
-                "SHM: an eager receive takes at most {INLINE_MAX} bytes, not {cap}"
+                "SHM: an eager receive takes at most {SEALED_MAX} bytes, not {cap}"
             )));
         }
         if !self.q.is_empty() || self.lent.is_some() || self.open.is_some() {
@@ -58,7 +60,9 @@ impl ShmRecvComm {
 
     /// Reads the frame at the tail into `data` if one is published.
     fn eager_frame(&mut self, data: *mut u8, cap: usize, tag: u32) -> Result<Option<usize>, Fault> {
-        if self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
+        if !self.cons.sealed()
+            && self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN
+        {
             return Ok(None);
         }
         let op = RecvOp {
@@ -75,7 +79,8 @@ impl ShmRecvComm {
         // `data` (writable for `cap` bytes per the caller's contract).
         let (len, how, ..) = self.read_header(&op)?;
         if how != Payload::Ring || len > INLINE_MAX {
-            // `len <= cap <= INLINE_MAX`: a sender sends that inline.
+            // `len <= cap <= SEALED_MAX < INLINE_MAX`: a sender sends that
+            // inline.
             return Err(Fault::Corrupt("a short message not sent inline"));
         }
         self.cons.advance(FRAME_ALIGN);

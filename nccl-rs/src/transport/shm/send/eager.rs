@@ -1,9 +1,10 @@
 //! The sender's tiny-message path ([`nccl_net::SendComm::send_eager`]): a
-//! message of at most [`INLINE_MAX`] bytes written into one frame line at
-//! once, with no request to queue, progress or test.
+//! message of at most [`SEALED_MAX`] bytes written into one sealed frame
+//! line at once (see [`super::super::ring`]'s `seal`), with no request to
+//! queue, progress or test.
 
 use super::super::comm::Fault;
-use super::super::ring::{encode_header, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX};
+use super::super::ring::{encode_header, Payload, FRAME_ALIGN, HDR_BYTES, SEALED_MAX};
 use super::ShmSendComm;
 use nccl_net::{NetError, NetResult};
 use std::ptr;
@@ -23,9 +24,9 @@ impl ShmSendComm {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
-        if len > INLINE_MAX {
+        if len > SEALED_MAX {
             return Err(NetError::Other(format!(
-                "SHM: an eager send takes at most {INLINE_MAX} bytes, not {len}"
+                "SHM: an eager send takes at most {SEALED_MAX} bytes, not {len}"
             )));
         }
         if self.nwritten != self.q.len() {
@@ -48,14 +49,16 @@ impl ShmSendComm {
         // SAFETY: `eager_room` says the FRAME_ALIGN bytes at the head are
         // ours (the consumer reads nothing past the published head) and
         // contiguous (frames start FRAME_ALIGN-aligned, slots are multiples
-        // of it); the header and `len <= INLINE_MAX` payload bytes fill at
-        // most that line. The payload is readable per the contract.
+        // of it); the header and `len <= SEALED_MAX` payload bytes fill at
+        // most that line up to its seal. The payload is readable per the
+        // contract.
         unsafe {
             ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);
             if len > 0 {
                 ptr::copy_nonoverlapping(data, dst.add(HDR_BYTES), len);
             }
         }
+        self.prod.seal_head();
         self.prod.advance(FRAME_ALIGN);
         self.prod.publish();
         self.watch.progressed();
