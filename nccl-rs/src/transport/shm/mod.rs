@@ -61,6 +61,20 @@
 //! [`NetError::TagMismatch`], a longer message [`NetError::Truncated`];
 //! either ends the connection.
 //!
+//! # Sealed frames (small messages)
+//! `send_eager` writes a message of up to 4 KiB (less than half the ring)
+//! as one frame at once: payload (inline, or in the lines after the
+//! header), header, then the header line's last word, stored with
+//! `Release`, which seals it: a keyed bijection of its stream position
+//! (`ring`'s `seal` module). `recv_eager` loads the word at its tail with
+//! `Acquire`; the seal of that very position means the frame is complete,
+//! and the consumer reads it before the producer's counter covers it (which
+//! `avail` allows for). Anything else there (an earlier lap's seal, payload
+//! bytes) falls back to the counter; so do inline payloads of 41 to 48
+//! bytes, which would reach the seal's word and go unsealed. The producer
+//! publishes its counter for sealed frames too, so every reader sees them
+//! in order.
+//!
 //! # Reducing in place
 //! A receive posted with [`nccl_net::RecvComm::irecv_lend`] (the engine
 //! does so for data it only reduces) whose ring payload fits the ring is not

@@ -443,7 +443,7 @@ impl RecvComm for ShmRecvComm {
     }
 
     fn eager_max(&self) -> usize {
-        super::ring::SEALED_MAX
+        self.eager_limit()
     }
 
     unsafe fn recv_eager(

@@ -14,7 +14,7 @@ use super::placement;
 use std::ptr::NonNull;
 
 mod seal;
-pub(super) use seal::SEALED_MAX;
+pub(super) use seal::{eager_limit, SEALED_MAX};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Frames start at multiples of this; a header never straddles the end of

@@ -479,7 +479,7 @@ impl SendComm for ShmSendComm {
     }
 
     fn eager_max(&self) -> usize {
-        super::ring::SEALED_MAX
+        self.eager_limit()
     }
 
     unsafe fn send_eager(&mut self, data: *const u8, len: usize, tag: u32) -> NetResult<bool> {

@@ -32,46 +32,109 @@ fn small_ring() -> ShmNet {
 #[test]
 fn eager_messages_keep_their_place_among_requests() {
     let (mut s, mut r, _) = pair(&net());
-    assert_eq!((s.eager_max(), r.eager_max()), (40, 40));
-    let big = pattern(1000, 1);
-    let tiny: Vec<Vec<u8>> = (0..4).map(|i| pattern(8 * i + 1, 10 + i as u64)).collect();
-    let empty: &[u8] = &[];
-    // A request, then eager sends (an empty one and one of the limit's 40
-    // bytes among them), then a request again.
+    assert_eq!((s.eager_max(), r.eager_max()), (4096, 4096));
+    let big = pattern(10_000, 1);
+    // Sealed inline (1, 0, 40 bytes), unsealed inline (41, 48), sealed on
+    // lines of their own (49, 100, the limit).
+    let sizes = [1, 0, 40, 41, 48, 49, 100, 4096];
+    let msgs: Vec<Vec<u8>> = sizes.iter().map(|&n| pattern(n, 10 + n as u64)).collect();
+    let tag = |i: usize| 2 + i as u32;
+    // A request, then the eager sends, then a request again.
     let q = isend(s.as_mut(), &big, 1);
-    assert!(send_eager(s.as_mut(), &tiny[0], 2).unwrap());
-    assert!(send_eager(s.as_mut(), empty, 3).unwrap());
-    let full = pattern(40, 3);
-    assert!(send_eager(s.as_mut(), &full, 4).unwrap());
-    let q2 = isend(s.as_mut(), &tiny[3], 5);
+    for (i, m) in msgs.iter().enumerate() {
+        assert!(
+            send_eager(s.as_mut(), m, tag(i)).unwrap(),
+            "{} bytes",
+            m.len()
+        );
+    }
+    let q2 = isend(s.as_mut(), &msgs[0], 99);
     poll("sends", || {
         Ok((s.test(q).unwrap() && s.test(q2).unwrap()).then_some(()))
     })
     .unwrap();
 
-    let mut got = vec![0u8; 1000];
+    let mut got = vec![0u8; 10_000];
     let rq = irecv(r.as_mut(), &mut got, 1);
     // An eager receive while a request is posted is refused.
-    let mut buf = [0xAAu8; 40];
+    let mut buf = vec![0xAAu8; 4096];
     assert!(matches!(
         recv_eager(r.as_mut(), &mut buf, 2),
         Err(NetError::Other(_))
     ));
-    assert_eq!(poll("big", || r.test(rq)).unwrap(), 1000);
+    assert_eq!(poll("big", || r.test(rq)).unwrap(), 10_000);
     assert!(got == big);
-    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf[..9], 2).unwrap(), 1);
-    assert_eq!(buf[..1], tiny[0][..]);
-    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf[..0], 3).unwrap(), 0);
-    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf, 4).unwrap(), 40);
-    assert!(buf[..] == full[..]);
-    let mut last = vec![0u8; 25];
-    let rq = irecv(r.as_mut(), &mut last, 5);
-    assert_eq!(poll("last", || r.test(rq)).unwrap(), 25);
-    assert!(last == tiny[3]);
+    for (i, m) in msgs.iter().enumerate() {
+        // Into a buffer just large enough, so an overrun would show.
+        let mut buf = vec![0xAAu8; m.len() + 8];
+        let n = recv_eager_poll(r.as_mut(), &mut buf[..m.len()], tag(i)).unwrap();
+        assert_eq!(n, m.len());
+        assert!(
+            buf[..n] == m[..] && buf[n..] == [0xAA; 8],
+            "{} bytes",
+            m.len()
+        );
+    }
+    let mut last = vec![0u8; 1];
+    let rq = irecv(r.as_mut(), &mut last, 99);
+    assert_eq!(poll("last", || r.test(rq)).unwrap(), 1);
+    assert!(last == msgs[0]);
     // Nothing more: an eager receive says not yet.
     assert_eq!(recv_eager(r.as_mut(), &mut buf, 6).unwrap(), None);
 }
 
+/// Frames of several lines wrap past the ring's end, sealed and not (41
+/// to 48 bytes), and a small ring limits eager messages to under half of
+/// it.
+#[test]
+fn eager_frames_wrap_around_the_ring() {
+    let (mut s, mut r, _) = pair(&small_ring());
+    assert_eq!((s.eager_max(), r.eager_max()), (1984, 1984));
+    let mut sent = Vec::new();
+    for round in 0..40u64 {
+        // Two or three frames in flight, of odd sizes up to the limit.
+        for k in 0..(2 + round % 2) {
+            let len = [1000, 1984, 44, 7, 333][((round + k) % 5) as usize];
+            let m = pattern(len, round * 10 + k);
+            let sent_now = poll("room", || {
+                Ok(send_eager(s.as_mut(), &m, len as u32)?.then_some(()))
+            });
+            sent_now.unwrap();
+            sent.push(m);
+            if k == 1 {
+                // Make room for a third: read the first.
+                let m = sent.remove(0);
+                let mut buf = vec![0u8; m.len()];
+                let n = recv_eager_poll(r.as_mut(), &mut buf, m.len() as u32).unwrap();
+                assert!(n == m.len() && buf == m, "round {round}, {} bytes", m.len());
+            }
+        }
+        for m in sent.drain(..) {
+            let mut buf = vec![0u8; m.len()];
+            let n = recv_eager_poll(r.as_mut(), &mut buf, m.len() as u32).unwrap();
+            assert!(n == m.len() && buf == m, "round {round}, {} bytes", m.len());
+        }
+    }
+}
+
+/// A sender that took the request path may send single copy; an eager
+/// receive reads it from the sender as a posted receive would.
+#[test]
+fn eager_receive_reads_a_single_copy_message() {
+    let net = ShmNet::new(ShmOptions {
+        cma: true,
+        cma_min_bytes: 64,
+        ..ShmOptions::default()
+    })
+    .unwrap();
+    let (mut s, mut r, _) = pair(&net);
+    let m = pattern(3000, 5);
+    let q = isend(s.as_mut(), &m, 8);
+    let mut buf = vec![0u8; 3000];
+    assert_eq!(recv_eager_poll(r.as_mut(), &mut buf, 8).unwrap(), 3000);
+    assert!(buf == m);
+    poll("send", || Ok(s.test(q).unwrap().then_some(()))).unwrap();
+}
 #[test]
 fn eager_receive_names_a_mismatch() {
     let (mut s, mut r, _) = pair(&net());
@@ -94,9 +157,9 @@ fn eager_receive_names_a_mismatch() {
         other => panic!("{other:?}"),
     }
     // Over the limit: refused on both ends, not truncated.
-    assert!(send_eager(s.as_mut(), &[0; 41], 1).is_err());
+    assert!(send_eager(s.as_mut(), &[0; 4097], 1).is_err());
     let (_, mut r, _) = pair(&net());
-    assert!(recv_eager(r.as_mut(), &mut [0u8; 41], 1).is_err());
+    assert!(recv_eager(r.as_mut(), &mut [0u8; 4097], 1).is_err());
 }
 
 #[test]

@@ -5,11 +5,16 @@
 //! through the producer's counter.
 
 use super::super::comm::Fault;
-use super::super::ring::{Payload, FRAME_ALIGN, INLINE_MAX, SEALED_MAX};
-use super::{RecvOp, ShmRecvComm};
+use super::super::ring::{eager_limit, span_of, Payload, FRAME_ALIGN, INLINE_MAX};
+use super::{RecvOp, ShmRecvComm, Src};
 use nccl_net::{NetError, NetResult};
 
 impl ShmRecvComm {
+    /// The largest message [`ShmRecvComm::eager`] takes.
+    pub(super) fn eager_limit(&self) -> usize {
+        eager_limit(self.cons.capacity())
+    }
+
     /// See [`nccl_net::RecvComm::recv_eager`].
     ///
     /// # Safety
@@ -24,9 +29,10 @@ impl ShmRecvComm {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
-        if cap > SEALED_MAX {
+        let limit = self.eager_limit();
+        if cap > limit {
             return Err(NetError::Other(format!(
-                "SHM: an eager receive takes at most {SEALED_MAX} bytes, not {cap}"
+                "SHM: an eager receive takes at most {limit} bytes, not {cap}"
             )));
         }
         if !self.q.is_empty() || self.lent.is_some() || self.open.is_some() {
@@ -58,11 +64,11 @@ impl ShmRecvComm {
         }
     }
 
-    /// Reads the frame at the tail into `data` if one is published.
+    /// Reads the frame at the tail into `data` if one is published (or
+    /// sealed).
     fn eager_frame(&mut self, data: *mut u8, cap: usize, tag: u32) -> Result<Option<usize>, Fault> {
-        if !self.cons.sealed()
-            && self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN
-        {
+        let sealed = self.cons.sealed();
+        if !sealed && self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
             return Ok(None);
         }
         let op = RecvOp {
@@ -77,15 +83,32 @@ impl ShmRecvComm {
         };
         // Checks the tag and the length and copies an inline payload into
         // `data` (writable for `cap` bytes per the caller's contract).
-        let (len, how, ..) = self.read_header(&op)?;
-        if how != Payload::Ring || len > INLINE_MAX {
-            // `len <= cap <= SEALED_MAX < INLINE_MAX`: a sender sends that
-            // inline.
-            return Err(Fault::Corrupt("a short message not sent inline"));
+        let (len, how, addr, _, mapped) = self.read_header(&op)?;
+        let span = span_of(len, how).expect("len <= cap");
+        match how {
+            // A sender that took the request path (it could not tell that
+            // we receive eagerly) may send single copy: read it from there.
+            Payload::Cma => {
+                let src = mapped
+                    .and_then(|m| self.maps.resolve(self.watch.pid(), &m, len))
+                    .map_or(Src::Remote(addr), |p| Src::Local(p.cast_const()));
+                self.read_peer(&op, 0, len, src)?;
+            }
+            Payload::Ring if len > INLINE_MAX => {
+                // Sealed: written before the seal. Else: once published.
+                if !sealed && self.cons.avail(span).map_err(Fault::Corrupt)? < span {
+                    return Ok(None);
+                }
+                // SAFETY: the payload's `len` bytes after the header line
+                // are sealed or published, and not released; `data` is
+                // writable for `cap >= len` bytes (contract).
+                unsafe { self.cons.read_ahead(FRAME_ALIGN, data, len) };
+            }
+            Payload::Ring => {}
         }
-        self.cons.advance(FRAME_ALIGN);
-        // Release: our read of the line is over before the producer sees it
-        // free.
+        self.cons.advance(span);
+        // Release: our reads of the frame (and of the sender's memory) are
+        // over before the producer sees it free.
         self.cons.publish();
         Ok(Some(len))
     }

@@ -1,9 +1,12 @@
 //! Sealed frames: the receiver of a tiny message waits on one cache line.
 //!
 //! A frame written by the eager path ([`super::super::send`]'s
-//! `send_eager`) is one line whose last word, stored last (Release), is the
-//! seal of its stream position: `key ^ pos * ODD`, where `key` comes from
-//! the segment's random nonce. A consumer that reads its tail line's last
+//! `send_eager`) has a header line whose last word, stored last (Release),
+//! is the seal of its stream position: `key ^ pos * ODD`, where `key` comes
+//! from the segment's random nonce. Its payload rides inside that line
+//! (up to [`SEALED_MAX`] bytes) or fills the lines after it, written
+//! before the seal; a payload of 41 to 48 bytes would reach the seal's
+//! word, so such a frame goes unsealed. A consumer that reads its tail line's last
 //! word (Acquire) and finds the seal of its tail position knows the whole
 //! line is written, without loading the producer's counter first: one
 //! cache transfer instead of two (the counter's, then the line's). The
@@ -18,12 +21,29 @@
 //! no data chosen without the key can raise.
 
 use super::{Consumer, Producer, FRAME_ALIGN, HDR_BYTES};
+use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Offset of the seal in its line.
 pub(in crate::transport::shm) const SEAL_AT: usize = FRAME_ALIGN - 8;
-/// Payload bytes a sealed frame carries (inline, before the seal).
+/// Payload bytes a sealed frame carries inline, before the seal.
 pub(in crate::transport::shm) const SEALED_MAX: usize = SEAL_AT - HDR_BYTES;
+/// Largest eager message: the copies in and out of the ring are each one
+/// piece, so longer messages, whose request path overlaps them, stay
+/// there; so do messages over half a small ring.
+pub(in crate::transport::shm) const EAGER_MAX_BYTES: usize = 4096;
+
+/// The largest eager message on a ring of `cap` bytes.
+pub(in crate::transport::shm) fn eager_limit(cap: usize) -> usize {
+    EAGER_MAX_BYTES.min((cap / 2).saturating_sub(FRAME_ALIGN))
+}
+
+/// Where `len` bytes from ring offset `off` lie: one piece, or two where
+/// they wrap past the ring's end (`cap`).
+fn pieces(off: usize, len: usize, cap: usize) -> [(usize, usize); 2] {
+    let first = len.min(cap - off);
+    [(off, first), (0, len - first)]
+}
 
 /// The seal of stream position `pos` under `key`.
 fn seal(key: u64, pos: u64) -> u64 {
@@ -45,6 +65,34 @@ unsafe fn word<'a>(line: *mut u8) -> &'a AtomicU64 {
 }
 
 impl Producer {
+    /// Copies `len` bytes from `src` into the ring from stream position
+    /// `head + off` on, wrapping at the ring's end.
+    ///
+    /// # Safety
+    /// `off + len` bytes from the head must be free (`free`), and `src`
+    /// readable for `len` bytes.
+    pub(in crate::transport::shm) unsafe fn write_ahead(
+        &self,
+        off: usize,
+        src: *const u8,
+        len: usize,
+    ) {
+        let at = (self.head.wrapping_add(off as u64) % self.r.cap as u64) as usize;
+        let mut done = 0;
+        for (o, n) in pieces(at, len, self.r.cap) {
+            // SAFETY: `o + n <= cap`, inside the ring; those bytes are free
+            // per the contract (nothing reads them until we publish);
+            // `done + n <= len` bytes of `src` are readable.
+            unsafe { ptr::copy_nonoverlapping(src.add(done), self.r.data.as_ptr().add(o), n) };
+            done += n;
+        }
+    }
+
+    /// Ring bytes.
+    pub(in crate::transport::shm) fn capacity(&self) -> usize {
+        self.r.cap
+    }
+
     /// Seals the frame line at the head, whose other bytes the caller has
     /// written (Release: they are visible to whoever sees the seal). Call
     /// before `advance`.
@@ -56,6 +104,29 @@ impl Producer {
 }
 
 impl Consumer {
+    /// Copies `len` stream bytes from `tail + off` on into `dst`, wrapping
+    /// at the ring's end.
+    ///
+    /// # Safety
+    /// Those bytes must be published (or sealed) and not released, and
+    /// `dst` writable for `len` bytes.
+    pub(in crate::transport::shm) unsafe fn read_ahead(
+        &self,
+        off: usize,
+        dst: *mut u8,
+        len: usize,
+    ) {
+        let at = (self.tail.wrapping_add(off as u64) % self.r.cap as u64) as usize;
+        let mut done = 0;
+        for (o, n) in pieces(at, len, self.r.cap) {
+            // SAFETY: `o + n <= cap`, inside the ring, holding written bytes
+            // the producer leaves alone until we release them (contract);
+            // `done + n <= len` bytes of `dst` are writable.
+            unsafe { ptr::copy_nonoverlapping(self.r.data.as_ptr().add(o), dst.add(done), n) };
+            done += n;
+        }
+    }
+
     /// Whether the line at the tail is a sealed frame, completely written
     /// (Acquire). A frame seen this way may not be covered by the
     /// producer's published counter yet; `avail` allows for that.

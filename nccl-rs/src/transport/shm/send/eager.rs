@@ -1,15 +1,22 @@
 //! The sender's tiny-message path ([`nccl_net::SendComm::send_eager`]): a
-//! message of at most [`SEALED_MAX`] bytes written into one sealed frame
-//! line at once (see [`super::super::ring`]'s `seal`), with no request to
-//! queue, progress or test.
+//! message of at most [`eager_limit`] bytes written into the ring as one
+//! sealed frame at once (see [`super::super::ring`]'s `seal`), with no
+//! request to queue, progress or test.
 
 use super::super::comm::Fault;
-use super::super::ring::{encode_header, Payload, FRAME_ALIGN, HDR_BYTES, SEALED_MAX};
+use super::super::ring::{
+    eager_limit, encode_header, frame_span, Payload, FRAME_ALIGN, HDR_BYTES, INLINE_MAX, SEALED_MAX,
+};
 use super::ShmSendComm;
 use nccl_net::{NetError, NetResult};
 use std::ptr;
 
 impl ShmSendComm {
+    /// The largest message [`ShmSendComm::eager`] takes.
+    pub(super) fn eager_limit(&self) -> usize {
+        eager_limit(self.prod.capacity())
+    }
+
     /// See [`nccl_net::SendComm::send_eager`].
     ///
     /// # Safety
@@ -24,9 +31,10 @@ impl ShmSendComm {
         if let Some(f) = self.fault {
             return Err(f.to_error(self.watch.pid()));
         }
-        if len > SEALED_MAX {
+        let limit = self.eager_limit();
+        if len > limit {
             return Err(NetError::Other(format!(
-                "SHM: an eager send takes at most {SEALED_MAX} bytes, not {len}"
+                "SHM: an eager send takes at most {limit} bytes, not {len}"
             )));
         }
         if self.nwritten != self.q.len() {
@@ -36,7 +44,8 @@ impl ShmSendComm {
                 return self.fault_or(false);
             }
         }
-        match self.eager_room() {
+        let span = frame_span(len).expect("len <= the eager limit");
+        match self.eager_room(span) {
             Ok(true) => {}
             Ok(false) => return self.fault_or(false),
             Err(f) => {
@@ -46,36 +55,48 @@ impl ShmSendComm {
         }
         let dst = self.prod.head_ptr();
         let hdr = encode_header(tag, len as u64, Payload::Ring);
-        // SAFETY: `eager_room` says the FRAME_ALIGN bytes at the head are
-        // ours (the consumer reads nothing past the published head) and
-        // contiguous (frames start FRAME_ALIGN-aligned, slots are multiples
-        // of it); the header and `len <= SEALED_MAX` payload bytes fill at
-        // most that line up to its seal. The payload is readable per the
-        // contract.
+        // SAFETY: `eager_room` says the `span` bytes from the head are ours
+        // (the consumer reads nothing past the published head, nor a frame
+        // before its seal). The header line at the head is contiguous
+        // (frames start FRAME_ALIGN-aligned, slots are multiples of it); a
+        // payload of up to INLINE_MAX bytes fills at most the rest of that
+        // line, a longer one the `span - FRAME_ALIGN` bytes after it,
+        // wrapping at the ring's end. The payload is readable per the
+        // contract. (The header goes before an inline payload: x86 makes
+        // stores visible in order, so not even payload bytes that happen
+        // to look like the seal could show a line without its header.)
         unsafe {
+            if len > INLINE_MAX {
+                self.prod.write_ahead(FRAME_ALIGN, data, len);
+            }
             ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);
-            if len > 0 {
+            if len > 0 && len <= INLINE_MAX {
                 ptr::copy_nonoverlapping(data, dst.add(HDR_BYTES), len);
             }
         }
-        self.prod.seal_head();
-        self.prod.advance(FRAME_ALIGN);
+        if len <= SEALED_MAX || len > INLINE_MAX {
+            // (41 to 48 bytes inline reach the seal's word: the receiver
+            // finds that frame through our counter.)
+            self.prod.seal_head();
+        }
+        self.prod.advance(span);
         self.prod.publish();
         self.watch.progressed();
         Ok(true)
     }
 
-    /// Whether a frame line is free at the head; while none is, watches
-    /// the receiver ([`super::super::peer`]) and fails if it is gone.
-    fn eager_room(&mut self) -> Result<bool, Fault> {
-        if self.prod.free(FRAME_ALIGN).map_err(Fault::Corrupt)? >= FRAME_ALIGN {
+    /// Whether `span` bytes are free at the head; while they are not,
+    /// watches the receiver ([`super::super::peer`]) and fails if it is
+    /// gone.
+    fn eager_room(&mut self, span: usize) -> Result<bool, Fault> {
+        if self.prod.free(span).map_err(Fault::Corrupt)? >= span {
             return Ok(true);
         }
         if !self.watch.stalled(&self.seg.header().recv.0) {
             return Ok(false);
         }
         // One last look: it may have made room before it left.
-        if self.prod.free(FRAME_ALIGN).map_err(Fault::Corrupt)? >= FRAME_ALIGN {
+        if self.prod.free(span).map_err(Fault::Corrupt)? >= span {
             return Ok(true);
         }
         Err(Fault::Closed)
