@@ -68,23 +68,29 @@ fn one_thread_bench(size: usize, iters: usize) {
     let mut times: Vec<f64> = (0..iters + 2)
         .map(|_| {
             let t = Instant::now();
-            // SAFETY: both buffers outlive the requests, completed here.
-            let rq = unsafe { r.irecv(dst.as_mut_ptr(), size, 0, None) }
-                .unwrap()
-                .unwrap();
-            // SAFETY: as above.
-            let sq = unsafe { s.isend(src.as_ptr(), size, 0, None) }
-                .unwrap()
-                .unwrap();
-            let (mut sd, mut rd) = (false, false);
-            while !(sd && rd) {
-                sd = sd || s.test(sq).unwrap();
-                rd = rd || r.test(rq).unwrap().is_some();
-            }
+            send_recv(s.as_mut(), r.as_mut(), &src, &mut dst);
             t.elapsed().as_secs_f64()
         })
         .collect();
     report("SHM one thread, both ends", size, &mut times[2..]);
+}
+
+/// Posts a receive into `dst` and a send of `src`, and tests both to
+/// completion.
+fn send_recv(s: &mut dyn SendComm, r: &mut dyn RecvComm, src: &[u8], dst: &mut [u8]) {
+    // SAFETY: both buffers outlive the requests, completed here.
+    let rq = unsafe { r.irecv(dst.as_mut_ptr(), dst.len(), 0, None) }
+        .unwrap()
+        .unwrap();
+    // SAFETY: as above.
+    let sq = unsafe { s.isend(src.as_ptr(), src.len(), 0, None) }
+        .unwrap()
+        .unwrap();
+    let (mut sd, mut rd) = (false, false);
+    while !(sd && rd) {
+        sd = sd || s.test(sq).unwrap();
+        rd = rd || r.test(rq).unwrap().is_some();
+    }
 }
 
 fn memcpy_bench() {
@@ -192,19 +198,7 @@ fn exchange_side(s: &mut dyn SendComm, r: &mut dyn RecvComm, n: usize) -> f64 {
     let (src, mut dst) = ([7u8; 8], [0u8; 8]);
     let t = Instant::now();
     for _ in 0..n {
-        // SAFETY: both buffers outlive the requests, completed in this round.
-        let rq = unsafe { r.irecv(dst.as_mut_ptr(), 8, 0, None) }
-            .unwrap()
-            .unwrap();
-        // SAFETY: as above.
-        let sq = unsafe { s.isend(src.as_ptr(), 8, 0, None) }
-            .unwrap()
-            .unwrap();
-        let (mut sd, mut rd) = (false, false);
-        while !(sd && rd) {
-            sd = sd || s.test(sq).unwrap();
-            rd = rd || r.test(rq).unwrap().is_some();
-        }
+        send_recv(s, r, &src, &mut dst);
     }
     t.elapsed().as_secs_f64() / n as f64
 }

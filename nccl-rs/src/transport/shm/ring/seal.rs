@@ -38,11 +38,13 @@ pub(in crate::transport::shm) fn eager_limit(cap: usize) -> usize {
     EAGER_MAX_BYTES.min((cap / 2).saturating_sub(FRAME_ALIGN))
 }
 
-/// Where `len` bytes from ring offset `off` lie: one piece, or two where
-/// they wrap past the ring's end (`cap`).
-fn pieces(off: usize, len: usize, cap: usize) -> [(usize, usize); 2] {
-    let first = len.min(cap - off);
-    [(off, first), (0, len - first)]
+/// Where `len` stream bytes from `pos` lie in a ring of `cap` bytes: one
+/// piece, or two where they wrap past its end; each `(ring offset, offset
+/// in the `len` bytes, bytes)`.
+fn pieces(pos: u64, len: usize, cap: usize) -> [(usize, usize, usize); 2] {
+    let at = (pos % cap as u64) as usize;
+    let first = len.min(cap - at);
+    [(at, 0, first), (0, first, len - first)]
 }
 
 /// The seal of stream position `pos` under `key`.
@@ -77,14 +79,12 @@ impl Producer {
         src: *const u8,
         len: usize,
     ) {
-        let at = (self.head.wrapping_add(off as u64) % self.r.cap as u64) as usize;
-        let mut done = 0;
-        for (o, n) in pieces(at, len, self.r.cap) {
+        let ring = self.r.data.as_ptr();
+        for (o, at, n) in pieces(self.head.wrapping_add(off as u64), len, self.r.cap) {
             // SAFETY: `o + n <= cap`, inside the ring; those bytes are free
             // per the contract (nothing reads them until we publish);
-            // `done + n <= len` bytes of `src` are readable.
-            unsafe { ptr::copy_nonoverlapping(src.add(done), self.r.data.as_ptr().add(o), n) };
-            done += n;
+            // `at + n <= len` bytes of `src` are readable.
+            unsafe { ptr::copy_nonoverlapping(src.add(at), ring.add(o), n) };
         }
     }
 
@@ -116,14 +116,12 @@ impl Consumer {
         dst: *mut u8,
         len: usize,
     ) {
-        let at = (self.tail.wrapping_add(off as u64) % self.r.cap as u64) as usize;
-        let mut done = 0;
-        for (o, n) in pieces(at, len, self.r.cap) {
+        let ring = self.r.data.as_ptr();
+        for (o, at, n) in pieces(self.tail.wrapping_add(off as u64), len, self.r.cap) {
             // SAFETY: `o + n <= cap`, inside the ring, holding written bytes
             // the producer leaves alone until we release them (contract);
-            // `done + n <= len` bytes of `dst` are writable.
-            unsafe { ptr::copy_nonoverlapping(self.r.data.as_ptr().add(o), dst.add(done), n) };
-            done += n;
+            // `at + n <= len` bytes of `dst` are writable.
+            unsafe { ptr::copy_nonoverlapping(ring.add(o), dst.add(at), n) };
         }
     }
 
