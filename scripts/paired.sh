@@ -12,7 +12,8 @@
 # bench from ../shared/peers (BIN_PEERS, default /tmp/peers). op is a perf
 # tool's collective (allreduce allgather reduce_scatter broadcast alltoall
 # sendrecv); broadcast reports its in-place time, the rest out of place.
-# ITERS=n, ARGS="-R 1" and T (seconds of each peer run) adjust the runs.
+# ITERS=n, ARGS="-R 1" and T (seconds of each peer run) adjust the runs;
+# INPLACE=1 reports our in-place times (Open MPI's stay out of place).
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { sed -n 2,16p "$0"; exit 2; }
@@ -25,7 +26,7 @@ if [ -z "$iters" ]; then
   [ "$s" -le 65536 ] && iters=2000; [ "$s" -le 1024 ] && iters=5000
 fi
 warm=$((iters / 10)); [ $warm -lt 10 ] && warm=10
-col=6; [ "$op" = broadcast ] && col=10
+col=6; [ "$op" = broadcast ] || [ -n "${INPLACE:-}" ] && col=10
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 IFS=";" read -ra CF <<< "${CFGS:?set CFGS}"
 out=$(mktemp)

@@ -328,6 +328,27 @@ pub struct CopyHint {
     pub receives: bool,
 }
 
+/// How the receives posted from now on may be copied in: a hint from the
+/// caller, who knows what the memory is for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvHint {
+    /// Addresses `[start, end)` that the caller will not read again soon
+    /// (a collective's output, larger than the caches): a transport that
+    /// copies a message into a buffer lying wholly inside may use streaming
+    /// (non-temporal) stores, which skip reading every destination line
+    /// first. Empty (the default): none.
+    pub stream: (usize, usize),
+}
+
+impl RecvHint {
+    /// Whether `data..data+len` lies wholly inside [`RecvHint::stream`].
+    pub fn streams(&self, data: *const u8, len: usize) -> bool {
+        let (start, end) = self.stream;
+        let a = data as usize;
+        start <= a && a.checked_add(len).is_some_and(|e| e <= end) && start < end
+    }
+}
+
 /// The receiving half of an established connection. Dropping it closes it.
 pub trait RecvComm: Send {
     /// Registers memory for receiving; see [`SendComm::reg_mr`].
@@ -401,6 +422,13 @@ pub trait RecvComm: Send {
     fn release(&mut self, req: Request) -> NetResult<()> {
         let _ = req;
         Ok(())
+    }
+
+    /// A hint for the receives posted from now on (see [`RecvHint`]).
+    /// Transports that copy nothing themselves ignore it; the default does
+    /// nothing. Never affects correctness.
+    fn hint_recv(&mut self, hint: RecvHint) {
+        let _ = hint;
     }
 
     /// Largest message [`RecvComm::recv_eager`] takes; 0 (the default):

@@ -23,6 +23,7 @@
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
+//! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): all-to-all, and all-gather between two ranks, with at least this much output on this rank and heap send buffers take the ring, whose receiver copies out with streaming stores, rather than single copy; 0: never |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
@@ -99,6 +100,11 @@ pub struct Config {
     /// this size, go through the ring while the peer's CPU shares a cache
     /// with ours (0: never).
     pub shm_near_ring_bytes: usize,
+    /// `NCCL_SHM_STREAM_RING_BYTES`: all-to-all (and 2-rank all-gather)
+    /// calls with at least this many output bytes on heap buffers take the
+    /// ring, copied out with streaming stores, instead of single copy
+    /// (`None`: half the last-level cache, 4-32 MiB; `usize::MAX`: never).
+    pub shm_stream_ring_bytes: Option<usize>,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
@@ -138,6 +144,7 @@ impl Default for Config {
             shm_cma_split: true,
             shm_cma_max_bytes: 2 << 20,
             shm_near_ring_bytes: 1 << 20,
+            shm_stream_ring_bytes: None,
             shm_direct_reduce: true,
             local_register: true,
             zero_copy_min_bytes: 32 << 10,
@@ -212,6 +219,13 @@ impl Config {
                 d.shm_near_ring_bytes,
                 0..=usize::MAX,
             )?,
+            shm_stream_ring_bytes: match text("NCCL_SHM_STREAM_RING_BYTES") {
+                None => None,
+                Some(_) => match num(&text, "NCCL_SHM_STREAM_RING_BYTES", 0, 0..=usize::MAX)? {
+                    0 => Some(usize::MAX),
+                    n => Some(n),
+                },
+            },
             local_register: text("NCCL_LOCAL_REGISTER").is_none()
                 || flag(&text, "NCCL_LOCAL_REGISTER")?,
             zero_copy_min_bytes: num(
@@ -358,9 +372,12 @@ mod tests {
             ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
             ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
             ("NCCL_SHM_NEAR_RING_BYTES", "0"),
+            ("NCCL_SHM_STREAM_RING_BYTES", "0"),
         ])
         .unwrap();
         assert_eq!(c.shm_near_ring_bytes, 0);
+        assert_eq!(c.shm_stream_ring_bytes, Some(usize::MAX));
+        assert_eq!(Config::default().shm_stream_ring_bytes, None);
         assert_eq!(Config::default().shm_near_ring_bytes, 1 << 20);
         assert!(!c.shm_use_cma);
         assert_eq!(c.shm_cma_min_bytes, 4096);

@@ -54,6 +54,7 @@ pub(crate) fn agree_single_copy(
             u8::from(p.split),
         ];
         b.extend_from_slice(&(p.max_bytes as u64).to_le_bytes());
+        b.extend_from_slice(&(p.ring_from as u64).to_le_bytes());
         b
     };
     let me = encode(&mine);

@@ -179,6 +179,9 @@ impl Communicator {
             uniform: !remote && config.shm_use_cma,
             pair: nranks == 2,
             split: config.shm_cma_split,
+            ring_from: config
+                .shm_stream_ring_bytes
+                .unwrap_or_else(crate::reduce::stream_output_min),
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;

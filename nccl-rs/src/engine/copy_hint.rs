@@ -82,6 +82,21 @@
 //! 4.0–4.3 µs, 1 MiB 45 → 53 µs helping; 4 MiB 436 → 343 µs, 16 MiB 1.82 →
 //! 1.43 ms, where the reader is the slower).
 //!
+//! From half the last-level cache of output on (`ring_from`,
+//! `NCCL_SHM_STREAM_RING_BYTES`; 16 MiB on the development machine), between
+//! ranks on their own CPUs, the ring wins again once its receiver copies out
+//! with streaming stores ([`recv_hint`]): `process_vm_readv` reads each
+//! destination line before it writes it, and pins every page. Paired rounds
+//! (`scripts/paired.sh`, 2 ranks, heap buffers, single copy → ring): all-gather
+//! (in chunks, the ring's schedule) 16 MiB 4.00 → 3.23 ms (x1.27, ten rounds;
+//! Open MPI 4.81), in place 2.64 → 1.89 ms, 64 MiB 17.2 → 14.9 ms (x1.16;
+//! Open MPI 20.1); all-to-all (whole blocks) 16 MiB 4.77 → 4.45 ms (x1.16,
+//! eight rounds; Open MPI 5.42), 64 MiB x1.03. All-to-all in chunks through
+//! the ring gained less (x1.02), and an in-place all-to-all, which sends from
+//! shared staging memory, stays single copy in whole blocks (in chunks it
+//! lost: 2.38 → 3.34 ms). With more local ranks than CPUs single copy stays:
+//! at 4 ranks the ring was within noise of it (all-to-all 64 MiB x0.96-1.01).
+//!
 //! Sender and receiver must cut messages alike, so whole blocks need every
 //! rank on one host with the same policy, which the ranks agree on at init
 //! (`uniform`); otherwise all-to-all goes single-copy in chunks within the
@@ -106,13 +121,15 @@
 //! all-to-all only; and, when every rank is on this host, to
 //! all-to-all and one-hop all-gather of any size (more than 64 KiB with
 //! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
-//! local ranks than CPUs) in whole blocks. Each rank decides for its own
-//! sends; the receiver takes either kind of message.
+//! local ranks than CPUs) in whole blocks, below `ring_from` between ranks
+//! on their own CPUs (all-to-all: where the sends come from heap buffers).
+//! Each rank decides for its own sends; the receiver takes either kind of
+//! message.
 
 use super::{Call, CallBufs, OpLabel, Region};
 use crate::plan::Coll;
 use crate::schedule::{Loc, Step};
-use crate::transport::CopyHint;
+use crate::transport::{CopyHint, RecvHint};
 
 /// With more local ranks than CPUs, the smallest all-to-all (bytes of this
 /// rank's buffers) that goes single-copy is one byte more than this.
@@ -142,6 +159,14 @@ pub(crate) struct SingleCopyPolicy {
     /// (`NCCL_SHM_CMA_SPLIT`): with `uniform` and `pair`, broadcast goes
     /// single-copy at any size.
     pub(crate) split: bool,
+    /// All-to-all sending from heap buffers (its blocks whole), and
+    /// all-gather between two ranks (in chunks), with at least this many
+    /// bytes of output take the ring (see [`SingleCopyPolicy::rings`]),
+    /// whose receiver copies out
+    /// with streaming stores ([`recv_hint`]), where `process_vm_readv`
+    /// reads every destination line first (`NCCL_SHM_STREAM_RING_BYTES`;
+    /// `usize::MAX`: never).
+    pub(crate) ring_from: usize,
 }
 
 impl SingleCopyPolicy {
@@ -162,8 +187,19 @@ impl SingleCopyPolicy {
     /// single-copy message takes no ring space, and every chunk costs a
     /// handshake with a reader that may not be running. Only when
     /// `uniform`, since sender and receiver must cut messages alike.
+    /// (Also where [`SingleCopyPolicy::rings`]: an in-place call's blocks,
+    /// which it sends from shared memory, still go single copy, and in
+    /// chunks those lost: 2 ranks, 16 MiB in place, 2.38 -> 3.34 ms.)
     pub(crate) fn whole_blocks(&self, bytes: usize) -> bool {
         self.uniform && self.all_to_all(bytes)
+    }
+
+    /// Whether an all-to-all or 2-rank all-gather with `bytes` of output
+    /// takes the ring rather than single copy from heap buffers: from
+    /// [`SingleCopyPolicy::ring_from`] on, not with more local ranks than
+    /// CPUs (where it did not gain).
+    pub(crate) fn rings(&self, bytes: usize) -> bool {
+        !self.oversubscribed && bytes >= self.ring_from
     }
 
     /// Whether a broadcast goes single-copy at any size: two ranks on one
@@ -176,10 +212,11 @@ impl SingleCopyPolicy {
     /// single-copy, one hop, each rank's block as one message: on one host,
     /// between two ranks, or above [`OVERSUBSCRIBED_MIN_BYTES`] with more
     /// local ranks than CPUs.
+    /// Between two ranks, not from [`SingleCopyPolicy::ring_from`] on.
     pub(crate) fn whole_block_all_gather(&self, bytes: usize) -> bool {
         let fits = match self.oversubscribed {
             true => OVERSUBSCRIBED_MIN_BYTES < bytes,
-            false => self.pair,
+            false => self.pair && !self.rings(bytes),
         };
         self.uniform && fits
     }
@@ -193,6 +230,7 @@ impl Default for SingleCopyPolicy {
             uniform: false,
             pair: false,
             split: false,
+            ring_from: usize::MAX,
         }
     }
 }
@@ -275,6 +313,11 @@ fn single_copy_allowed(
     };
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
     match coll {
+        Some(Coll::AllToAll { .. })
+            if policy.rings(bufs.output.len) && !sends_mapped(call, bufs) =>
+        {
+            return false
+        }
         Some(Coll::AllToAll { .. }) => return policy.all_to_all(bytes),
         // Only in the shape it was measured in: one message to each peer
         // (not the ring that `NCCL_ALGO` may keep).
@@ -306,6 +349,36 @@ fn single_copy_allowed(
     // module docs); by `process_vm_readv` it only ties above the cap.
     let mapped = matches!(call.what, OpLabel::Group { .. }) && sends_mapped(call, bufs);
     !reduces && (bytes <= cap || mapped)
+}
+
+/// The hint for `call`'s receives: copies into its output may stream when
+/// the output has at least `stream_min` bytes (it will not stay in the
+/// caches) and the call neither reduces nor forwards what it receives
+/// (both read it again soon).
+pub(super) fn recv_hint(call: &Call<'_>, bufs: &CallBufs, stream_min: usize) -> RecvHint {
+    let out = &bufs.output;
+    if out.len < stream_min {
+        return RecvHint::default();
+    }
+    let reduces = match call.what {
+        OpLabel::Coll { coll, .. } => coll.reduces(),
+        OpLabel::Group { .. } => false,
+        #[cfg(test)]
+        OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
+    };
+    let forwards = call.sched.steps.iter().any(|s| {
+        matches!(
+            s,
+            Step::RecvCopySend { .. } | Step::RecvReduceCopySend { to: Some(_), .. }
+        )
+    });
+    if reduces || forwards {
+        return RecvHint::default();
+    }
+    let start = out.ptr as usize;
+    RecvHint {
+        stream: (start, start.saturating_add(out.len)),
+    }
 }
 
 #[cfg(test)]

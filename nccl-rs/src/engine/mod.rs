@@ -68,6 +68,9 @@ pub(crate) struct Engine {
     pub(crate) abort: AbortHandle,
     /// Which calls' sends may go single-copy; see [`copy_hint`].
     pub(crate) single_copy: SingleCopyPolicy,
+    /// Receives into an output of at least this many bytes may be copied
+    /// in with streaming stores; see [`copy_hint::recv_hint`].
+    stream_recv_min: usize,
     /// Per peer, the largest message the eager path of the connection to
     /// it, and from it, takes (0: none, or no connection); see
     /// [`Engine::eager`].
@@ -143,6 +146,7 @@ impl Engine {
             timeout,
             abort: AbortHandle::default(),
             single_copy: SingleCopyPolicy::default(),
+            stream_recv_min: crate::reduce::stream_output_min(),
             eager_max,
         }
     }
@@ -174,6 +178,10 @@ impl Engine {
             let hint = copy_hint::copy_hint(&call, &bufs, self.single_copy);
             for comm in self.send.iter_mut().flatten() {
                 comm.hint_copy(hint);
+            }
+            let hint = copy_hint::recv_hint(&call, &bufs, self.stream_recv_min);
+            for comm in self.recv.iter_mut().flatten() {
+                comm.hint_recv(hint);
             }
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);

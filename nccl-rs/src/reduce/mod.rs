@@ -55,7 +55,7 @@ mod tests;
 mod wide;
 
 pub(crate) use copy::{copy_mem, move_mem, on_cliff};
-pub(crate) use stream::{copy_streaming, stream_output_min, STREAM_COPY_MIN};
+pub(crate) use stream::{copy_streaming, stream_output_min, STREAM_COPY_MIN, STREAM_PIECE_MIN};
 
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};

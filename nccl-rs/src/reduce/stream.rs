@@ -64,6 +64,10 @@ fn parse_cache_size(s: &str) -> Option<usize> {
 }
 /// ... for copies of at least this many bytes.
 pub(crate) const STREAM_COPY_MIN: usize = 64 << 10;
+/// A transport copying a message in pieces (as they arrive) streams pieces
+/// of at least this many bytes: below it, the plain copy of the unaligned
+/// head and tail would be most of the piece.
+pub(crate) const STREAM_PIECE_MIN: usize = 1 << 10;
 
 /// Copies `src` into `dst` (same length) with streaming stores where the
 /// CPU has them (SSE2, every x86-64), else `copy_from_slice`.

@@ -8,5 +8,5 @@ pub mod shm;
 
 pub use nccl_net::{
     Connector, CopyHint, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport,
-    RecvComm, Request, SendComm, MAX_HANDLE_BYTES,
+    RecvComm, RecvHint, Request, SendComm, MAX_HANDLE_BYTES,
 };

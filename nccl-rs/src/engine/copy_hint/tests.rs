@@ -61,6 +61,7 @@ fn copy_only_calls_up_to_the_cap() {
         uniform: false,
         pair: false,
         split: false,
+        ring_from: usize::MAX,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
@@ -86,6 +87,7 @@ fn oversubscribed_all_to_all_only_in_its_window() {
         uniform: false,
         pair: false,
         split: false,
+        ring_from: usize::MAX,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 4 * MIB, p));
@@ -108,6 +110,7 @@ fn one_host_all_to_all_at_any_size_in_whole_blocks() {
         uniform: true,
         pair: false,
         split: false,
+        ring_from: usize::MAX,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 1 << 30, p));
@@ -134,6 +137,7 @@ fn one_host_all_gather_in_one_hop() {
         uniform: true,
         pair: true,
         split: false,
+        ring_from: usize::MAX,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     assert!(p.whole_block_all_gather(1024));
@@ -176,6 +180,7 @@ fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
         uniform: true,
         pair: true,
         split: true,
+        ring_from: usize::MAX,
     };
     let bc = Some(Coll::Broadcast { count: 1, root: 0 });
     assert!(allowed(bc, false, 1 << 30, p));
@@ -285,4 +290,154 @@ fn groups_sending_from_shared_buffers_go_single_copy_at_any_size() {
         ..p
     };
     assert!(!group_send_allowed(&shared, over), "oversubscribed: never");
+}
+
+#[test]
+fn large_all_to_all_from_heap_buffers_and_pair_all_gather_take_the_ring() {
+    let p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: true,
+        pair: true,
+        split: true,
+        ring_from: 16 * MIB,
+    };
+    let ag = Some(Coll::AllGather { send_count: 1 });
+    let a2a = Some(Coll::AllToAll { count: 1 });
+    // The test's buffers are no shared allocation: heap.
+    assert!(allowed(a2a, true, 16 * MIB - 1, p));
+    assert!(!allowed(a2a, true, 16 * MIB, p));
+    assert!(
+        p.whole_blocks(16 * MIB),
+        "blocks still whole, through the ring"
+    );
+    assert!(p.whole_block_all_gather(16 * MIB - 1));
+    assert!(!p.whole_block_all_gather(16 * MIB));
+    assert!(allowed(ag, true, 16 * MIB - 1, p));
+    assert!(!allowed(ag, true, 16 * MIB, p));
+    let never = SingleCopyPolicy {
+        ring_from: usize::MAX,
+        ..p
+    };
+    assert!(allowed(a2a, true, 1 << 30, never) && never.whole_blocks(1 << 30));
+    // With more local ranks than CPUs single copy stays (it gained there).
+    let over = SingleCopyPolicy {
+        oversubscribed: true,
+        pair: false,
+        ..p
+    };
+    assert!(allowed(a2a, true, 1 << 30, over) && over.whole_blocks(1 << 30));
+    assert!(over.whole_block_all_gather(1 << 30));
+}
+
+#[test]
+fn a_large_all_to_all_from_shared_buffers_stays_single_copy() {
+    let p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: false,
+        uniform: true,
+        pair: true,
+        split: true,
+        ring_from: MIB,
+    };
+    let input = crate::ShmBuffer::<u8>::zeroed(MIB).unwrap();
+    let sched = Schedule {
+        steps: vec![Step::Send {
+            to: 1,
+            src: Loc::In(0),
+            count: MIB,
+        }],
+        scratch: 0,
+    };
+    let call = Call {
+        sched: &sched,
+        dtype: DataType::Uint8,
+        op: RedOp::Sum,
+        tag: 1,
+        what: OpLabel::Coll {
+            coll: Coll::AllToAll { count: MIB / 2 },
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            seq: 1,
+        },
+    };
+    let mut bufs = CallBufs {
+        input: Region::new(input.as_ptr().cast_mut(), MIB),
+        output: Region::new(0x10000 as *mut u8, MIB),
+        group: Vec::new(),
+    };
+    assert!(copy_hint(&call, &bufs, p).single_copy, "shared: mapped");
+    assert!(p.whole_blocks(MIB));
+    let heap = vec![0u8; MIB];
+    bufs.input = Region::new(heap.as_ptr().cast_mut(), MIB);
+    assert!(!copy_hint(&call, &bufs, p).single_copy, "heap: the ring");
+}
+
+/// The receive hint for `steps` of `coll` with an output of `out_bytes` at
+/// 0x10000, streaming from `min` bytes.
+fn stream_range(steps: Vec<Step>, coll: Coll, out_bytes: usize, min: usize) -> (usize, usize) {
+    let sched = Schedule { steps, scratch: 0 };
+    let call = Call {
+        sched: &sched,
+        dtype: DataType::Uint8,
+        op: RedOp::Sum,
+        tag: 1,
+        what: OpLabel::Coll {
+            coll,
+            dtype: DataType::Uint8,
+            op: RedOp::Sum,
+            seq: 1,
+        },
+    };
+    let bufs = CallBufs {
+        input: Region::empty(),
+        output: Region::new(0x10000 as *mut u8, out_bytes),
+        group: Vec::new(),
+    };
+    recv_hint(&call, &bufs, min).stream
+}
+
+#[test]
+fn receives_stream_into_large_outputs_that_are_not_read_again() {
+    let recv = Step::Recv {
+        from: 1,
+        dst: Loc::Out(0),
+        count: 1,
+    };
+    let forward = Step::RecvCopySend {
+        from: 1,
+        to: 2,
+        dst: Loc::Out(0),
+        count: 1,
+    };
+    let ag = Coll::AllGather { send_count: 1 };
+    let ar = Coll::AllReduce { count: 1 };
+    let none = (0, 0);
+    assert_eq!(
+        stream_range(vec![recv], ag, 4 * MIB, 4 * MIB),
+        (0x10000, 0x10000 + 4 * MIB)
+    );
+    assert_eq!(
+        stream_range(vec![recv], ag, 4 * MIB - 1, 4 * MIB),
+        none,
+        "small"
+    );
+    assert_eq!(
+        stream_range(vec![recv], ar, 4 * MIB, 4 * MIB),
+        none,
+        "reduces"
+    );
+    assert_eq!(
+        stream_range(vec![recv, forward], ag, 4 * MIB, 4 * MIB),
+        none,
+        "relays"
+    );
+    let hint = RecvHint {
+        stream: (0x10000, 0x20000),
+    };
+    assert!(hint.streams(0x10000 as *const u8, 0x10000));
+    assert!(hint.streams(0x18000 as *const u8, 10));
+    assert!(!hint.streams(0x1ffff as *const u8, 2), "straddles the end");
+    assert!(!hint.streams(0xffff as *const u8, 2), "starts before");
+    assert!(!RecvHint::default().streams(std::ptr::null(), 0), "empty");
 }

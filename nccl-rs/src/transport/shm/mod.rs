@@ -85,6 +85,17 @@
 //! ([`ShmOptions::direct_reduce`]). Measured at 2 ranks: all-reduce of
 //! 1-16 MiB 16-25% faster than copying into a staging slot first.
 //!
+//! # Streaming receives
+//! The engine says which memory it will not read again soon
+//! ([`nccl_net::RecvComm::hint_recv`]: the output of a call that neither
+//! reduces nor relays, from half the last-level cache on); a ring payload,
+//! or a single-copy message read through a mapping, copied into a receive
+//! buffer inside it goes with streaming stores (pieces of at least 1 KiB),
+//! which skip reading each destination line before writing it. Two threads,
+//! one ring, receiving alternately with and without the hint
+//! (`shm::tests_bench::bench_stream_receive`): 4 MiB 7.1 -> 13.0 GB/s, 16
+//! MiB 5.2 -> 9.0, 64 MiB 4.9 -> 6.3 (medians).
+//!
 //! # Single copy
 //! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA`, on by default), a message
 //! of at least [`ShmOptions::cma_min_bytes`] travels as a one-line
@@ -179,6 +190,8 @@ mod tests_lend;
 mod tests_process;
 #[cfg(test)]
 mod tests_split;
+#[cfg(test)]
+mod tests_stream;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};

@@ -25,7 +25,9 @@ use split_recv::OpenSplit;
 mod eager;
 mod split_recv;
 use super::{MAX_MESSAGE_BYTES, MAX_REQUESTS};
-use nccl_net::{MemHandle, NetError, NetResult, Received, RecvComm, Request, RequestQueue};
+use nccl_net::{
+    MemHandle, NetError, NetResult, Received, RecvComm, RecvHint, Request, RequestQueue,
+};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
@@ -44,6 +46,9 @@ struct RecvOp {
     lend: bool,
     /// The lent pieces, once complete that way.
     lent: Option<[(*const u8, usize); 2]>,
+    /// Copied in with streaming stores (the buffer lies in the caller's
+    /// [`RecvHint::stream`] range).
+    stream: bool,
 }
 
 /// The receiving half: the consumer of the ring.
@@ -70,6 +75,8 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     maps: PeerMapping,
     /// Where the sender's CPU is ([`super::placement`]).
     placement: placement::Sampler,
+    /// The caller's last [`RecvComm::hint_recv`].
+    hint: RecvHint,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -128,6 +135,7 @@ impl ShmRecvComm {
             lent: None,
             maps: PeerMapping::new(MapSide::Receiver),
             placement: placement::Sampler::default(),
+            hint: RecvHint::default(),
             seg,
         }
     }
@@ -208,8 +216,15 @@ impl ShmRecvComm {
             // mapping of the sender's allocation (`PeerMapping::resolve`
             // checked that the message fits it; callers read within the
             // message), which stays mapped while we hold it, whatever the
-            // sender does. `copy` tolerates a destination in the same pages.
-            Src::Local(p) => unsafe { crate::reduce::move_mem(p, dst, len) },
+            // sender does. `copy` tolerates a destination in the same pages;
+            // a streaming copy is only taken where the two are apart.
+            Src::Local(p) => unsafe {
+                let apart = p as usize + len <= dst as usize || dst as usize + len <= p as usize;
+                match op.stream && apart {
+                    true => copy_out(p, dst, len, true),
+                    false => crate::reduce::move_mem(p, dst, len),
+                }
+            },
         }
         // Acquire: the sender sets `closed` (Release) when its comm is
         // dropped, and its buffers may be freed after that. Not set now
@@ -290,8 +305,10 @@ impl ShmRecvComm {
                     // SAFETY: `n <= avail` and `n <= contiguous()`, so the
                     // `c <= n` bytes at the tail are published and not
                     // overwritten until we release them; `p + c <= len <=
-                    // cap`, inside the caller's writable buffer.
-                    unsafe { crate::reduce::copy_mem(cons.tail_ptr(), op.data.add(p), c) };
+                    // cap`, inside the caller's writable buffer, which
+                    // nobody else touches (the `irecv` contract) and which
+                    // does not overlap the ring.
+                    unsafe { copy_out(cons.tail_ptr(), op.data.add(p), c, op.stream) };
                 }
                 cons.advance(n);
                 op.pos += n;
@@ -442,6 +459,10 @@ impl RecvComm for ShmRecvComm {
         }
     }
 
+    fn hint_recv(&mut self, hint: RecvHint) {
+        self.hint = hint;
+    }
+
     fn eager_max(&self) -> usize {
         self.eager_limit()
     }
@@ -454,6 +475,38 @@ impl RecvComm for ShmRecvComm {
     ) -> NetResult<Option<usize>> {
         // SAFETY: the caller upholds the same contract.
         unsafe { self.eager(data, len, tag) }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes this thread copied into receive buffers with streaming stores
+    /// (tests check where the path is taken).
+    pub(super) static STREAMED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Copies `len` bytes from `src` into a receive buffer at `dst`, with
+/// streaming stores where `stream` says the caller will not read it soon.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]; nobody else accesses `dst..dst+len`
+/// during the call.
+unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
+    if stream && len >= crate::reduce::STREAM_PIECE_MIN {
+        // SAFETY: the caller's contract: both ranges valid, disjoint, and
+        // the destination ours alone for the call.
+        let (d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst, len),
+                std::slice::from_raw_parts(src, len),
+            )
+        };
+        crate::reduce::copy_streaming(d, s);
+        #[cfg(test)]
+        STREAMED.set(STREAMED.get() + len);
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { crate::reduce::copy_mem(src, dst, len) }
     }
 }
 
@@ -480,6 +533,7 @@ impl ShmRecvComm {
             pos: 0,
             lend,
             lent: None,
+            stream: self.hint.streams(data, len),
         });
         Ok(Some(req))
     }

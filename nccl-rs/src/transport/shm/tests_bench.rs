@@ -243,3 +243,57 @@ fn bench_exchange() {
         );
     }
 }
+
+/// Ring receives into a large destination with and without the streaming
+/// hint ([`nccl_net::RecvHint`]), alternating message by message between
+/// two threads (the sender copies from a buffer of the same size):
+/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_stream_receive -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_stream_receive() {
+    for size in [4usize << 20, 16 << 20, 64 << 20] {
+        let net = ShmNet::new(ShmOptions {
+            cma: false,
+            ..ShmOptions::default()
+        })
+        .unwrap();
+        let (mut s, mut r, _) = pair(&net);
+        let iters = ((1usize << 30) / size).clamp(8, 64);
+        let src = pattern(size, 1);
+        let sender = std::thread::spawn(move || {
+            for _ in 0..2 * iters + 2 {
+                // SAFETY: `src` outlives the request, completed below.
+                let q = unsafe { s.isend(src.as_ptr(), size, 0, None) }
+                    .unwrap()
+                    .unwrap();
+                while !s.test(q).unwrap() {}
+            }
+        });
+        let mut dst = vec![0u8; size];
+        let start = dst.as_ptr() as usize;
+        let (mut plain, mut streamed) = (Vec::new(), Vec::new());
+        for i in 0..2 * iters + 2 {
+            let stream = i % 2 == 1;
+            r.hint_recv(nccl_net::RecvHint {
+                stream: if stream {
+                    (start, start + size)
+                } else {
+                    (0, 0)
+                },
+            });
+            let t = Instant::now();
+            // SAFETY: `dst` outlives the request, completed here.
+            let q = unsafe { r.irecv(dst.as_mut_ptr(), size, 0, None) }
+                .unwrap()
+                .unwrap();
+            while r.test(q).unwrap().is_none() {}
+            let dt = t.elapsed().as_secs_f64();
+            if i >= 2 {
+                if stream { &mut streamed } else { &mut plain }.push(dt);
+            }
+        }
+        sender.join().unwrap();
+        report("ring receive, plain stores    ", size, &mut plain);
+        report("ring receive, streaming stores", size, &mut streamed);
+    }
+}

@@ -80,6 +80,7 @@ impl ShmRecvComm {
             pos: 0,
             lend: false,
             lent: None,
+            stream: false,
         };
         // Checks the tag and the length and copies an inline payload into
         // `data` (writable for `cap` bytes per the caller's contract).
