@@ -83,19 +83,26 @@
 //! 1.43 ms, where the reader is the slower).
 //!
 //! From half the last-level cache of output on (`ring_from`,
-//! `NCCL_SHM_STREAM_RING_BYTES`; 16 MiB on the development machine), between
-//! ranks on their own CPUs, the ring wins again once its receiver copies out
-//! with streaming stores ([`recv_hint`]): `process_vm_readv` reads each
-//! destination line before it writes it, and pins every page. Paired rounds
-//! (`scripts/paired.sh`, 2 ranks, heap buffers, single copy → ring): all-gather
-//! (in chunks, the ring's schedule) 16 MiB 4.00 → 3.23 ms (x1.27, ten rounds;
-//! Open MPI 4.81), in place 2.64 → 1.89 ms, 64 MiB 17.2 → 14.9 ms (x1.16;
-//! Open MPI 20.1); all-to-all (whole blocks) 16 MiB 4.77 → 4.45 ms (x1.16,
-//! eight rounds; Open MPI 5.42), 64 MiB x1.03. All-to-all in chunks through
-//! the ring gained less (x1.02), and an in-place all-to-all, which sends from
-//! shared staging memory, stays single copy in whole blocks (in chunks it
-//! lost: 2.38 → 3.34 ms). With more local ranks than CPUs single copy stays:
-//! at 4 ranks the ring was within noise of it (all-to-all 64 MiB x0.96-1.01).
+//! `NCCL_SHM_STREAM_RING_BYTES`; 16 MiB on the development machine), a
+//! 2-rank all-gather takes the ring again, in its chunks, now that the
+//! receiver copies out with streaming stores ([`recv_hint`]):
+//! `process_vm_readv` reads each destination line before it writes it, and
+//! pins every page. Paired rounds (`scripts/paired.sh`, heap buffers, whole
+//! blocks single copy → ring; Open MPI in the same rounds): 16 MiB 3.98 →
+//! 3.07 ms (x1.30, ten rounds; 4.15), in place 2.64 → 1.89 ms (x1.38), 64
+//! MiB 14.1 → 10.6 ms (x1.36, six rounds; 18.0); in place 64 MiB, two runs of
+//! eight rounds, x0.94 and x1.35: faster by 1.2-1.8 while the two vCPUs
+//! share a cache, slower by up to 1.6 while they do not (the ring's lines
+//! cross between cores; `process_vm_readv` does not care), where the
+//! out-of-place call still gained. Sending the chunks single copy instead
+//! lost in place (x0.65, x0.75). The same all-gather in whole
+//! blocks through the ring gained nothing (x0.95: each rank's own 8 MiB copy
+//! runs with no transport progress), and all-to-all stays single copy:
+//! through the ring in whole blocks it gained at 16 MiB (x1.16-1.22) but
+//! lost at 64 MiB (x0.83), in chunks it tied (x1.02-1.12, x1.03), and an
+//! in-place one, sending from shared staging memory, lost in chunks (2.38 →
+//! 3.34 ms); with more local ranks than CPUs the ring tied too (4 ranks,
+//! all-to-all 64 MiB x0.96-1.01).
 //!
 //! Sender and receiver must cut messages alike, so whole blocks need every
 //! rank on one host with the same policy, which the ranks agree on at init
@@ -121,10 +128,9 @@
 //! all-to-all only; and, when every rank is on this host, to
 //! all-to-all and one-hop all-gather of any size (more than 64 KiB with
 //! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
-//! local ranks than CPUs) in whole blocks, below `ring_from` between ranks
-//! on their own CPUs (all-to-all: where the sends come from heap buffers).
-//! Each rank decides for its own sends; the receiver takes either kind of
-//! message.
+//! local ranks than CPUs) in whole blocks (2-rank all-gather below
+//! `ring_from`). Each rank decides for its own sends; the receiver takes
+//! either kind of message.
 
 use super::{Call, CallBufs, OpLabel, Region};
 use crate::plan::Coll;
@@ -159,13 +165,11 @@ pub(crate) struct SingleCopyPolicy {
     /// (`NCCL_SHM_CMA_SPLIT`): with `uniform` and `pair`, broadcast goes
     /// single-copy at any size.
     pub(crate) split: bool,
-    /// All-to-all sending from heap buffers (its blocks whole), and
-    /// all-gather between two ranks (in chunks), with at least this many
-    /// bytes of output take the ring (see [`SingleCopyPolicy::rings`]),
-    /// whose receiver copies out
-    /// with streaming stores ([`recv_hint`]), where `process_vm_readv`
-    /// reads every destination line first (`NCCL_SHM_STREAM_RING_BYTES`;
-    /// `usize::MAX`: never).
+    /// All-gather between two ranks with at least this many bytes of
+    /// output takes the ring in chunks (see [`SingleCopyPolicy::rings`]),
+    /// whose receiver copies out with streaming stores ([`recv_hint`]),
+    /// where `process_vm_readv` reads every destination line first
+    /// (`NCCL_SHM_STREAM_RING_BYTES`; `usize::MAX`: never).
     pub(crate) ring_from: usize,
 }
 
@@ -187,17 +191,14 @@ impl SingleCopyPolicy {
     /// single-copy message takes no ring space, and every chunk costs a
     /// handshake with a reader that may not be running. Only when
     /// `uniform`, since sender and receiver must cut messages alike.
-    /// (Also where [`SingleCopyPolicy::rings`]: an in-place call's blocks,
-    /// which it sends from shared memory, still go single copy, and in
-    /// chunks those lost: 2 ranks, 16 MiB in place, 2.38 -> 3.34 ms.)
     pub(crate) fn whole_blocks(&self, bytes: usize) -> bool {
         self.uniform && self.all_to_all(bytes)
     }
 
-    /// Whether an all-to-all or 2-rank all-gather with `bytes` of output
-    /// takes the ring rather than single copy from heap buffers: from
+    /// Whether a 2-rank all-gather with `bytes` of output takes the ring in
+    /// chunks rather than single copy in whole blocks: from
     /// [`SingleCopyPolicy::ring_from`] on, not with more local ranks than
-    /// CPUs (where it did not gain).
+    /// CPUs.
     pub(crate) fn rings(&self, bytes: usize) -> bool {
         !self.oversubscribed && bytes >= self.ring_from
     }
@@ -313,11 +314,6 @@ fn single_copy_allowed(
     };
     let bytes = bufs.output.len + bufs.group.iter().map(|r| r.len).sum::<usize>();
     match coll {
-        Some(Coll::AllToAll { .. })
-            if policy.rings(bufs.output.len) && !sends_mapped(call, bufs) =>
-        {
-            return false
-        }
         Some(Coll::AllToAll { .. }) => return policy.all_to_all(bytes),
         // Only in the shape it was measured in: one message to each peer
         // (not the ring that `NCCL_ALGO` may keep).

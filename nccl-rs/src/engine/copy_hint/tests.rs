@@ -293,7 +293,7 @@ fn groups_sending_from_shared_buffers_go_single_copy_at_any_size() {
 }
 
 #[test]
-fn large_all_to_all_from_heap_buffers_and_pair_all_gather_take_the_ring() {
+fn large_pair_all_gather_takes_the_ring_in_chunks() {
     let p = SingleCopyPolicy {
         max_bytes: 2 * MIB,
         oversubscribed: false,
@@ -304,73 +304,26 @@ fn large_all_to_all_from_heap_buffers_and_pair_all_gather_take_the_ring() {
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
-    // The test's buffers are no shared allocation: heap.
-    assert!(allowed(a2a, true, 16 * MIB - 1, p));
-    assert!(!allowed(a2a, true, 16 * MIB, p));
-    assert!(
-        p.whole_blocks(16 * MIB),
-        "blocks still whole, through the ring"
-    );
     assert!(p.whole_block_all_gather(16 * MIB - 1));
     assert!(!p.whole_block_all_gather(16 * MIB));
     assert!(allowed(ag, true, 16 * MIB - 1, p));
     assert!(!allowed(ag, true, 16 * MIB, p));
+    // All-to-all stays single copy in whole blocks.
+    assert!(allowed(a2a, true, 1 << 30, p) && p.whole_blocks(1 << 30));
     let never = SingleCopyPolicy {
         ring_from: usize::MAX,
         ..p
     };
-    assert!(allowed(a2a, true, 1 << 30, never) && never.whole_blocks(1 << 30));
-    // With more local ranks than CPUs single copy stays (it gained there).
+    assert!(allowed(ag, true, 1 << 30, never));
+    assert!(never.whole_block_all_gather(1 << 30));
+    // With more local ranks than CPUs single copy stays.
     let over = SingleCopyPolicy {
         oversubscribed: true,
         pair: false,
         ..p
     };
-    assert!(allowed(a2a, true, 1 << 30, over) && over.whole_blocks(1 << 30));
+    assert!(allowed(ag, true, 1 << 30, over));
     assert!(over.whole_block_all_gather(1 << 30));
-}
-
-#[test]
-fn a_large_all_to_all_from_shared_buffers_stays_single_copy() {
-    let p = SingleCopyPolicy {
-        max_bytes: 2 * MIB,
-        oversubscribed: false,
-        uniform: true,
-        pair: true,
-        split: true,
-        ring_from: MIB,
-    };
-    let input = crate::ShmBuffer::<u8>::zeroed(MIB).unwrap();
-    let sched = Schedule {
-        steps: vec![Step::Send {
-            to: 1,
-            src: Loc::In(0),
-            count: MIB,
-        }],
-        scratch: 0,
-    };
-    let call = Call {
-        sched: &sched,
-        dtype: DataType::Uint8,
-        op: RedOp::Sum,
-        tag: 1,
-        what: OpLabel::Coll {
-            coll: Coll::AllToAll { count: MIB / 2 },
-            dtype: DataType::Uint8,
-            op: RedOp::Sum,
-            seq: 1,
-        },
-    };
-    let mut bufs = CallBufs {
-        input: Region::new(input.as_ptr().cast_mut(), MIB),
-        output: Region::new(0x10000 as *mut u8, MIB),
-        group: Vec::new(),
-    };
-    assert!(copy_hint(&call, &bufs, p).single_copy, "shared: mapped");
-    assert!(p.whole_blocks(MIB));
-    let heap = vec![0u8; MIB];
-    bufs.input = Region::new(heap.as_ptr().cast_mut(), MIB);
-    assert!(!copy_hint(&call, &bufs, p).single_copy, "heap: the ring");
 }
 
 /// The receive hint for `steps` of `coll` with an output of `out_bytes` at
