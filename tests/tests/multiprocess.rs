@@ -180,6 +180,21 @@ fn matrix_2_ranks_single_copy() {
     }
 }
 
+/// Streaming receives, and the 2-rank all-gather through the ring, from 4
+/// KiB of output (`NCCL_SHM_STREAM_RING_BYTES`; half the last-level cache
+/// by default, beyond the matrix's calls): the matrix stays exact.
+#[test]
+fn matrix_2_ranks_streaming_receives() {
+    matrix_with(2, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);
+}
+
+/// The same with more local ranks than CPUs on a 2-CPU machine (receives
+/// stream; every all-gather keeps its shape).
+#[test]
+fn matrix_3_ranks_streaming_receives() {
+    matrix_with(3, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);
+}
+
 /// Every buffer passed to a collective is an `nccl_rs::ShmBuffer`.
 const SHARED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "shared");
 /// Shared buffers everywhere but on rank 1: all ranks must fall back.

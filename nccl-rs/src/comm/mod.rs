@@ -199,6 +199,7 @@ impl Communicator {
             config.timeout,
         );
         engine.single_copy = single_copy;
+        engine.stream_recv_min = single_copy.ring_from;
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,

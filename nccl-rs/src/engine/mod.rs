@@ -69,8 +69,9 @@ pub(crate) struct Engine {
     /// Which calls' sends may go single-copy; see [`copy_hint`].
     pub(crate) single_copy: SingleCopyPolicy,
     /// Receives into an output of at least this many bytes may be copied
-    /// in with streaming stores; see [`copy_hint::recv_hint`].
-    stream_recv_min: usize,
+    /// in with streaming stores; see [`copy_hint::recv_hint`]
+    /// (`NCCL_SHM_STREAM_RING_BYTES`, as the 2-rank all-gather's ring).
+    pub(crate) stream_recv_min: usize,
     /// Per peer, the largest message the eager path of the connection to
     /// it, and from it, takes (0: none, or no connection); see
     /// [`Engine::eager`].
