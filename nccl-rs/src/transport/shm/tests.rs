@@ -302,21 +302,30 @@ fn request_limit_and_unknown_requests() {
     assert!(r.test(Request(12345)).is_err());
 }
 
-#[test]
-fn small_ring_two_threads_random_sizes() {
-    // 4 slots of 1 KiB: constant wrapping, frames split across slots.
-    let net = ShmNet::new(ShmOptions {
+/// 4 slots of 1 KiB, single copy off: constant wrapping, frames split
+/// across slots.
+pub(super) fn small_ring_net() -> ShmNet {
+    ShmNet::new(ShmOptions {
         buffsize: 4096,
         slots: 4,
         cma: false,
         ..ShmOptions::default()
     })
-    .unwrap();
-    let (mut s, mut r, _) = pair(&net);
-    let sizes: Vec<usize> = pattern(3000, 99)
+    .unwrap()
+}
+
+/// `n` message sizes below 9000 bytes drawn from `seed`.
+pub(super) fn random_sizes(n: usize, seed: u64) -> Vec<usize> {
+    pattern(2 * n, seed)
         .chunks(2)
         .map(|c| (usize::from(c[0]) << 8 | usize::from(c[1])) % 9000)
-        .collect();
+        .collect()
+}
+
+#[test]
+fn small_ring_two_threads_random_sizes() {
+    let (mut s, mut r, _) = pair(&small_ring_net());
+    let sizes = random_sizes(1500, 99);
     let bufs: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()

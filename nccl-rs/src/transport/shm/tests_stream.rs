@@ -2,7 +2,9 @@
 //! ([`RecvComm::hint_recv`]) says their buffer will not be read soon.
 
 use super::recv::STREAMED;
-use super::tests::{irecv, isend, pair, pattern, poll, ring_net, send_windowed};
+use super::tests::{
+    irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
+};
 use super::*;
 use nccl_net::{RecvComm, RecvHint, SendComm};
 
@@ -80,19 +82,9 @@ fn receives_inside_the_hinted_range_stream_and_stay_exact() {
 
 #[test]
 fn streamed_receives_on_a_wrapping_ring_stay_exact() {
-    // 4 slots of 1 KiB: the copies come in pieces of every alignment.
-    let net = ShmNet::new(ShmOptions {
-        buffsize: 4096,
-        slots: 4,
-        cma: false,
-        ..ShmOptions::default()
-    })
-    .unwrap();
-    let (mut s, mut r, _) = pair(&net);
-    let sizes: Vec<usize> = pattern(200, 7)
-        .chunks(2)
-        .map(|c| (usize::from(c[0]) << 8 | usize::from(c[1])) % 9000)
-        .collect();
+    // The copies come in pieces of every alignment.
+    let (mut s, mut r, _) = pair(&small_ring_net());
+    let sizes = random_sizes(100, 7);
     let bufs: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()
