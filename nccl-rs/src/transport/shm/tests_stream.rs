@@ -5,7 +5,6 @@ use super::recv::STREAMED;
 use super::tests::{
     irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
 };
-use super::*;
 use nccl_net::{RecvComm, RecvHint, SendComm};
 
 const GUARD: u8 = 0xAA;
