@@ -29,6 +29,16 @@ fn allowed_for(
     out_bytes: usize,
     p: SingleCopyPolicy,
 ) -> bool {
+    let bufs = CallBufs {
+        input: Region::empty(),
+        output: Region::new(std::ptr::null_mut(), out_bytes),
+        group: Vec::new(),
+    };
+    copy_hint(&call_of(sched, coll), &bufs, p).single_copy
+}
+
+/// A byte-sum call of `sched`: the collective `coll`, or a send/recv group.
+fn call_of(sched: &Schedule, coll: Option<Coll>) -> Call<'_> {
     let what = match coll {
         Some(coll) => OpLabel::Coll {
             coll,
@@ -38,19 +48,13 @@ fn allowed_for(
         },
         None => OpLabel::Group { ops: 2 },
     };
-    let call = Call {
+    Call {
         sched,
         dtype: DataType::Uint8,
         op: RedOp::Sum,
         tag: 1,
         what,
-    };
-    let bufs = CallBufs {
-        input: Region::empty(),
-        output: Region::new(std::ptr::null_mut(), out_bytes),
-        group: Vec::new(),
-    };
-    copy_hint(&call, &bufs, p).single_copy
+    }
 }
 
 #[test]
@@ -201,14 +205,7 @@ fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
 /// The hint for a send/recv group of `steps` on `bufs` under `p`.
 fn group_hint(steps: Vec<Step>, bufs: CallBufs, p: SingleCopyPolicy) -> CopyHint {
     let sched = Schedule { steps, scratch: 0 };
-    let call = Call {
-        sched: &sched,
-        dtype: DataType::Uint8,
-        op: RedOp::Sum,
-        tag: 1,
-        what: OpLabel::Group { ops: 1 },
-    };
-    copy_hint(&call, &bufs, p)
+    copy_hint(&call_of(&sched, None), &bufs, p)
 }
 
 /// The hint for `steps` with input at `input` and `out_bytes` of output
@@ -330,18 +327,7 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
 /// 0x10000, streaming from `min` bytes.
 fn stream_range(steps: Vec<Step>, coll: Coll, out_bytes: usize, min: usize) -> (usize, usize) {
     let sched = Schedule { steps, scratch: 0 };
-    let call = Call {
-        sched: &sched,
-        dtype: DataType::Uint8,
-        op: RedOp::Sum,
-        tag: 1,
-        what: OpLabel::Coll {
-            coll,
-            dtype: DataType::Uint8,
-            op: RedOp::Sum,
-            seq: 1,
-        },
-    };
+    let call = call_of(&sched, Some(coll));
     let bufs = CallBufs {
         input: Region::empty(),
         output: Region::new(0x10000 as *mut u8, out_bytes),
