@@ -329,12 +329,6 @@ fn single_copy_allowed(
     if policy.oversubscribed {
         return false;
     }
-    let reduces = match call.what {
-        OpLabel::Coll { coll, .. } => coll.reduces(),
-        OpLabel::Group { .. } => false,
-        #[cfg(test)]
-        OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
-    };
     let cap = if receives {
         policy.max_bytes
     } else {
@@ -344,7 +338,17 @@ fn single_copy_allowed(
     // `memcpy` from a mapping, which beats the ring at any size (see the
     // module docs); by `process_vm_readv` it only ties above the cap.
     let mapped = matches!(call.what, OpLabel::Group { .. }) && sends_mapped(call, bufs);
-    !reduces && (bytes <= cap || mapped)
+    !reduces(call) && (bytes <= cap || mapped)
+}
+
+/// Whether `call` reduces what it receives.
+fn reduces(call: &Call<'_>) -> bool {
+    match call.what {
+        OpLabel::Coll { coll, .. } => coll.reduces(),
+        OpLabel::Group { .. } => false,
+        #[cfg(test)]
+        OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
+    }
 }
 
 /// The hint for `call`'s receives: copies into its output may stream when
@@ -356,19 +360,13 @@ pub(super) fn recv_hint(call: &Call<'_>, bufs: &CallBufs, stream_min: usize) -> 
     if out.len < stream_min {
         return RecvHint::default();
     }
-    let reduces = match call.what {
-        OpLabel::Coll { coll, .. } => coll.reduces(),
-        OpLabel::Group { .. } => false,
-        #[cfg(test)]
-        OpLabel::Test => call.sched.steps.iter().any(|s| s.needs_slot()),
-    };
     let forwards = call.sched.steps.iter().any(|s| {
         matches!(
             s,
             Step::RecvCopySend { .. } | Step::RecvReduceCopySend { to: Some(_), .. }
         )
     });
-    if reduces || forwards {
+    if reduces(call) || forwards {
         return RecvHint::default();
     }
     let start = out.ptr as usize;

@@ -53,6 +53,13 @@ pub(crate) unsafe fn copy_mem(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
+/// Whether `len` bytes from `a` and `len` bytes from `b` do not overlap.
+#[inline]
+pub(crate) fn disjoint(a: *const u8, b: *const u8, len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    a.saturating_add(len) <= b || b.saturating_add(len) <= a
+}
+
 /// Copies `len` bytes from `src` to `dst`, as `ptr::copy` (the ranges may
 /// overlap) but, where they do not, never at `rep movsb`'s slow distances.
 ///
@@ -61,8 +68,7 @@ pub(crate) unsafe fn copy_mem(src: *const u8, dst: *mut u8, len: usize) {
 /// `len` bytes.
 #[inline]
 pub(crate) unsafe fn move_mem(src: *const u8, dst: *mut u8, len: usize) {
-    let (s, d) = (src as usize, dst as usize);
-    if s + len <= d || d + len <= s {
+    if disjoint(src, dst, len) {
         // SAFETY: the caller's contract, and the ranges are disjoint.
         unsafe { copy_mem(src, dst, len) }
     } else {

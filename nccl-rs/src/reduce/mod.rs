@@ -54,7 +54,7 @@ mod stream;
 mod tests;
 mod wide;
 
-pub(crate) use copy::{copy_mem, move_mem, on_cliff};
+pub(crate) use copy::{copy_mem, disjoint, move_mem, on_cliff};
 pub(crate) use stream::{copy_streaming, stream_output_min, STREAM_COPY_MIN, STREAM_PIECE_MIN};
 
 use crate::datatype::{DataType, RedOp};

@@ -219,8 +219,7 @@ impl ShmRecvComm {
             // sender does. `copy` tolerates a destination in the same pages;
             // a streaming copy is only taken where the two are apart.
             Src::Local(p) => unsafe {
-                let apart = p as usize + len <= dst as usize || dst as usize + len <= p as usize;
-                match op.stream && apart {
+                match op.stream && crate::reduce::disjoint(p, dst, len) {
                     true => copy_out(p, dst, len, true),
                     false => crate::reduce::move_mem(p, dst, len),
                 }
