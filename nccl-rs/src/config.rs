@@ -28,6 +28,7 @@
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
 //! | `NCCL_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement; 0: never |
+//! | `NCCL_SOCKET_SPLICE_MAX_BYTES` (ours) | `socket_splice_max_bytes` | 1 MiB: the largest TCP message sent spliced (larger ones outgrow the caches: the receiver's copy then reads the sender's pages from memory) |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
 use crate::error::{Error, Result};
@@ -116,6 +117,8 @@ pub struct Config {
     pub socket_buf_bytes: usize,
     /// `NCCL_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent spliced.
     pub socket_splice_min_bytes: usize,
+    /// `NCCL_SOCKET_SPLICE_MAX_BYTES`: largest TCP message sent spliced.
+    pub socket_splice_max_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
     pub ib: transport_verbs::VerbsOptions,
 }
@@ -150,6 +153,7 @@ impl Default for Config {
             zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
             socket_splice_min_bytes: transport_tcp::DEFAULT_SPLICE_MIN_BYTES,
+            socket_splice_max_bytes: transport_tcp::DEFAULT_SPLICE_MAX_BYTES,
             ib: transport_verbs::VerbsOptions::default(),
         }
     }
@@ -248,6 +252,12 @@ impl Config {
                 &text,
                 "NCCL_SOCKET_SPLICE_MIN_BYTES",
                 d.socket_splice_min_bytes,
+                0..=usize::MAX,
+            )?,
+            socket_splice_max_bytes: num(
+                &text,
+                "NCCL_SOCKET_SPLICE_MAX_BYTES",
+                d.socket_splice_max_bytes,
                 0..=usize::MAX,
             )?,
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)

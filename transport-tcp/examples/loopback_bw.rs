@@ -5,7 +5,8 @@
 //!
 //! `NSOCKS` sockets per connection (default 1), `NTHREADS` helper threads
 //! per comm (default 1: none), messages from `SPLICE_MIN` bytes spliced
-//! (default as `TcpOptions`; 0: none).
+//! (default as `TcpOptions`; 0: none), however large (the transport's
+//! default stops at `DEFAULT_SPLICE_MAX_BYTES`).
 //!
 //! With `YIELD` = 1 the polling threads call `yield_now` between unfinished
 //! polls, which helps on a machine with fewer free cores than pollers.
@@ -34,6 +35,7 @@ fn main() {
         nsocks,
         nthreads,
         splice_min_bytes: splice_min,
+        splice_max_bytes: usize::MAX,
         ..TcpOptions::default()
     };
     let net = TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), opts).unwrap();

@@ -18,7 +18,7 @@
 //! are held (the oldest is dropped to make room), and each is held at most
 //! [`HELLO_TIMEOUT`].
 
-use crate::comm::{TcpRecvComm, TcpSendComm};
+use crate::comm::{SpliceSizes, TcpRecvComm, TcpSendComm};
 use crate::handle::{TcpHandle, HANDLE_BYTES, HELLO_BYTES};
 use crate::{sys, MAX_REQUESTS};
 use nccl_net::{Connector, Listener, NetError, NetResult, RecvComm, SendComm};
@@ -251,7 +251,7 @@ pub(crate) struct TcpConnector {
     handle: TcpHandle,
     buf_bytes: usize,
     nthreads: usize,
-    splice_min: usize,
+    splice: SpliceSizes,
     socks: Vec<Sock>,
     finished: bool,
 }
@@ -260,19 +260,19 @@ impl TcpConnector {
     /// Starts connecting the sockets of a connection (`handle.nsocks` data
     /// sockets, see [`crate::stripe::total_sockets`]) to
     /// the listener of `handle`; the comm will use `nthreads` helper
-    /// threads and splice striped messages of at least `splice_min` bytes.
+    /// threads and splice striped messages of `splice` sizes.
     pub(crate) fn start(
         handle: &TcpHandle,
         buf_bytes: usize,
         nthreads: usize,
-        splice_min: usize,
+        splice: SpliceSizes,
     ) -> NetResult<Self> {
         let mut c = TcpConnector {
             target: handle.addr,
             handle: *handle,
             buf_bytes,
             nthreads,
-            splice_min,
+            splice,
             socks: (0..crate::stripe::total_sockets(usize::from(handle.nsocks)))
                 .map(|index| Sock {
                     // total_sockets(64) = 65 fits a u8.
@@ -420,7 +420,7 @@ impl Connector for TcpConnector {
             self.target.to_string(),
             MAX_REQUESTS,
             self.nthreads,
-            self.splice_min,
+            self.splice,
         )
         .map_err(|e| NetError::io("start helper thread", e))?;
         Ok(Some(Box::new(comm)))

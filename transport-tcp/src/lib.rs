@@ -20,8 +20,9 @@
 //! * With [`TcpOptions::nthreads`] ≥ 2, sockets 1.. are serviced by that
 //!   many helper threads per comm (see the `helper` module); otherwise by
 //!   the thread calling `test`.
-//! * Striped messages of at least [`TcpOptions::splice_min_bytes`] from a
-//!   caller that receives nothing meanwhile ([`nccl_net::CopyHint`]) are
+//! * Striped messages of [`TcpOptions::splice_min_bytes`] to
+//!   [`TcpOptions::splice_max_bytes`] from a caller that receives nothing
+//!   meanwhile ([`nccl_net::CopyHint`]) are
 //!   spliced: `vmsplice` maps the caller's pages into a pipe and `splice`
 //!   hands them to the socket, so the sender copies nothing and, over
 //!   loopback, the receiver's `recvmsg` is the only copy. Such a message
@@ -101,6 +102,7 @@ pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
 pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
 
+use comm::SpliceSizes;
 use nccl_net::{Connector, Listener, Net, NetError, NetResult, Properties, PtrSupport};
 use std::net::IpAddr;
 
@@ -122,6 +124,17 @@ pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// GB/s, 4 MiB 3.3-3.4 -> 3.8-3.9 GB/s, 16 and 64 MiB alike (1.6-2.1 GB/s:
 /// buffers larger than the cache).
 pub const DEFAULT_SPLICE_MIN_BYTES: usize = 256 << 10;
+/// Default [`TcpOptions::splice_max_bytes`]. A spliced message leaves the
+/// sender's core idle and makes the receiver's copy read the sender's
+/// pages, where it would read socket buffers the sender has just written:
+/// that pays while those pages are in a cache, not once the buffer is
+/// larger. 2 ranks over loopback, broadcast (the root only sends, 2 MiB
+/// messages from 2 MiB up), paired rounds of `scripts/paired.sh` on the
+/// 2-core AMD EPYC host of 2026-12-03, spliced against copied: 512 KiB
+/// x0.92, 1 MiB x0.64 and x0.82 (spliced faster); 2 MiB x1.84, 4 MiB
+/// x1.42, 8 MiB x1.33, 16 MiB x1.63 and x1.75 (1 MiB messages there:
+/// x1.10), 64 MiB x1.61 (copied faster).
+pub const DEFAULT_SPLICE_MAX_BYTES: usize = 1 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
 pub const MAX_REQUESTS: usize = 32;
@@ -171,6 +184,9 @@ pub struct TcpOptions {
     /// `vmsplice` + `splice` instead of a copy into the socket (see the
     /// `lanes` module); 0: never. Default [`DEFAULT_SPLICE_MIN_BYTES`].
     pub splice_min_bytes: usize,
+    /// ... and of at most this many bytes. Default
+    /// [`DEFAULT_SPLICE_MAX_BYTES`].
+    pub splice_max_bytes: usize,
 }
 
 impl Default for TcpOptions {
@@ -182,6 +198,7 @@ impl Default for TcpOptions {
             nsocks: DEFAULT_NSOCKS_PERTHREAD * DEFAULT_NTHREADS,
             nthreads: DEFAULT_NTHREADS,
             splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
+            splice_max_bytes: DEFAULT_SPLICE_MAX_BYTES,
         }
     }
 }
@@ -324,7 +341,10 @@ impl Net for TcpNet {
             &h,
             self.opts.socket_buf_bytes,
             self.opts.nthreads,
-            self.opts.splice_min_bytes,
+            SpliceSizes {
+                min: self.opts.splice_min_bytes,
+                max: self.opts.splice_max_bytes,
+            },
         )?))
     }
 }

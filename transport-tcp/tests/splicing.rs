@@ -16,12 +16,13 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
 /// Three data sockets, striped messages of at least `splice_min` bytes
-/// spliced (0: none).
+/// spliced (0: none), however large.
 fn net(splice_min: usize) -> TcpNet {
     let opts = TcpOptions {
         nsocks: 3,
         nthreads: 1,
         splice_min_bytes: splice_min,
+        splice_max_bytes: usize::MAX,
         ..TcpOptions::default()
     };
     TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), opts).unwrap()

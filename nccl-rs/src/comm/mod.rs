@@ -67,6 +67,7 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
         nsocks: (config.nsocks_perthread * config.socket_nthreads).min(transport_tcp::MAX_SOCKS),
         nthreads: config.socket_nthreads,
         splice_min_bytes: config.socket_splice_min_bytes,
+        splice_max_bytes: config.socket_splice_max_bytes,
     }
 }
 

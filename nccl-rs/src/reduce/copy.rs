@@ -110,7 +110,7 @@ unsafe fn copy_avx2(src: *const u8, dst: *mut u8, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_mem, move_mem, on_cliff, CLIFF_MIN};
+    use super::{copy_mem, disjoint, move_mem, on_cliff, CLIFF_MIN};
 
     #[test]
     fn cliff_distances() {
@@ -184,5 +184,21 @@ mod tests {
             unsafe { move_mem(buf.as_ptr().add(d), buf.as_mut_ptr(), len) };
             assert_eq!(&buf[..len], &orig[d..d + len], "backward by {d}");
         }
+    }
+
+    /// Adjacent ranges are disjoint, one shared byte is not, and ranges
+    /// near the top of the address space saturate rather than wrap.
+    #[test]
+    fn disjoint_ranges() {
+        let at = |x: usize| x as *const u8;
+        assert!(disjoint(at(1000), at(1100), 100));
+        assert!(disjoint(at(1100), at(1000), 100));
+        assert!(!disjoint(at(1000), at(1099), 100));
+        assert!(!disjoint(at(1099), at(1000), 100));
+        assert!(!disjoint(at(1000), at(1000), 1));
+        assert!(disjoint(at(1000), at(1000), 0));
+        let top = usize::MAX - 10;
+        assert!(!disjoint(at(top), at(top - 5), 100), "wrapped");
+        assert!(disjoint(at(top), at(0), 5));
     }
 }

@@ -43,7 +43,7 @@ mod recv;
 mod send;
 
 pub(crate) use recv::TcpRecvComm;
-pub(crate) use send::TcpSendComm;
+pub(crate) use send::{SpliceSizes, TcpSendComm};
 
 use crate::sys;
 use nccl_net::{NetError, Request};

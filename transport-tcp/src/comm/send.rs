@@ -53,6 +53,21 @@ impl SendOp {
     }
 }
 
+/// The sizes of striped messages that are spliced (see [`crate::lanes`]):
+/// `min..=max` bytes; `min` 0: none.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpliceSizes {
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+}
+
+impl SpliceSizes {
+    /// Whether a message of `len` bytes is of these sizes.
+    pub(crate) fn takes(self, len: usize) -> bool {
+        self.min != 0 && (self.min..=self.max).contains(&len)
+    }
+}
+
 /// The sending half of a TCP connection.
 pub(crate) struct TcpSendComm {
     fd: OwnedFd,
@@ -63,9 +78,8 @@ pub(crate) struct TcpSendComm {
     fault: Option<Fault>,
     striper: Striper,
     lanes: Lanes,
-    /// Messages of at least this many bytes that are striped are spliced
-    /// (see [`crate::lanes`]); 0: none.
-    splice_min: usize,
+    /// Striped messages of these sizes are spliced (see [`crate::lanes`]).
+    splice: SpliceSizes,
     /// The caller's thread also receives during the current call (see
     /// [`CopyHint::receives`]): then nothing is spliced.
     receives: bool,
@@ -87,14 +101,14 @@ unsafe impl Send for TcpSendComm {}
 
 impl TcpSendComm {
     /// A comm over `socks` (socket 0 first); sockets 1.. are serviced by
-    /// `nthreads` helper threads if `nthreads >= 2`. Striped messages of at
-    /// least `splice_min` bytes are spliced (0: none).
+    /// `nthreads` helper threads if `nthreads >= 2`. Striped messages of
+    /// `splice` sizes are spliced.
     pub(crate) fn new(
         mut socks: Vec<OwnedFd>,
         peer: String,
         max_requests: usize,
         nthreads: usize,
-        splice_min: usize,
+        splice: SpliceSizes,
     ) -> io::Result<Self> {
         let ndata = crate::stripe::data_sockets(socks.len());
         let others = socks.split_off(1);
@@ -107,7 +121,7 @@ impl TcpSendComm {
             fault: None,
             striper: Striper::new(ndata),
             lanes: Lanes::new(Dir::Send, others, nthreads)?,
-            splice_min,
+            splice,
             receives: false,
             can_splice: None,
             posted: 0,
@@ -117,8 +131,8 @@ impl TcpSendComm {
         })
     }
 
-    /// Whether a message of `len` bytes goes spliced: large enough, striped,
-    /// and this thread receives nothing meanwhile. A spliced message leaves
+    /// Whether a message of `len` bytes goes spliced: of `splice` sizes,
+    /// striped, and this thread receives nothing meanwhile. A spliced message leaves
     /// the only copy to the receiver; that pays when the sender would
     /// otherwise spend its core copying into the socket and nothing else
     /// (2 ranks over loopback, ten paired rounds: broadcast 1 MiB x1.41,
@@ -128,13 +142,11 @@ impl TcpSendComm {
     /// all-gather shows why: the send copy (21% of both CPUs) goes, but the
     /// receive copy grows from 21% to 29%, since it now reads the sender's
     /// pages rather than socket buffers the sender has just written, and
-    /// pinning the pages for `vmsplice` takes 5%.
+    /// pinning the pages for `vmsplice` takes 5%. The same holds for a
+    /// sender that only sends once its buffer outgrows the caches (see
+    /// [`crate::DEFAULT_SPLICE_MAX_BYTES`]).
     fn splices(&mut self, len: usize) -> bool {
-        if self.splice_min == 0
-            || self.receives
-            || len < self.splice_min
-            || !self.striper.stripes(len)
-        {
+        if !self.splice.takes(len) || self.receives || !self.striper.stripes(len) {
             return false;
         }
         let lanes = &mut self.lanes;
