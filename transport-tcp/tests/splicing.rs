@@ -18,11 +18,17 @@ const MIB: usize = 1 << 20;
 /// Three data sockets, striped messages of at least `splice_min` bytes
 /// spliced (0: none), however large.
 fn net(splice_min: usize) -> TcpNet {
+    net_up_to(splice_min, usize::MAX)
+}
+
+/// Three data sockets, striped messages of `splice_min..=splice_max` bytes
+/// spliced.
+fn net_up_to(splice_min: usize, splice_max: usize) -> TcpNet {
     let opts = TcpOptions {
         nsocks: 3,
         nthreads: 1,
         splice_min_bytes: splice_min,
-        splice_max_bytes: usize::MAX,
+        splice_max_bytes: splice_max,
         ..TcpOptions::default()
     };
     TcpNet::with_local_ip("127.0.0.1".parse().unwrap(), opts).unwrap()
@@ -38,12 +44,11 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// Whether a send of 1 MiB (well inside the socket buffers) completes
-/// within 50 ms while nobody receives.
-fn completes_without_a_reader(splice_min: usize) -> bool {
-    let net = net(splice_min);
-    let (mut s, mut r) = pair(&net);
-    let src = pattern(MIB, 1);
+/// Whether a send of `len` bytes (at most 2 MiB: well inside the socket
+/// buffers) completes within 50 ms while nobody receives.
+fn completes_without_a_reader(net: &TcpNet, len: usize) -> bool {
+    let (mut s, mut r) = pair(net);
+    let src = pattern(len, 1);
     // SAFETY: `src` outlives `s` (dropped at the end of this function).
     let sr = unsafe { s.isend(src.as_ptr(), src.len(), 5, None) }
         .unwrap()
@@ -55,7 +60,7 @@ fn completes_without_a_reader(splice_min: usize) -> bool {
         }
     }
     // Now receive it; then the send must complete too.
-    let mut dst = vec![0u8; MIB];
+    let mut dst = vec![0u8; len];
     // SAFETY: `dst` outlives `r`; read only after completion.
     let rr = unsafe { r.irecv(dst.as_mut_ptr(), dst.len(), 5, None) }
         .unwrap()
@@ -68,7 +73,7 @@ fn completes_without_a_reader(splice_min: usize) -> bool {
             got = r.test(rr).unwrap();
         }
     }
-    assert_eq!(got, Some(MIB));
+    assert_eq!(got, Some(len));
     assert!(dst == src, "payload");
     false
 }
@@ -76,12 +81,26 @@ fn completes_without_a_reader(splice_min: usize) -> bool {
 #[test]
 fn a_spliced_send_completes_only_once_received() {
     assert!(
-        !completes_without_a_reader(256 * KIB),
+        !completes_without_a_reader(&net(256 * KIB), MIB),
         "a spliced send completed before the receiver read it"
     );
     // The same message copied into the socket buffers completes at once:
     // the test tells the two apart.
-    assert!(completes_without_a_reader(0), "a copied send waited");
+    assert!(completes_without_a_reader(&net(0), MIB), "a copied send waited");
+}
+
+/// Messages above the largest spliced size are copied, those at it spliced.
+#[test]
+fn only_messages_up_to_the_splice_max_are_spliced() {
+    let net = net_up_to(256 * KIB, MIB);
+    assert!(
+        !completes_without_a_reader(&net, MIB),
+        "a message of the largest spliced size was copied"
+    );
+    assert!(
+        completes_without_a_reader(&net, 2 * MIB),
+        "a message above the largest spliced size was spliced"
+    );
 }
 
 /// Spliced (≥ 256 KiB), copied striped and inline messages, sources at odd
