@@ -86,7 +86,10 @@ fn a_spliced_send_completes_only_once_received() {
     );
     // The same message copied into the socket buffers completes at once:
     // the test tells the two apart.
-    assert!(completes_without_a_reader(&net(0), MIB), "a copied send waited");
+    assert!(
+        completes_without_a_reader(&net(0), MIB),
+        "a copied send waited"
+    );
 }
 
 /// Messages above the largest spliced size are copied, those at it spliced.
