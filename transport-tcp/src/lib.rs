@@ -119,7 +119,8 @@ pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// `scripts/paired.sh` with splicing off against on from this size:
 /// 128 KiB x0.86 (two 64 KiB pieces: the acknowledgement's round trip
 /// costs more than the copy saves), 256 KiB x1.16, 1 MiB x1.15-1.41,
-/// 16 MiB x1.13, 64 MiB x1.04-1.06. One direction of the transport alone
+/// 16 MiB x1.13, 64 MiB x1.04-1.06 (on an earlier host; for larger
+/// messages see [`DEFAULT_SPLICE_MAX_BYTES`]). One direction of the transport alone
 /// (`examples/loopback_bw`, 3 sockets): 1 MiB messages 2.1-2.4 -> 2.7-4.5
 /// GB/s, 4 MiB 3.3-3.4 -> 3.8-3.9 GB/s, 16 and 64 MiB alike (1.6-2.1 GB/s:
 /// buffers larger than the cache).
