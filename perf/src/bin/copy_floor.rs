@@ -4,14 +4,18 @@
 //! single-copy path on heap buffers).
 //!
 //! ```text
-//! copy_floor [-b 64K] [-e 64M] [-f 4] [-n 0] [-d 0]
+//! copy_floor [-b 64K] [-e 64M] [-f 4] [-n 0] [-d 0] [--thp]
 //! ```
 //! `-n 0` picks the repetitions per size (about 50 ms of copying). Each
 //! cell is the median over repetitions. `-d D` puts every destination `D`
 //! bytes after its source modulo 4096 (0 to 4095): both copies use
 //! `rep movsb`, which on AMD Zen runs several times slower at distances of
 //! 1 to 15 (`copy_floor -d 4` against `-d 0` shows whether a host's CPU
-//! does; nccl-rs keeps its own copies off those distances).
+//! does; nccl-rs keeps its own copies off those distances). `--thp` asks
+//! for transparent huge pages (`MADV_HUGEPAGE`) under every buffer, the
+//! source process's too, and says how much of each it got: the kernel pins
+//! each page `process_vm_readv` reads, and a 2 MiB page costs one pin
+//! where 4 KiB pages cost 512.
 //!
 //! `copy_floor --pair [A B]` instead times a cache-line round trip between
 //! two CPUs (default the first two this process may run on): one number
@@ -36,6 +40,8 @@ struct Args {
     reps: usize,
     /// Destination minus source, modulo 4096.
     distance: usize,
+    /// Buffers in transparent huge pages where the kernel allows.
+    thp: bool,
 }
 
 /// A size with nccl-tests' suffixes (`nccl_perf::args::parse_size`).
@@ -52,6 +58,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         factor: 4,
         reps: 0,
         distance: 0,
+        thp: false,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -62,12 +69,11 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "-f" => a.factor = size(value()?)?,
             "-n" => a.reps = size(value()?)?,
             "-d" => a.distance = size(value()?)?,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: copy_floor [-b min] [-e max] [-f factor] [-n reps] [-d distance]"
-                        .into(),
-                )
-            }
+            "--thp" => a.thp = true,
+            "-h" | "--help" => return Err(
+                "usage: copy_floor [-b min] [-e max] [-f factor] [-n reps] [-d distance] [--thp]"
+                    .into(),
+            ),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -80,10 +86,47 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
+/// A huge page (x86-64's PMD size).
+const HUGE: usize = 2 << 20;
+
+/// A buffer of `bytes` bytes filled by `fill`, as a vector and the offset
+/// where it starts in it: with `thp`, at a 2 MiB boundary, its pages
+/// advised `MADV_HUGEPAGE` before they are first touched.
+fn buffer(bytes: usize, thp: bool, fill: impl Fn(usize) -> u8) -> (Vec<u8>, usize) {
+    if !thp {
+        return ((0..bytes).map(fill).collect(), 0);
+    }
+    let mut v: Vec<u8> = Vec::with_capacity(bytes + HUGE);
+    let at = v.as_ptr().align_offset(HUGE);
+    // SAFETY: madvise only changes how the kernel backs the range (no
+    // mapping is created or removed); the range lies within `v`'s
+    // allocation (`at < HUGE`, `at + bytes <= capacity`) and starts on a
+    // page boundary. A refusal leaves ordinary pages, which is reported.
+    unsafe {
+        libc::madvise(v.as_mut_ptr().add(at).cast(), bytes, libc::MADV_HUGEPAGE);
+    }
+    v.resize(at, 0);
+    v.extend((0..bytes).map(fill));
+    (v, at)
+}
+
+/// kB of process `pid`'s anonymous memory in huge pages, from
+/// `/proc/PID/smaps_rollup`.
+fn huge_kb(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("AnonHugePages:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
 /// The child: fills a buffer, prints `pid address`, waits for stdin to close.
-fn serve(bytes: usize) -> Result<(), String> {
-    let buf: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
-    println!("{} {}", std::process::id(), buf.as_ptr() as usize);
+fn serve(bytes: usize, thp: bool) -> Result<(), String> {
+    let (buf, at) = buffer(bytes, thp, |i| (i % 251) as u8);
+    println!("{} {}", std::process::id(), buf.as_ptr() as usize + at);
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     let mut sink = String::new();
     while std::io::stdin()
@@ -144,10 +187,11 @@ struct Source {
     addr: usize,
 }
 
-fn spawn_source(bytes: usize) -> Result<Source, String> {
+fn spawn_source(bytes: usize, thp: bool) -> Result<Source, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(["--serve", &bytes.to_string()])
+        .args(thp.then_some("--thp"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -179,17 +223,26 @@ fn at_distance(buf: &[u8], src: usize, distance: usize) -> usize {
 }
 
 fn run(a: &Args) -> Result<(), String> {
-    let source = spawn_source(a.max)?;
-    let src: Vec<u8> = (0..a.max).map(|i| (i % 251) as u8).collect();
-    let mut buf = vec![0u8; a.max + 4096];
+    let source = spawn_source(a.max, a.thp)?;
+    let (src, s0) = buffer(a.max, a.thp, |i| (i % 251) as u8);
+    let src = &src[s0..];
+    let (mut buf, b0) = buffer(a.max + 4096, a.thp, |_| 0);
+    let buf = &mut buf[b0..];
     // The destination of the local copy, and of the child's buffer (whose
     // address the child told us).
-    let local = at_distance(&buf, src.as_ptr() as usize, a.distance);
-    let remote = at_distance(&buf, source.addr, a.distance);
+    let local = at_distance(buf, src.as_ptr() as usize, a.distance);
+    let remote = at_distance(buf, source.addr, a.distance);
     println!(
         "# copy_floor: one core copying; median of repetitions; destination {} bytes after the source modulo 4096",
         a.distance
     );
+    if a.thp {
+        println!(
+            "# --thp: {} kB of this process's and {} kB of the source process's memory in huge pages",
+            huge_kb(std::process::id()),
+            huge_kb(source.pid as u32)
+        );
+    }
     println!(
         "# {:>10} {:>12} {:>9} {:>12} {:>9} {:>8}",
         "size", "memcpy(us)", "GB/s", "cma(us)", "GB/s", "cma/cpy"
@@ -340,7 +393,7 @@ fn main() {
             .get(1)
             .ok_or_else(|| "--serve needs a size".to_string())
             .and_then(|s| size(s))
-            .and_then(serve),
+            .and_then(|s| serve(s, argv.get(2).is_some_and(|f| f == "--thp"))),
         _ => parse(&argv).and_then(|a| run(&a)),
     };
     if let Err(e) = res {
