@@ -28,7 +28,8 @@ csv=$(echo $SIZES | tr ' ' ,)
 # start and the end of the run: the bounds of the single-copy paths.
 FLOOR=${OUT%.txt}-floor.txt
 floor() { echo "=== copy_floor $1, load $(cut -d' ' -f1-3 /proc/loadavg)"; target/release/copy_floor -b 64K -e 64M -f 4 2>&1;
-  echo "=== copy_floor $1 at distance 4 (rep movsb's slow distances; nccl-rs avoids them)"; target/release/copy_floor -b 64K -e 1M -f 4 -d 4 2>&1; }
+  echo "=== copy_floor $1 at distance 4 (rep movsb's slow distances; nccl-rs avoids them)"; target/release/copy_floor -b 64K -e 1M -f 4 -d 4 2>&1;
+  echo "=== copy_floor $1 in transparent huge pages (process_vm_readv pins one page per 2 MiB instead of 512)"; target/release/copy_floor -b 1M -e 64M -f 4 --thp 2>&1; }
 # Where the host put the two vCPUs right now: a cache-line round trip between
 # them, in ns (copy_floor --pair), recorded with every section.
 pair() { target/release/copy_floor --pair 2>/dev/null || echo "?"; }
