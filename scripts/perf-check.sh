@@ -12,6 +12,9 @@ for tool in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf r
   run $B/$tool -t 3 -b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -r 1
 done
 run $B/ncclrun -n 3 $B/all_reduce_perf -b 8 -e 64K -f 64 -n 1 -w 0 -c 1 -d all -o all
+# One measurement per size (-P): each alone, with its data checked.
+run $B/ncclrun -n 2 $B/alltoall_perf -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -P in
+run $B/ncclrun -n 2 $B/all_reduce_perf -b 1K -e 1M -f 32 -n 2 -w 1 -c 1 -P out
 run $B/ncclrun -n 3 $B/reduce_scatter_perf -b 64 -e 64K -f 32 -n 1 -w 0 -c 1 -d all -o all
 # Shared buffers (-R 1): the zero-copy path, up to outputs large enough for
 # streaming stores (32 MiB and more), and send/recv read through a mapping of

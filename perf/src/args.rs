@@ -18,6 +18,28 @@ pub enum Average {
     Max,
 }
 
+/// Which of the two measurements of each size run (`-P`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Places {
+    /// Out of place, then in place (nccl-tests' table; the default).
+    Both,
+    /// Out of place only (`-P out`).
+    OutOfPlace,
+    /// In place only (`-P in`).
+    InPlace,
+}
+
+impl Places {
+    /// Whether the measurement with `in_place` runs.
+    pub fn runs(self, in_place: bool) -> bool {
+        match self {
+            Places::Both => true,
+            Places::OutOfPlace => !in_place,
+            Places::InPlace => in_place,
+        }
+    }
+}
+
 /// The parsed options of one perf tool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Args {
@@ -53,6 +75,8 @@ pub struct Args {
     /// buffers in shared memory ([`nccl_rs::ShmBuffer`], `ncclMemAlloc`),
     /// which co-located ranks copy between directly.
     pub register: bool,
+    /// `-P` / `--places` (ours): which of out-of-place and in-place run.
+    pub places: Places,
 }
 
 impl Default for Args {
@@ -73,6 +97,7 @@ impl Default for Args {
             average: Average::Max,
             device: false,
             register: false,
+            places: Places::Both,
         }
     }
 }
@@ -107,6 +132,7 @@ pub fn usage(prog: &str) -> String {
          \t[-g,--ngpus 1] accepted for compatibility; only 1\n\
          \t[-D,--device <0/1>]  buffers in GPU memory, staged by nccl-rs (default 0; needs the cuda feature)\n\
          \t[-R,--local_register <0/1>]  host buffers in shared memory (ncclMemAlloc): co-located ranks copy between them directly (default 0)\n\
+         \t[-P,--places <both/out/in>]  which measurements run: out of place, in place or both; the other's columns read N/A (default both)\n\
          \t[-p -z -y -T -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
     )
@@ -224,6 +250,7 @@ fn long_to_short(name: &str) -> Option<char> {
         ('a', "average"),
         ('D', "device"),
         ('R', "local_register"),
+        ('P', "places"),
         ('h', "help"),
     ];
     known
@@ -264,7 +291,7 @@ where
         if flag == 'h' {
             return Ok(Parsed::Help);
         }
-        let known = "tgbeifnmwcodraDR".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
+        let known = "tgbeifnmwcodraDRP".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
         if !known {
             return Err(format!("invalid option '{arg}'"));
         }
@@ -301,6 +328,14 @@ where
             'c' => args.check = int("check", 0)? as u32,
             'r' => args.root = int("root", 0)? as usize,
             'R' => args.register = int("local_register", 0)? > 0,
+            'P' => {
+                args.places = match val.as_str() {
+                    "both" => Places::Both,
+                    "out" => Places::OutOfPlace,
+                    "in" => Places::InPlace,
+                    _ => return Err(bad("places")),
+                }
+            }
             'D' => {
                 args.device = match int("device", 0)? {
                     0 => false,
@@ -427,6 +462,13 @@ mod tests {
         assert!(run(&["-R", "1"]).register);
         assert!(run(&["--local_register=2"]).register);
         assert!(!run(&["-R", "0"]).register);
+        assert_eq!(Args::default().places, Places::Both);
+        assert_eq!(run(&["-P", "out"]).places, Places::OutOfPlace);
+        assert_eq!(run(&["--places=in"]).places, Places::InPlace);
+        assert!(parse_args(["-P", "1"]).is_err());
+        assert!(Places::Both.runs(false) && Places::Both.runs(true));
+        assert!(Places::OutOfPlace.runs(false) && !Places::OutOfPlace.runs(true));
+        assert!(!Places::InPlace.runs(false) && Places::InPlace.runs(true));
         assert!(parse_args(["--device", "2"]).is_err());
         assert_eq!(parse_args(["-h"]).unwrap(), Parsed::Help);
         assert!(parse_args(["-q", "1"]).is_err());

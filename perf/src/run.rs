@@ -407,7 +407,7 @@ fn time_test<T: TestElem>(
     for bytes in [a.max_bytes, a.min_bytes] {
         let c = coll.counts(elems(bytes), n);
         for _ in 0..a.warmup_iters {
-            b.run(comm, coll, op, root, &c, false, 0)?;
+            b.run(comm, coll, op, root, &c, !a.places.runs(false), 0)?;
         }
     }
 
@@ -423,6 +423,10 @@ fn time_test<T: TestElem>(
         let mut row =
             table::row_prefix(c.size_bytes(ts), c.param, T::DTYPE.name(), opname, root_col);
         for in_place in [false, true] {
+            if !a.places.runs(in_place) {
+                row += &table::row_skipped();
+                continue;
+            }
             let checked = a.check > 0 && !(coll == Collective::SendRecv && in_place);
             let mut wrong = 0;
             if checked {

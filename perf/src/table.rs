@@ -39,6 +39,11 @@ pub fn row_body(time_us: f64, algbw: f64, busbw: f64, wrong: Option<u64>) -> Str
     }
 }
 
+/// The half of a row for a measurement that did not run (`-P`).
+pub fn row_skipped() -> String {
+    format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")
+}
+
 /// The footer lines: errors, average bus bandwidth, and the closing `#`.
 pub fn footer(errors: u64, avg_busbw: f64) -> [String; 3] {
     [
@@ -129,6 +134,18 @@ fn strip_zeros(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_skipped_half_keeps_the_columns() {
+        let run = row_body(123.45, 1.5, 0.75, Some(0));
+        let skipped = row_skipped();
+        assert_eq!(skipped.len(), run.len());
+        assert_eq!(
+            skipped.split_whitespace().count(),
+            run.split_whitespace().count()
+        );
+        assert!(skipped.split_whitespace().all(|w| w == "N/A"));
+    }
 
     #[test]
     fn percent_g() {
