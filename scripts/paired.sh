@@ -14,6 +14,7 @@
 # sendrecv); broadcast reports its in-place time, the rest out of place.
 # ITERS=n, ARGS="-R 1" and T (seconds of each peer run) adjust the runs;
 # INPLACE=1 reports our in-place times (Open MPI's stay out of place).
+# Perf tools that take -P run only the measurement reported.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { sed -n 2,16p "$0"; exit 2; }
@@ -26,7 +27,9 @@ if [ -z "$iters" ]; then
   [ "$s" -le 65536 ] && iters=2000; [ "$s" -le 1024 ] && iters=5000
 fi
 warm=$((iters / 10)); [ $warm -lt 10 ] && warm=10
-col=6; [ "$op" = broadcast ] || [ -n "${INPLACE:-}" ] && col=10
+col=6; places=out; [ "$op" = broadcast ] || [ -n "${INPLACE:-}" ] && { col=10; places=in; }
+# Older builds (a BIN from before -P) run both measurements.
+only() { "$1/$(tool "$op")" -h 2>&1 | grep -q -- --places && echo "-P $places"; }
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 IFS=";" read -ra CF <<< "${CFGS:?set CFGS}"
 out=$(mktemp)
@@ -39,7 +42,7 @@ for r in $(seq 1 "$R"); do
       mpi-tcp) t=$(timeout 300 $MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 \
                  | grep -E '^ +[0-9]' | awk '{print $4}');;
       *) b=$1; shift
-         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "$@" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 ${ARGS:-} 2>&1 \
+         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "$@" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 $(only "$b") ${ARGS:-} 2>&1 \
              | grep -E '^ +[0-9]' | awk -v c=$col '{print $c}');;
     esac
     line="$line ${t:-nan}"

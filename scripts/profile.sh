@@ -6,13 +6,16 @@
 #   bash scripts/profile.sh CFG N op size [iters]
 # CFG: shm | tcp | shm-R (nccl-rs on heap buffers, NCCL_SHM_DISABLE=1, or
 # ncclMemAlloc buffers) | mpi-shm | mpi-tcp (Open MPI's bench from
-# BIN_PEERS, default /tmp/peers). op as in scripts/paired.sh. TOP=n symbols
-# (default 15); OUT=dir keeps perf.data there. Needs perf and release
-# binaries; run on a quiet host (the profile takes in everything).
+# BIN_PEERS, default /tmp/peers). op as in scripts/paired.sh. Ours runs out
+# of place only, as Open MPI's bench does (broadcast in place, as
+# MPI_Bcast); PLACES=both|out|in overrides. TOP=n symbols (default 15);
+# OUT=dir keeps perf.data there. Needs perf and release binaries; run on a
+# quiet host (the profile takes in everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 4 ] || { sed -n 2,12p "$0"; exit 2; }
+[ $# -ge 4 ] || { sed -n 2,14p "$0"; exit 2; }
 cfg=$1; N=$2; op=$3; s=$4; PEERS=${BIN_PEERS:-/tmp/peers}
+places=out; [ "$op" = broadcast ] && places=in; places=${PLACES:-$places}
 iters=${5:-}
 if [ -z "$iters" ]; then
   iters=50; [ "$s" -le 16777216 ] && iters=200; [ "$s" -le 1048576 ] && iters=3000
@@ -29,7 +32,7 @@ case $cfg in
     env=(NCCL_SOCKET_IFNAME=lo); [ "$cfg" = tcp ] && env+=(NCCL_SHM_DISABLE=1)
     reg=0; [ "$cfg" = shm-R ] && reg=1
     cmd=(env "${env[@]}" target/release/ncclrun -n "$N" "target/release/$(tool "$op")" -b "$s" -e "$s"
-      -n "$iters" -w 5 -c 0 -R $reg)
+      -n "$iters" -w 5 -c 0 -R $reg -P "$places")
     comms="ncclrun,$(tool "$op")";;
   mpi-shm) cmd=($MPIRUN "$PEERS/mpi_bench" -s "$s" -o "$op" -t 2); comms=mpi_bench;;
   mpi-tcp) cmd=($MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t 2)
