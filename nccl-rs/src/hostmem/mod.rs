@@ -9,10 +9,14 @@
 //! `mmap` (`PeerMaps`); then the collective runs without any transport
 //! copy: each rank reads its peers' inputs and writes their outputs
 //! directly (see `comm::zero_copy`). Buffers from anywhere else (a `Vec`,
-//! `malloc`) simply take the transport path.
+//! `malloc`) simply take the transport path; registering one
+//! ([`prefer_huge_pages`], `ncclCommRegister`) moves it onto huge pages,
+//! which peers read faster.
 
+mod huge;
 mod peer_map;
 
+pub use huge::{prefer_huge_pages, register_host_buffer, HugePages, HUGE_PAGE};
 pub(crate) use peer_map::PeerMaps;
 
 use crate::datatype::Element;
