@@ -110,6 +110,18 @@ int main(void) {
   EXPECT_FAIL(ncclCommDeregister(comm, reg), ncclInvalidArgument, NULL);
   CHECK(ncclMemFree(mem));
   EXPECT_FAIL(ncclMemFree(mem), ncclInvalidArgument, "ncclMemAlloc");
+  /* A heap buffer: moved onto huge pages where the kernel allows, its bytes
+     unchanged. */
+  size_t heap_len = (size_t)5 << 20;
+  unsigned char* heap = malloc(heap_len);
+  EXPECT(heap != NULL, "malloc");
+  for (size_t i = 0; i < heap_len; i++) heap[i] = (unsigned char)(i * 7 % 253);
+  CHECK(ncclCommRegister(comm, heap, heap_len, &reg));
+  int same = 1;
+  for (size_t i = 0; i < heap_len; i++) same &= heap[i] == (unsigned char)(i * 7 % 253);
+  EXPECT(same, "a registered heap buffer keeps its bytes");
+  CHECK(ncclCommDeregister(comm, reg));
+  free(heap);
   EXPECT_FAIL(ncclMemFree(x), ncclInvalidArgument, NULL);
 
   /* Configs: uninitialized, bad values, and an old shorter layout. */
