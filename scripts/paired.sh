@@ -5,10 +5,11 @@
 # configuration back to back, so the configurations of a round share the
 # host's state. Prints each round, then per configuration the median time and
 # the median of its per-round ratios to the first configuration.
-#   CFGS="BIN [VAR=value ...];BIN [VAR=value ...];mpi-shm;mpi-tcp" \
+#   CFGS="BIN [VAR=value ...] [-flag value ...];BIN [VAR=value ...];mpi-shm;mpi-tcp" \
 #     bash scripts/paired.sh N op size [R]
 # BIN is a directory holding ncclrun and the perf tools (e.g. a copy of
-# target/release from before a change); mpi-shm / mpi-tcp run Open MPI's
+# target/release from before a change), then environment settings and
+# perf-tool flags of that configuration; mpi-shm / mpi-tcp run Open MPI's
 # bench from ../shared/peers (BIN_PEERS, default /tmp/peers). op is a perf
 # tool's collective (allreduce allgather reduce_scatter broadcast alltoall
 # sendrecv); broadcast reports its in-place time, the rest out of place.
@@ -42,7 +43,9 @@ for r in $(seq 1 "$R"); do
       mpi-tcp) t=$(timeout 300 $MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 \
                  | grep -E '^ +[0-9]' | awk '{print $4}');;
       *) b=$1; shift
-         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "$@" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 $(only "$b") ${ARGS:-} 2>&1 \
+         envs=(); flags=()
+         for w in "$@"; do case $w in -*) flags+=("$w");; *=*) envs+=("$w");; *) flags+=("$w");; esac; done
+         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "${envs[@]}" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 $(only "$b") ${ARGS:-} "${flags[@]}" 2>&1 \
              | grep -E '^ +[0-9]' | awk -v c=$col '{print $c}');;
     esac
     line="$line ${t:-nan}"

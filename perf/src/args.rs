@@ -77,6 +77,10 @@ pub struct Args {
     pub register: bool,
     /// `-P` / `--places` (ours): which of out-of-place and in-place run.
     pub places: Places,
+    /// `-H` / `--huge_pages 1` (ours): heap buffers registered onto
+    /// transparent huge pages (`nccl_rs::hostmem::prefer_huge_pages`, as
+    /// `ncclCommRegister` does for host memory).
+    pub huge_pages: bool,
 }
 
 impl Default for Args {
@@ -98,6 +102,7 @@ impl Default for Args {
             device: false,
             register: false,
             places: Places::Both,
+            huge_pages: false,
         }
     }
 }
@@ -132,6 +137,7 @@ pub fn usage(prog: &str) -> String {
          \t[-g,--ngpus 1] accepted for compatibility; only 1\n\
          \t[-D,--device <0/1>]  buffers in GPU memory, staged by nccl-rs (default 0; needs the cuda feature)\n\
          \t[-R,--local_register <0/1>]  host buffers in shared memory (ncclMemAlloc): co-located ranks copy between them directly (default 0)\n\
+         \t[-H,--huge_pages <0/1>]  heap buffers registered onto transparent huge pages, as ncclCommRegister does (default 0)\n\
          \t[-P,--places <both/out/in>]  which measurements run: out of place, in place or both; the other's columns read N/A (default both)\n\
          \t[-p -z -y -T -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
@@ -251,6 +257,7 @@ fn long_to_short(name: &str) -> Option<char> {
         ('D', "device"),
         ('R', "local_register"),
         ('P', "places"),
+        ('H', "huge_pages"),
         ('h', "help"),
     ];
     known
@@ -291,7 +298,7 @@ where
         if flag == 'h' {
             return Ok(Parsed::Help);
         }
-        let known = "tgbeifnmwcodraDRP".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
+        let known = "tgbeifnmwcodraDRPH".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
         if !known {
             return Err(format!("invalid option '{arg}'"));
         }
@@ -328,6 +335,7 @@ where
             'c' => args.check = int("check", 0)? as u32,
             'r' => args.root = int("root", 0)? as usize,
             'R' => args.register = int("local_register", 0)? > 0,
+            'H' => args.huge_pages = int("huge_pages", 0)? > 0,
             'P' => {
                 args.places = match val.as_str() {
                     "both" => Places::Both,
@@ -463,6 +471,9 @@ mod tests {
         assert!(run(&["--local_register=2"]).register);
         assert!(!run(&["-R", "0"]).register);
         assert_eq!(Args::default().places, Places::Both);
+        assert!(!Args::default().huge_pages);
+        assert!(run(&["-H", "1"]).huge_pages && run(&["--huge_pages=1"]).huge_pages);
+        assert!(!run(&["-H0"]).huge_pages);
         assert_eq!(run(&["-P", "out"]).places, Places::OutOfPlace);
         assert_eq!(run(&["--places=in"]).places, Places::InPlace);
         assert!(parse_args(["-P", "1"]).is_err());

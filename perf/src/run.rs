@@ -302,10 +302,18 @@ enum HostBuf<T: TestElem> {
 }
 
 impl<T: TestElem> HostBuf<T> {
-    fn new(len: usize, shared: bool) -> AnyResult<HostBuf<T>> {
+    /// `len` elements: shared memory, or heap memory, registered onto
+    /// huge pages with `huge`.
+    fn new(len: usize, shared: bool, huge: bool) -> AnyResult<HostBuf<T>> {
         Ok(match shared {
             true => HostBuf::Shared(nccl_rs::ShmBuffer::zeroed(len)?),
-            false => HostBuf::Heap(vec![T::zeroed(); len]),
+            false => {
+                let v = vec![T::zeroed(); len];
+                if huge {
+                    nccl_rs::hostmem::register_host_buffer(&v);
+                }
+                HostBuf::Heap(v)
+            }
         })
     }
 }
@@ -360,8 +368,8 @@ fn run_type<T: TestElem>(
 ) -> AnyResult<()> {
     let max_count = usize::try_from(ctx.args.max_bytes)? / std::mem::size_of::<T>();
     let mut b = Buffers {
-        send: HostBuf::new(max_count, ctx.args.register)?,
-        recv: HostBuf::new(max_count, ctx.args.register)?,
+        send: HostBuf::new(max_count, ctx.args.register, ctx.args.huge_pages)?,
+        recv: HostBuf::new(max_count, ctx.args.register, ctx.args.huge_pages)?,
         expected: vec![T::zeroed(); if ctx.args.check > 0 { max_count } else { 0 }],
         device: match ctx.args.device {
             true => Some(DeviceBuffers::new(
