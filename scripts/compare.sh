@@ -10,12 +10,14 @@
 # everything else out of place (as MPI's calls; torch's all_reduce is in
 # place, so that comparison is conservative).
 #   REPS=3 NS="2 4" OPS="allreduce allgather reduce_scatter broadcast alltoall" bash scripts/compare.sh
+# OURS="shm tcp shm-R shm-H" adds heap buffers registered onto huge pages
+# (the perf tools' -H 1, as ncclCommRegister does) as a fourth way.
 # Needs the peers (bash ../shared/peers/setup.sh) and release binaries.
 set -u
 cd "$(dirname "$0")/.."
 PEERS=${PEERS:-../shared/peers}
 BIN=${BIN:-/tmp/peers}; VENV=${VENV:-/tmp/peers/venv}
-REPS=${REPS:-3}; NS=${NS:-"2 4"}; T=${T:-0.3}
+REPS=${REPS:-3}; NS=${NS:-"2 4"}; T=${T:-0.3}; OURS=${OURS:-"shm tcp shm-R"}
 OPS=${OPS:-"allreduce allgather reduce_scatter broadcast alltoall"}
 SIZES=${SIZES:-"8 1024 65536 1048576 16777216 67108864"}
 OUT=${OUT:-/tmp/nccl-rs-compare.txt}
@@ -46,12 +48,13 @@ for r in $(seq 1 "$REPS"); do
         [ "$s" -le 65536 ] && iters=10000; [ "$s" -le 1024 ] && iters=20000
         warm=$((iters / 20)); [ $warm -lt 20 ] && warm=20
         head="N=$N op $op size $s load $(cut -d' ' -f1-3 /proc/loadavg) pair $(pair) ns"
-        for cfg in shm tcp shm-R; do
+        for cfg in $OURS; do
           env=(); [ $cfg = tcp ] && env=(NCCL_SHM_DISABLE=1)
           reg=0; [ $cfg = shm-R ] && reg=1
+          huge=0; [ $cfg = shm-H ] && huge=1
           echo "=== rep $r cfg nccl-rs-$cfg $head" >> "$OUT"
           env "${env[@]}" NCCL_SOCKET_IFNAME=lo timeout 300 target/release/ncclrun -n $N target/release/$(tool $op) \
-            -b $s -e $s -n $iters -w $warm -c 0 -R $reg 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
+            -b $s -e $s -n $iters -w $warm -c 0 -R $reg -H $huge 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $6, $8, $10, $12}' >> "$OUT"
         done
         echo "=== rep $r cfg mpi-shm $head" >> "$OUT"
         timeout 300 $MPIRUN -np $N "$BIN/mpi_bench" -s $s -o $op -t $T 2>&1 | grep -E '^ +[0-9]' | awk '{print $1, $2, $4, $6}' >> "$OUT"

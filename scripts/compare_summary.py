@@ -6,7 +6,8 @@ broadcast in place (the peers' broadcast has one buffer), the rest out of
 place. The last
 two columns compare, by time, the best peer with nccl-rs's best on heap
 buffers (shm or tcp) and with nccl-rs on ncclMemAlloc buffers (shm-R,
-zero copy)."""
+zero copy); a run with registered heap buffers (shm-H, OURS=... shm-H)
+gets their column and a third comparison."""
 import re, statistics, sys
 from collections import defaultdict
 
@@ -33,11 +34,16 @@ def lab(b):
 def ft(us):
     return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} us" if us >= 100 else f"{us:.1f} us"
 
-cfgs = ["nccl-rs-shm", "nccl-rs-tcp", "nccl-rs-shm-R", "mpi-shm", "mpi-tcp", "gloo"]
-ours_heap, ours_reg, peers = cfgs[:2], cfgs[2:3], cfgs[3:]
+huge = any(c[0] == "nccl-rs-shm-H" for (c, s) in d)
+ours_heap, ours_reg = ["nccl-rs-shm", "nccl-rs-tcp"], ["nccl-rs-shm-R"]
+ours_huge = ["nccl-rs-shm-H"] if huge else []
+peers = ["mpi-shm", "mpi-tcp", "gloo"]
+cfgs = ours_heap + ours_reg + ours_huge + peers
+groups = [ours_heap, ours_reg] + ([ours_huge] if huge else [])
 keys = sorted({(c[1], c[2], s) for (c, s) in d})
-print("| N | op | size | " + " | ".join(cfgs) + " | ours (heap) vs best peer | ours (-R 1) vs best peer |")
-print("|---|---|---|" + "---|" * (len(cfgs) + 2))
+extra = " ours (-H 1) vs best peer |" if huge else ""
+print("| N | op | size | " + " | ".join(cfgs) + " | ours (heap) vs best peer | ours (-R 1) vs best peer |" + extra)
+print("|---|---|---|" + "---|" * (len(cfgs) + len(groups)))
 for n, op, s in sorted(keys, key=lambda k: (k[0], k[1], k[2])):
     cells, times = [], {}
     for c in cfgs:
@@ -55,4 +61,4 @@ for n, op, s in sorted(keys, key=lambda k: (k[0], k[1], k[2])):
         if not (ours and peer):
             return "-"
         return f"{peer / ours:.2f}x faster" if ours <= peer else f"{ours / peer:.2f}x slower"
-    print(f"| {n} | {op} | {lab(s)} | " + " | ".join(cells) + f" | {ratio(ours_heap)} | {ratio(ours_reg)} |")
+    print(f"| {n} | {op} | {lab(s)} | " + " | ".join(cells) + " | " + " | ".join(ratio(g) for g in groups) + " |")
