@@ -22,8 +22,7 @@ OPS=${OPS:-"allreduce allgather reduce_scatter broadcast alltoall"}
 SIZES=${SIZES:-"8 1024 65536 1048576 16777216 67108864"}
 OUT=${OUT:-/tmp/nccl-rs-compare.txt}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-tool() { case $1 in allreduce) echo all_reduce_perf;; allgather) echo all_gather_perf;; reduce_scatter) echo reduce_scatter_perf;;
-  broadcast) echo broadcast_perf;; alltoall) echo alltoall_perf;; esac; }
+. scripts/perf-tools.sh
 csv=$(echo $SIZES | tr ' ' ,)
 : > "$OUT"
 # The host's copy floors (memcpy and process_vm_readv, one core), at the

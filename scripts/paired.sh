@@ -20,8 +20,8 @@ set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { sed -n 2,16p "$0"; exit 2; }
 N=$1; op=$2; s=$3; R=${4:-10}; T=${T:-0.15}; PEERS=${BIN_PEERS:-/tmp/peers}
-tool() { case $1 in allreduce) echo all_reduce_perf;; allgather) echo all_gather_perf;; reduce_scatter) echo reduce_scatter_perf;;
-  broadcast) echo broadcast_perf;; alltoall) echo alltoall_perf;; sendrecv) echo sendrecv_perf;; esac; }
+. scripts/perf-tools.sh
+tool "$op" > /dev/null  # an unknown op ends here
 iters=${ITERS:-}
 if [ -z "$iters" ]; then
   iters=20; [ "$s" -le 16777216 ] && iters=30; [ "$s" -le 1048576 ] && iters=300
@@ -29,23 +29,29 @@ if [ -z "$iters" ]; then
 fi
 warm=$((iters / 10)); [ $warm -lt 10 ] && warm=10
 col=6; places=out; [ "$op" = broadcast ] || [ -n "${INPLACE:-}" ] && { col=10; places=in; }
-# Older builds (a BIN from before -P) run both measurements.
-only() { "$1/$(tool "$op")" -h 2>&1 | grep -q -- --places && echo "-P $places"; }
-MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 IFS=";" read -ra CF <<< "${CFGS:?set CFGS}"
+# Older builds (a BIN from before -P) run both measurements: asked once per
+# configuration.
+only=()
+for cfg in "${CF[@]}"; do
+  set -- $cfg
+  case $1 in mpi-shm|mpi-tcp) only+=("");; *) only+=("$("$1/$(tool "$op")" -h 2>&1 | grep -q -- --places && echo "-P $places")");; esac
+done
+MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 out=$(mktemp)
 for r in $(seq 1 "$R"); do
   line="$(timeout 30 target/release/copy_floor --pair 2>/dev/null || echo 0)"
-  for cfg in "${CF[@]}"; do
-    set -- $cfg
+  for k in "${!CF[@]}"; do
+    set -- ${CF[$k]}
     case $1 in
       mpi-shm) t=$(timeout 300 $MPIRUN "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 | grep -E '^ +[0-9]' | awk '{print $4}');;
       mpi-tcp) t=$(timeout 300 $MPIRUN --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$PEERS/mpi_bench" -s "$s" -o "$op" -t "$T" 2>&1 \
                  | grep -E '^ +[0-9]' | awk '{print $4}');;
       *) b=$1; shift
+         # Flags (--a=b too) and their values go to the tool, VAR=value to env.
          envs=(); flags=()
          for w in "$@"; do case $w in -*) flags+=("$w");; *=*) envs+=("$w");; *) flags+=("$w");; esac; done
-         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "${envs[@]}" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 $(only "$b") ${ARGS:-} "${flags[@]}" 2>&1 \
+         t=$(timeout 300 env NCCL_SOCKET_IFNAME=lo "${envs[@]}" "$b/ncclrun" -n "$N" "$b/$(tool "$op")" -b "$s" -e "$s" -n "$iters" -w "$warm" -c 0 ${only[$k]} ${ARGS:-} "${flags[@]}" 2>&1 \
              | grep -E '^ +[0-9]' | awk -v c=$col '{print $c}');;
     esac
     line="$line ${t:-nan}"

@@ -22,9 +22,9 @@ if [ -z "$iters" ]; then
   [ "$s" -le 65536 ] && iters=20000
 fi
 command -v perf > /dev/null || { echo "profile.sh: needs perf (apt-get install linux-perf)"; exit 1; }
-tool() { case $1 in allreduce) echo all_reduce_perf;; allgather) echo all_gather_perf;; reduce_scatter) echo reduce_scatter_perf;;
-  broadcast) echo broadcast_perf;; alltoall) echo alltoall_perf;; sendrecv) echo sendrecv_perf;; *) echo "unknown op $1" >&2; exit 2;; esac; }
-out=${OUT:-$(mktemp -d)}
+. scripts/perf-tools.sh
+tool "$op" > /dev/null  # an unknown op ends here
+if [ -n "${OUT:-}" ]; then out=$OUT; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
 data=$out/perf.data
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np $N"
 case $cfg in
@@ -54,4 +54,3 @@ perf report -i "$data" --stdio --no-children --sort comm,dso -F overhead,comm,ds
     END { printf "samples: %.1f%% the run in user space, %.1f%% the run in the kernel, %.1f%% idle, %.1f%% other\n", user, kern, idle, other }'
 perf report -i "$data" --stdio --no-children --comms "$comms" --sort dso,sym 2>/dev/null \
   | grep -E '^ *[0-9.]+%' | sort -rn | head -n "${TOP:-15}"
-[ -n "${OUT:-}" ] || rm -rf "$out"
