@@ -91,7 +91,8 @@ pub const COUNTS: [usize; 5] = [0, 1, 7, 1023, 1_000_003];
 /// (elements per rank): at 4 ranks their calls move 80 KiB (1-byte
 /// elements) to 640 KiB (8-byte) per rank, where, with more local ranks
 /// than CPUs, an out-of-place call sends its blocks single copy from a copy
-/// in shared memory (all-to-all only up to 1 MiB).
+/// in shared memory (all-to-all at every size, the copy with streaming
+/// stores from 2 MiB of input, as in the large cases).
 pub const STAGED_COUNT: usize = 20_011;
 
 /// Every case for `n` ranks.

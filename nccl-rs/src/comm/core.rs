@@ -52,15 +52,30 @@ enum Shape {
 
 type CacheKey = (Coll, DataType, Shape);
 
-/// Largest out-of-place all-to-all (bytes of this rank's input) staged in
-/// shared memory for its single-copy readers, with more local ranks than
-/// CPUs (see [`Core::stage_input`]). 4 ranks on 2 cores, six
-/// paired rounds (`scripts/paired.sh`), heap buffers, staged against
-/// `process_vm_readv`: 128 KiB 64.6 -> 45.9 us, 512 KiB 166 -> 106 us,
-/// 1 MiB 293 -> 182 us, 2 MiB 785 -> 1047 us, 4 MiB and 16 MiB within
-/// noise or slower; 2 ranks (not oversubscribed) 256 KiB 21.5 -> 25.7 us,
-/// 1 MiB 57 -> 50 us, 4 MiB 620 -> 869 us, 16 MiB 3.41 -> 3.77 ms.
-const STAGED_ALL_TO_ALL_MAX_BYTES: usize = 1 << 20;
+/// With more local ranks than CPUs, the staging copy of an all-to-all's
+/// input (see [`Core::stage_input`]) and its own block's copy use streaming
+/// stores from this many bytes of input (elsewhere from
+/// [`crate::reduce::stream_output_min`], half the last-level cache): the
+/// ranks sharing the cache each hold an input, a staging copy and an
+/// output, and the readers take the staged blocks from memory anyway.
+///
+/// Out-of-place all-to-all is staged at every size that goes single copy
+/// in whole blocks. 4 ranks on 2 cores (32 MiB L3), heap buffers, paired
+/// rounds (`scripts/paired.sh`), staged against `process_vm_readv`: with
+/// plain stores, 128 KiB 64.6 -> 45.9 us, 512 KiB 166 -> 106 us, 1 MiB 293
+/// -> 182 us, but 2 MiB 785 -> 1047 us, 4 MiB 1.81 -> 2.11 ms (x0.84), 8
+/// MiB x0.98; with streaming stores from 16 MiB (the cache rule), 16 MiB
+/// x1.29 and x1.37, 32 MiB x1.30, 64 MiB x1.27. Streaming from 2 MiB, six
+/// rounds each (medians of the per-round ratios; Open MPI in the same
+/// rounds): 2 MiB 659 -> 452 us (x1.33; 811), 4 MiB 2.11 -> 1.76 ms
+/// (x1.07; 2.11), 8 MiB 3.90 -> 3.16 ms (x1.18; 3.97), 16 MiB 7.28 -> 5.48
+/// ms (x1.38; 7.70), 64 MiB 26.6 -> 17.5 ms (x1.49; 29.4); from 1 MiB it
+/// lost at 1 MiB (x0.51). In place (staged already) streaming from 2 MiB
+/// tied (4 MiB x0.99, 16 MiB x1.06), and so did streaming the staged
+/// all-gather input (8, 16, 64 MiB of output: x0.96, x1.05, x0.97; not
+/// done). Between two ranks on their own CPUs staging lost (256 KiB 21.5
+/// -> 25.7 us, 4 MiB 620 -> 869 us, 16 MiB 3.41 -> 3.77 ms): not done.
+const OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES: usize = 2 << 20;
 
 pub(crate) struct Core {
     pub(crate) rank: usize,
@@ -241,9 +256,9 @@ impl Core {
     /// returned: run it) leaves the own block alone.
     ///
     /// With more local ranks than CPUs, an out-of-place all-to-all whose
-    /// blocks go single copy from a heap buffer is staged the same way up
-    /// to [`STAGED_ALL_TO_ALL_MAX_BYTES`]: the staging buffer is shared
-    /// memory, which the readers map and copy from with `memcpy`, where
+    /// blocks go single copy from a heap buffer is staged the same way (see
+    /// [`OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES`]): the staging buffer is
+    /// shared memory, which the readers map and copy from with `memcpy`, where
     /// they would read the heap buffer with `process_vm_readv`. The own
     /// block is copied to the output here, and the in-place schedule runs
     /// (its messages are those of the out-of-place one).
@@ -266,7 +281,10 @@ impl Core {
         let copy = Region::new(self.staging.ensure(input.len), input.len);
         let in_place =
             disjoint || (i == o && input.len == output.len && input.len % self.nranks == 0);
-        let stream = input.len >= crate::reduce::stream_output_min();
+        let stream = match self.engine.single_copy.oversubscribed {
+            true => input.len >= OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES,
+            false => input.len >= crate::reduce::stream_output_min(),
+        };
         let block = input.len / self.nranks;
         let parts = match in_place {
             // Everything but this rank's block, as the two ranges around it.
@@ -333,7 +351,6 @@ impl Core {
         policy.oversubscribed
             && input.len == output.len
             && input.len % self.nranks == 0
-            && input.len <= STAGED_ALL_TO_ALL_MAX_BYTES
             && policy.whole_blocks(input.len)
             && crate::hostmem::locate(input.ptr, input.len).is_none()
     }
