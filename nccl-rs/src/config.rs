@@ -23,7 +23,7 @@
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
-//! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, and an all-gather between two ranks that size takes the ring rather than single copy; 0: never |
+//! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
@@ -102,8 +102,10 @@ pub struct Config {
     /// with ours (0: never).
     pub shm_near_ring_bytes: usize,
     /// `NCCL_SHM_STREAM_RING_BYTES`: receives into an output of at least
-    /// this many bytes are copied in with streaming stores, and a 2-rank
-    /// all-gather that size takes the ring instead of single copy (`None`:
+    /// this many bytes are copied in with streaming stores, a 2-rank
+    /// all-gather that size takes the ring instead of single copy, and an
+    /// out-of-place all-to-all that size sends from a streamed copy of its
+    /// input in shared memory (`None`:
     /// half the last-level cache, 4-32 MiB; `usize::MAX`: never).
     pub shm_stream_ring_bytes: Option<usize>,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.

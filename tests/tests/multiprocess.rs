@@ -180,9 +180,10 @@ fn matrix_2_ranks_single_copy() {
     }
 }
 
-/// Streaming receives, and the 2-rank all-gather through the ring, from 4
-/// KiB of output (`NCCL_SHM_STREAM_RING_BYTES`; half the last-level cache
-/// by default, beyond the matrix's calls): the matrix stays exact.
+/// Streaming receives, the 2-rank all-gather through the ring, and
+/// out-of-place all-to-all sent from a copy in shared memory, from 4 KiB of
+/// output (`NCCL_SHM_STREAM_RING_BYTES`; half the last-level cache by
+/// default, beyond the matrix's calls): the matrix stays exact.
 #[test]
 fn matrix_2_ranks_streaming_receives() {
     matrix_with(2, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);

@@ -54,8 +54,8 @@ type CacheKey = (Coll, DataType, Shape);
 
 /// With more local ranks than CPUs, the staging copy of an all-to-all's
 /// input (see [`Core::stage_input`]) and its own block's copy use streaming
-/// stores from this many bytes of input (elsewhere from
-/// [`crate::reduce::stream_output_min`], half the last-level cache): the
+/// stores from this many bytes of input (elsewhere from `ring_from`,
+/// `NCCL_SHM_STREAM_RING_BYTES`, half the last-level cache): the
 /// ranks sharing the cache each hold an input, a staging copy and an
 /// output, and the readers take the staged blocks from memory anyway.
 ///
@@ -73,8 +73,8 @@ type CacheKey = (Coll, DataType, Shape);
 /// lost at 1 MiB (x0.51). In place (staged already) streaming from 2 MiB
 /// tied (4 MiB x0.99, 16 MiB x1.06), and so did streaming the staged
 /// all-gather input (8, 16, 64 MiB of output: x0.96, x1.05, x0.97; not
-/// done). Between two ranks on their own CPUs staging lost (256 KiB 21.5
-/// -> 25.7 us, 4 MiB 620 -> 869 us, 16 MiB 3.41 -> 3.77 ms): not done.
+/// done). Ranks on their own CPUs stage only from `ring_from` (see
+/// [`Core::stages_all_to_all`]).
 const OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES: usize = 2 << 20;
 
 pub(crate) struct Core {
@@ -255,9 +255,10 @@ impl Core {
     /// blocks are copied, and the schedule `all_to_all_in_place` (`true`
     /// returned: run it) leaves the own block alone.
     ///
-    /// With more local ranks than CPUs, an out-of-place all-to-all whose
-    /// blocks go single copy from a heap buffer is staged the same way (see
-    /// [`OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES`]): the staging buffer is
+    /// An out-of-place all-to-all whose blocks go single copy from a heap
+    /// buffer is staged the same way, with more local ranks than CPUs at
+    /// every size (see [`OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES`]), otherwise
+    /// when large (see [`Core::stages_all_to_all`]): the staging buffer is
     /// shared memory, which the readers map and copy from with `memcpy`, where
     /// they would read the heap buffer with `process_vm_readv`. The own
     /// block is copied to the output here, and the in-place schedule runs
@@ -281,9 +282,10 @@ impl Core {
         let copy = Region::new(self.staging.ensure(input.len), input.len);
         let in_place =
             disjoint || (i == o && input.len == output.len && input.len % self.nranks == 0);
-        let stream = match self.engine.single_copy.oversubscribed {
+        let policy = self.engine.single_copy;
+        let stream = match policy.oversubscribed {
             true => input.len >= OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES,
-            false => input.len >= crate::reduce::stream_output_min(),
+            false => input.len >= policy.ring_from,
         };
         let block = input.len / self.nranks;
         let parts = match in_place {
@@ -345,10 +347,22 @@ impl Core {
     }
 
     /// Whether an out-of-place all-to-all from `input` to `output` is staged
-    /// in shared memory (see [`Core::stage_input`]).
+    /// in shared memory (see [`Core::stage_input`]): with more local ranks
+    /// than CPUs at every size, otherwise from `ring_from` bytes of input
+    /// (`NCCL_SHM_STREAM_RING_BYTES`, by default half the last-level cache,
+    /// 16 MiB here), where the copy streams. 2 ranks on 2
+    /// cores, heap buffers, paired rounds (`scripts/paired.sh`), staged
+    /// against `process_vm_readv`: 16 MiB 3.21 -> 2.55 ms (x1.26, six
+    /// rounds) and 2.85 -> 2.39 ms (x1.20, eight), 32 MiB 6.56 -> 5.64 ms
+    /// (x1.12), 64 MiB 11.7 -> 9.90 ms (x1.20; Open MPI 3.26, 3.47, 7.33
+    /// and 13.9 ms in the same rounds). Below it, with plain stores, it lost
+    /// (4 MiB 303 -> 974 us, 8 MiB 1.39 -> 2.11 ms: buffers that stay in the
+    /// cache, read in place by `process_vm_readv`), and an earlier host
+    /// measured a loss at 16 MiB too (3.41 -> 3.77 ms).
     fn stages_all_to_all(&self, input: Region, output: Region) -> bool {
         let policy = self.engine.single_copy;
-        policy.oversubscribed
+        let large = input.len >= policy.ring_from;
+        (policy.oversubscribed || large)
             && input.len == output.len
             && input.len % self.nranks == 0
             && policy.whole_blocks(input.len)
