@@ -79,6 +79,9 @@ fn mem_free(ptr: *mut c_void) -> FfiResult<ncclResult_t> {
 /// A registration: which communicator it belongs to (by identity).
 struct Registration {
     comm: Arc<CommShared>,
+    /// The host buffer registration moved onto huge pages, if any (its
+    /// record is dropped again on deregistration).
+    huge: Option<(usize, usize)>,
 }
 
 fn registrations() -> MutexGuard<'static, HashMap<usize, Registration>> {
@@ -102,11 +105,12 @@ fn register(
         return Err(invalid("ncclCommRegister: buff is NULL"));
     }
     note_net_path(&comm, buff, size);
-    if is_host(buff) {
-        huge_pages(buff.cast(), size);
-    }
+    let huge = match is_host(buff) && huge_pages(buff.cast(), size) {
+        true => Some((buff as usize, size)),
+        false => None,
+    };
     let token = Box::into_raw(Box::new(0u8));
-    registrations().insert(token as usize, Registration { comm });
+    registrations().insert(token as usize, Registration { comm, huge });
     // SAFETY: `handle` is non-NULL and points to a `void*` (contract).
     unsafe { handle.write(token.cast()) };
     Ok(ncclResult_t::Success)
@@ -125,21 +129,27 @@ fn is_host(_buff: *const c_void) -> bool {
 }
 
 /// Moves a registered host buffer onto huge pages where the kernel allows,
-/// and says (INFO) what came of it.
-fn huge_pages(buff: *const u8, size: usize) {
+/// and says (INFO) what came of it; whether the kernel took the advice.
+fn huge_pages(buff: *const u8, size: usize) -> bool {
     use nccl_rs::hostmem::HugePages;
     match nccl_rs::hostmem::prefer_huge_pages(buff, size) {
         HugePages::NotApplicable => {}
-        HugePages::Collapsed(bytes) => tracing::info!(
-            size,
-            "ncclCommRegister: {} MiB of the buffer now on huge pages",
-            bytes >> 20
-        ),
-        HugePages::Advised(errno) => tracing::info!(
-            size,
-            errno,
-            "ncclCommRegister: huge pages advised, not collapsed now"
-        ),
+        HugePages::Collapsed(bytes) => {
+            tracing::info!(
+                size,
+                "ncclCommRegister: {} MiB of the buffer now on huge pages",
+                bytes >> 20
+            );
+            return true;
+        }
+        HugePages::Advised(errno) => {
+            tracing::info!(
+                size,
+                errno,
+                "ncclCommRegister: huge pages advised, not collapsed now"
+            );
+            return true;
+        }
         HugePages::Refused(errno) => {
             tracing::info!(
                 size,
@@ -148,6 +158,7 @@ fn huge_pages(buff: *const u8, size: usize) {
             )
         }
     }
+    false
 }
 
 /// Logs (INFO) how device memory at `buff` would travel through the
@@ -190,7 +201,13 @@ fn deregister(comm: ncclComm_t, handle: *mut c_void) -> FfiResult<ncclResult_t> 
             )))
         }
     }
-    regs.remove(&(handle as usize));
+    if let Some(Registration {
+        huge: Some((buff, size)),
+        ..
+    }) = regs.remove(&(handle as usize))
+    {
+        nccl_rs::hostmem::forget_huge_pages(buff as *const u8, size);
+    }
     // SAFETY: the token came from `Box::into_raw(Box<u8>)` in `register`
     // and was still registered, so it is freed exactly once.
     drop(unsafe { Box::from_raw(handle.cast::<u8>()) });

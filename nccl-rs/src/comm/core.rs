@@ -326,7 +326,10 @@ impl Core {
     /// 256 KiB 89.9 -> 52.7 us, 1 MiB 278 -> 142 us, 4 MiB 1.56 -> 1.06 ms,
     /// 16 MiB 8.44 -> 6.71 ms, 64 MiB 33.2 -> 29.1 ms. Not between two
     /// ranks on their own CPUs, where it lost (1 MiB 65 -> 85 us, 16 MiB
-    /// 3.25 -> 3.98 ms).
+    /// 3.25 -> 3.98 ms), also against the ring from `ring_from` on, where
+    /// a staged all-to-all gains (six paired rounds, whole blocks staged
+    /// with plain / streaming stores: 16 MiB x0.86 / x0.85, 64 MiB x0.79 /
+    /// x0.96).
     fn stage_all_gather_input(&mut self, mut bufs: CallBufs) -> CallBufs {
         let (input, output) = (bufs.input, bufs.output);
         let policy = self.engine.single_copy;
@@ -334,7 +337,8 @@ impl Core {
             && input.len > 0
             && !input.overlaps(output)
             && policy.whole_block_all_gather(output.len)
-            && crate::hostmem::locate(input.ptr, input.len).is_none();
+            && crate::hostmem::locate(input.ptr, input.len).is_none()
+            && !crate::hostmem::registered_huge(input.ptr, input.len);
         if staged {
             let copy = Region::new(self.staging.ensure(input.len), input.len);
             // SAFETY: `input` is readable for the call (the `CallBufs`
@@ -358,7 +362,8 @@ impl Core {
     /// and 13.9 ms in the same rounds). Below it, with plain stores, it lost
     /// (4 MiB 303 -> 974 us, 8 MiB 1.39 -> 2.11 ms: buffers that stay in the
     /// cache, read in place by `process_vm_readv`), and an earlier host
-    /// measured a loss at 16 MiB too (3.41 -> 3.77 ms).
+    /// measured a loss at 16 MiB too (3.41 -> 3.77 ms). Never for a buffer
+    /// registered onto huge pages (see [`crate::hostmem::registered_huge`]).
     fn stages_all_to_all(&self, input: Region, output: Region) -> bool {
         let policy = self.engine.single_copy;
         let large = input.len >= policy.ring_from;
@@ -367,6 +372,7 @@ impl Core {
             && input.len % self.nranks == 0
             && policy.whole_blocks(input.len)
             && crate::hostmem::locate(input.ptr, input.len).is_none()
+            && !crate::hostmem::registered_huge(input.ptr, input.len)
     }
 
     pub(crate) fn execute(

@@ -16,7 +16,8 @@
 mod huge;
 mod peer_map;
 
-pub use huge::{prefer_huge_pages, register_host_buffer, HugePages, HUGE_PAGE};
+pub(crate) use huge::registered_huge;
+pub use huge::{forget_huge_pages, prefer_huge_pages, register_host_buffer, HugePages, HUGE_PAGE};
 pub(crate) use peer_map::PeerMaps;
 
 use crate::datatype::Element;
