@@ -52,38 +52,6 @@ enum Shape {
 
 type CacheKey = (Coll, DataType, Shape);
 
-/// With more local ranks than CPUs, the staging copy of an all-to-all's
-/// input (see [`Core::stage_input`]) and its own block's copy use streaming
-/// stores from this many bytes of input (elsewhere from `ring_from`,
-/// `NCCL_SHM_STREAM_RING_BYTES`, half the last-level cache): the
-/// ranks sharing the cache each hold an input, a staging copy and an
-/// output, and the readers take the staged blocks from memory anyway.
-///
-/// Out-of-place all-to-all is staged at every size that goes single copy
-/// in whole blocks. 4 ranks on 2 cores (32 MiB L3), heap buffers, paired
-/// rounds (`scripts/paired.sh`), staged against `process_vm_readv`: with
-/// plain stores, 128 KiB 64.6 -> 45.9 us, 512 KiB 166 -> 106 us, 1 MiB 293
-/// -> 182 us, but 2 MiB 785 -> 1047 us, 4 MiB 1.81 -> 2.11 ms (x0.84), 8
-/// MiB x0.98; with streaming stores from 16 MiB (the cache rule), 16 MiB
-/// x1.29 and x1.37, 32 MiB x1.30, 64 MiB x1.27. Streaming from 2 MiB, six
-/// rounds each (medians of the per-round ratios; Open MPI in the same
-/// rounds): 2 MiB 659 -> 452 us (x1.33; 811), 4 MiB 2.11 -> 1.76 ms
-/// (x1.07; 2.11), 8 MiB 3.90 -> 3.16 ms (x1.18; 3.97), 16 MiB 7.28 -> 5.48
-/// ms (x1.38; 7.70), 64 MiB 26.6 -> 17.5 ms (x1.49; 29.4); from 1 MiB it
-/// lost at 1 MiB (x0.51). In place (staged already) streaming from 2 MiB
-/// tied (4 MiB x0.99, 16 MiB x1.06), and so did streaming the staged
-/// all-gather input (8, 16, 64 MiB of output: x0.96, x1.05, x0.97; not
-/// done). Ranks on their own CPUs stage only from `ring_from` (see
-/// [`Core::stages_all_to_all`]).
-const OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES: usize = 2 << 20;
-
-/// Largest out-of-place all-to-all (bytes of input) staged in shared
-/// memory: the staging buffer stays allocated for the communicator's life
-/// (grown in powers of two), so larger calls read the caller's buffer with
-/// `process_vm_readv` instead of holding that much more memory per rank.
-/// Staging was measured to gain up to 64 MiB.
-const STAGED_ALL_TO_ALL_MAX_BYTES: usize = 256 << 20;
-
 pub(crate) struct Core {
     pub(crate) rank: usize,
     pub(crate) nranks: usize,
@@ -263,9 +231,9 @@ impl Core {
     /// returned: run it) leaves the own block alone.
     ///
     /// An out-of-place all-to-all whose blocks go single copy from a heap
-    /// buffer is staged the same way, with more local ranks than CPUs at
-    /// every size (see [`OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES`]), otherwise
-    /// when large (see [`Core::stages_all_to_all`]): the staging buffer is
+    /// buffer is staged the same way where
+    /// [`SingleCopyPolicy::stages_all_to_all`](crate::engine::SingleCopyPolicy::stages_all_to_all)
+    /// says so: the staging buffer is
     /// shared memory, which the readers map and copy from with `memcpy`, where
     /// they would read the heap buffer with `process_vm_readv`. The own
     /// block is copied to the output here, and the in-place schedule runs
@@ -289,11 +257,7 @@ impl Core {
         let copy = Region::new(self.staging.ensure(input.len), input.len);
         let in_place =
             disjoint || (i == o && input.len == output.len && input.len % self.nranks == 0);
-        let policy = self.engine.single_copy;
-        let stream = match policy.oversubscribed {
-            true => input.len >= OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES,
-            false => input.len >= policy.ring_from,
-        };
+        let stream = self.engine.single_copy.stage_streams(input.len);
         let block = input.len / self.nranks;
         let parts = match in_place {
             // Everything but this rank's block, as the two ranges around it.
@@ -358,27 +322,13 @@ impl Core {
     }
 
     /// Whether an out-of-place all-to-all from `input` to `output` is staged
-    /// in shared memory (see [`Core::stage_input`]): with more local ranks
-    /// than CPUs at every size, otherwise from `ring_from` bytes of input
-    /// (`NCCL_SHM_STREAM_RING_BYTES`, by default half the last-level cache,
-    /// 16 MiB here), where the copy streams. 2 ranks on 2
-    /// cores, heap buffers, paired rounds (`scripts/paired.sh`), staged
-    /// against `process_vm_readv`: 16 MiB 3.21 -> 2.55 ms (x1.26, six
-    /// rounds) and 2.85 -> 2.39 ms (x1.20, eight), 32 MiB 6.56 -> 5.64 ms
-    /// (x1.12), 64 MiB 11.7 -> 9.90 ms (x1.20; Open MPI 3.26, 3.47, 7.33
-    /// and 13.9 ms in the same rounds). Below it, with plain stores, it lost
-    /// (4 MiB 303 -> 974 us, 8 MiB 1.39 -> 2.11 ms: buffers that stay in the
-    /// cache, read in place by `process_vm_readv`), and an earlier host
-    /// measured a loss at 16 MiB too (3.41 -> 3.77 ms). Never for a buffer
-    /// registered onto huge pages (see [`crate::hostmem::registered_huge`]).
+    /// in shared memory (see [`Core::stage_input`]): where the policy stages
+    /// one of that size, from a heap buffer that is not registered onto huge
+    /// pages (see [`crate::hostmem::registered_huge`]).
     fn stages_all_to_all(&self, input: Region, output: Region) -> bool {
-        let policy = self.engine.single_copy;
-        let large = input.len >= policy.ring_from;
-        (policy.oversubscribed || large)
-            && input.len <= STAGED_ALL_TO_ALL_MAX_BYTES
+        self.engine.single_copy.stages_all_to_all(input.len)
             && input.len == output.len
             && input.len % self.nranks == 0
-            && policy.whole_blocks(input.len)
             && crate::hostmem::locate(input.ptr, input.len).is_none()
             && !crate::hostmem::registered_huge(input.ptr, input.len)
     }

@@ -80,7 +80,7 @@ pub fn prefer_huge_pages(ptr: *const u8, len: usize) -> HugePages {
 /// Forgets a registration of the `len` bytes at `ptr` ([`prefer_huge_pages`]
 /// advised or collapsed them), as `ncclCommDeregister` does: once every registration of
 /// that range is forgotten, calls on it are staged again where that pays
-/// (see [`registered_huge`]).
+/// (as `registered_huge` tells the staging code).
 pub fn forget_huge_pages(ptr: *const u8, len: usize) {
     if let Some((start, bytes)) = whole_huge_pages(ptr as usize, len) {
         collapsed().forget(start, bytes);

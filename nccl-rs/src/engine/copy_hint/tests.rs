@@ -380,3 +380,44 @@ fn receives_stream_into_large_outputs_that_are_not_read_again() {
     assert!(!hint.streams(0xffff as *const u8, 2), "starts before");
     assert!(!RecvHint::default().streams(std::ptr::null(), 0), "empty");
 }
+
+#[test]
+fn all_to_all_is_staged_oversubscribed_or_large_and_streams_by_size() {
+    let mut p = SingleCopyPolicy {
+        max_bytes: 2 * MIB,
+        oversubscribed: true,
+        uniform: true,
+        pair: false,
+        split: false,
+        ring_from: 16 * MIB,
+    };
+    // More local ranks than CPUs: every size that goes in whole blocks.
+    assert!(!p.stages_all_to_all(64 << 10), "not single copy");
+    assert!(p.stages_all_to_all((64 << 10) + 1));
+    assert!(p.stages_all_to_all(MIB));
+    assert!(p.stages_all_to_all(STAGED_ALL_TO_ALL_MAX_BYTES));
+    assert!(
+        !p.stages_all_to_all(STAGED_ALL_TO_ALL_MAX_BYTES + 1),
+        "memory bound"
+    );
+    assert!(!p.stage_streams(OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES - 1));
+    assert!(p.stage_streams(OVERSUBSCRIBED_STAGE_STREAM_MIN_BYTES));
+    // Ranks on their own CPUs: only from `ring_from`, where the copy streams.
+    p.oversubscribed = false;
+    assert!(!p.stages_all_to_all(16 * MIB - 1));
+    assert!(p.stages_all_to_all(16 * MIB));
+    assert!(!p.stage_streams(16 * MIB - 1));
+    assert!(p.stage_streams(16 * MIB));
+    p.ring_from = usize::MAX;
+    assert!(
+        !p.stages_all_to_all(64 * MIB),
+        "`NCCL_SHM_STREAM_RING_BYTES=0`"
+    );
+    assert!(!p.stage_streams(64 * MIB));
+    // Not every rank on this host with single copy: never.
+    p.ring_from = 16 * MIB;
+    p.uniform = false;
+    assert!(!p.stages_all_to_all(64 * MIB));
+    p.oversubscribed = true;
+    assert!(!p.stages_all_to_all(MIB));
+}
