@@ -1,6 +1,6 @@
 //! Device buffers (`--device 1`): each rank's send and receive buffers in
 //! GPU memory (`cuMemAlloc`), every operation run through nccl-rs's
-//! [`Stager`](nccl_rs::cuda::Stager) on the default stream and waited
+//! `nccl_rs::cuda::Stager` (the `cuda` feature) on the default stream and waited
 //! for, so the times include the staging copies, as nccl-tests' include
 //! its kernels. The check fills and compares host copies: the input is
 //! copied to the device before the checked operation and the output back
