@@ -132,8 +132,8 @@ fn is_host(_buff: *const c_void) -> bool {
 /// and says (INFO) what came of it; whether the kernel took the advice.
 fn huge_pages(buff: *const u8, size: usize) -> bool {
     use nccl_rs::hostmem::HugePages;
-    match nccl_rs::hostmem::prefer_huge_pages(buff, size) {
-        HugePages::NotApplicable => {}
+    let (what, errno, advised) = match nccl_rs::hostmem::prefer_huge_pages(buff, size) {
+        HugePages::NotApplicable => return false,
         HugePages::Collapsed(bytes) => {
             tracing::info!(
                 size,
@@ -142,23 +142,11 @@ fn huge_pages(buff: *const u8, size: usize) -> bool {
             );
             return true;
         }
-        HugePages::Advised(errno) => {
-            tracing::info!(
-                size,
-                errno,
-                "ncclCommRegister: huge pages advised, not collapsed now"
-            );
-            return true;
-        }
-        HugePages::Refused(errno) => {
-            tracing::info!(
-                size,
-                errno,
-                "ncclCommRegister: no huge pages for the buffer"
-            )
-        }
-    }
-    false
+        HugePages::Advised(errno) => ("huge pages advised, not collapsed now", errno, true),
+        HugePages::Refused(errno) => ("no huge pages for the buffer", errno, false),
+    };
+    tracing::info!(size, errno, "ncclCommRegister: {what}");
+    advised
 }
 
 /// Logs (INFO) how device memory at `buff` would travel through the
