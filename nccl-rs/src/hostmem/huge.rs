@@ -70,7 +70,7 @@ pub fn prefer_huge_pages(ptr: *const u8, len: usize) -> HugePages {
     }
     // Recorded either way: a range not yet faulted in cannot be collapsed
     // (`EINVAL`), and faults after the advice take huge pages.
-    collapsed().record(start, bytes);
+    huge_ranges().record(start, bytes);
     match advise(MADV_COLLAPSE) {
         Ok(()) => HugePages::Collapsed(bytes),
         Err(e) => HugePages::Advised(e),
@@ -83,7 +83,7 @@ pub fn prefer_huge_pages(ptr: *const u8, len: usize) -> HugePages {
 /// (as `registered_huge` tells the staging code).
 pub fn forget_huge_pages(ptr: *const u8, len: usize) {
     if let Some((start, bytes)) = whole_huge_pages(ptr as usize, len) {
-        collapsed().forget(start, bytes);
+        huge_ranges().forget(start, bytes);
     }
 }
 
@@ -99,21 +99,21 @@ pub fn forget_huge_pages(ptr: *const u8, len: usize) {
 /// was advised while partly faulted in on small pages, and not collapsed).
 pub(crate) fn registered_huge(ptr: *const u8, len: usize) -> bool {
     match whole_huge_pages(ptr as usize, len) {
-        Some((start, bytes)) => collapsed().covers(start, bytes),
+        Some((start, bytes)) => huge_ranges().covers(start, bytes),
         None => false,
     }
 }
 
 /// Ranges [`prefer_huge_pages`] advised or collapsed, with how many registrations
-/// hold each; the newest [`Collapsed::MAX`] only (an application that
+/// hold each; the newest [`HugeRanges::MAX`] only (an application that
 /// registers without deregistering does not grow it without bound).
 #[derive(Default)]
-struct Collapsed {
+struct HugeRanges {
     /// (start, bytes, registrations), oldest first.
     ranges: Vec<(usize, usize, usize)>,
 }
 
-impl Collapsed {
+impl HugeRanges {
     const MAX: usize = 64;
 
     fn record(&mut self, start: usize, bytes: usize) {
@@ -151,9 +151,9 @@ impl Collapsed {
     }
 }
 
-fn collapsed() -> std::sync::MutexGuard<'static, Collapsed> {
-    static RANGES: std::sync::Mutex<Collapsed> =
-        std::sync::Mutex::new(Collapsed { ranges: Vec::new() });
+fn huge_ranges() -> std::sync::MutexGuard<'static, HugeRanges> {
+    static RANGES: std::sync::Mutex<HugeRanges> =
+        std::sync::Mutex::new(HugeRanges { ranges: Vec::new() });
     RANGES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -178,9 +178,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn collapsed_ranges_count_registrations_and_stay_bounded() {
+    fn registered_ranges_count_registrations_and_stay_bounded() {
         const H: usize = HUGE_PAGE;
-        let mut c = Collapsed::default();
+        let mut c = HugeRanges::default();
         c.record(4 * H, 8 * H);
         c.record(4 * H, 8 * H);
         assert!(c.covers(4 * H, 8 * H));
@@ -192,12 +192,12 @@ mod tests {
         c.forget(4 * H, 8 * H);
         assert!(!c.covers(4 * H, 8 * H));
         c.forget(4 * H, 8 * H); // no such registration: nothing happens
-        for i in 0..Collapsed::MAX + 3 {
+        for i in 0..HugeRanges::MAX + 3 {
             c.record(i * 2 * H, H);
         }
-        assert_eq!(c.ranges.len(), Collapsed::MAX);
+        assert_eq!(c.ranges.len(), HugeRanges::MAX);
         assert!(!c.covers(0, H), "the oldest went first");
-        assert!(c.covers((Collapsed::MAX + 2) * 2 * H, H));
+        assert!(c.covers((HugeRanges::MAX + 2) * 2 * H, H));
     }
 
     #[test]
