@@ -6,7 +6,7 @@
 //! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
 //! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
 //! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
-//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each); 1 MiB when all ranks share one host and outnumber its CPUs (`oversubscribed_buffsize`) |
+//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each); 2 MiB when all ranks share one host and outnumber its CPUs (`oversubscribed_buffsize`) |
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
 //! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
@@ -36,17 +36,30 @@ use std::time::Duration;
 pub use transport_tcp::AddrFamily;
 
 /// Staging per connection (`NCCL_BUFFSIZE` unset) when every rank of a
-/// communicator is on one host and they outnumber its CPUs. Measured with
-/// 4 ranks on the 2-core development machine (`ncclrun -n 4 <tool> -c 0`,
-/// interleaved runs; 4 MiB → 1 MiB, so 512 → 128 KiB chunks and 1 MiB →
-/// 256 KiB rings): all-reduce 1 MiB 527–581 → 475–505 µs, 16 MiB 9.1–9.6 →
-/// 8.5–9.2 ms; reduce-scatter 16 MiB 4.9–5.1 → 4.6–4.8 ms, 64 MiB 28.6 →
-/// 26–27 ms; broadcast 1 MiB 278–297 → 240–252 µs, 16 MiB 4.7 → 4.2 ms,
-/// 64 MiB 28.3–28.7 → 24.2 ms; all-to-all 1 MiB 378–395 → 357–367 µs, 64 MiB
-/// 27.6 → 23.7–25.9 ms; all-gather within noise. Smaller chunks alone
-/// (`NCCL_STEPS=32`, rings kept at 1.25 MiB) lost, so the gain is the
-/// rings' size: two ranks per core share its caches.
-pub const OVERSUBSCRIBED_BUFFSIZE: usize = 1 << 20;
+/// communicator is on one host and they outnumber its CPUs: 256 KiB chunks
+/// (8 `NCCL_STEPS`) and 512 KiB shared-memory rings at 4 ranks, where the
+/// default 4 MiB gives 512 KiB chunks and 1 MiB rings. First measured on
+/// an earlier host (`ncclrun -n 4 <tool> -c 0`, interleaved runs, 4 MiB →
+/// 1 MiB, so 512 → 128 KiB chunks and 1 MiB → 256 KiB rings): all-reduce
+/// 1 MiB 527–581 → 475–505 µs, 16 MiB 9.1–9.6 → 8.5–9.2 ms; reduce-scatter
+/// 16 MiB 4.9–5.1 → 4.6–4.8 ms; broadcast 16 MiB 4.7 → 4.2 ms; all-gather
+/// within noise; smaller chunks alone (`NCCL_STEPS=32`) lost. On the 2-core
+/// host of 2026-12-03, with the code of then, 1 MiB lost to both larger
+/// sizes: paired rounds of `scripts/paired.sh 4 OP SIZE 8` against 1 MiB,
+/// 2 MiB / 4 MiB: broadcast 256 KiB x1.36 / x1.11, 1 MiB x1.41 / x1.46,
+/// 4 MiB x1.34 / x1.28, 16 MiB x1.16 / x1.24, 64 MiB x1.00–1.25 /
+/// x1.06–1.36; all-reduce 256 KiB x1.08 / x1.06, 1 MiB x1.37 / x1.39,
+/// 4 MiB x1.02 / x1.27, 16 MiB x1.02–1.09 / x1.01–1.02, 64 MiB x1.09–1.16
+/// / x1.04–1.12; reduce-scatter 256 KiB x0.93 / x0.99, 1 MiB x1.33 /
+/// x1.43, 16 MiB x1.10–1.12 / x1.09–1.11, 64 MiB x0.72 in one series and
+/// x1.31 in the next / x0.74 and x1.24; all-gather 256 KiB–64 MiB and
+/// all-to-all 1–64 MiB x0.94–1.05 both. 1 MiB with `NCCL_STEPS=4` (the
+/// chunks and rings of 2 MiB, four engine slots instead of eight) gained
+/// alike (broadcast 1 MiB x1.46, 16 MiB x1.20, reduce-scatter 1 MiB x1.40),
+/// so it is the chunks and rings, not the engine's slots: fewer, larger
+/// chunks, each a hand-over between ranks that take turns on a core. 2 MiB:
+/// the smaller of the two sizes, as fast.
+pub const OVERSUBSCRIBED_BUFFSIZE: usize = 2 << 20;
 
 /// All `NCCL_*` settings, parsed once.
 #[derive(Clone, Debug)]
@@ -63,8 +76,9 @@ pub struct Config {
     pub buffsize: usize,
     /// Staging bytes per connection of a communicator whose ranks all share
     /// one host and outnumber its CPUs: `NCCL_BUFFSIZE` when that is set,
-    /// else [`OVERSUBSCRIBED_BUFFSIZE`] (smaller rings stay in the caches
-    /// that the ranks sharing a core also share).
+    /// else [`OVERSUBSCRIBED_BUFFSIZE`] (half the default: rings that stay
+    /// in the caches the ranks sharing a core also share, chunks large
+    /// enough that handing them over between those ranks stays rare).
     pub oversubscribed_buffsize: usize,
     /// `NCCL_STEPS`: staging slots (chunks in flight) per connection.
     pub steps: usize,
@@ -344,7 +358,7 @@ mod tests {
         assert_eq!(c.buffsize, 4 << 20);
         assert_eq!(c.slot_bytes(), 512 << 10);
         assert_eq!(c.slot_bytes_for(false), 512 << 10);
-        assert_eq!(c.slot_bytes_for(true), 128 << 10, "oversubscribed: 1 MiB");
+        assert_eq!(c.slot_bytes_for(true), 256 << 10, "oversubscribed: 2 MiB");
         let set = cfg(&[("NCCL_BUFFSIZE", "8388608")]).unwrap();
         assert_eq!(
             set.slot_bytes_for(true),
