@@ -24,6 +24,7 @@
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
+//! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather that takes the ring (from `NCCL_SHM_STREAM_RING_BYTES` up), rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks instead; 0: no probe |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
@@ -122,6 +123,11 @@ pub struct Config {
     /// input in shared memory (`None`:
     /// half the last-level cache, 4-32 MiB; `usize::MAX`: never).
     pub shm_stream_ring_bytes: Option<usize>,
+    /// `NCCL_SHM_APART_NS`: before a 2-rank all-gather that would take the
+    /// ring, a round trip of at least this many nanoseconds says the two
+    /// CPUs do not share a cache, and the call goes single copy instead
+    /// (0: no probe).
+    pub shm_apart_ns: u64,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
@@ -164,6 +170,7 @@ impl Default for Config {
             shm_cma_max_bytes: 2 << 20,
             shm_near_ring_bytes: 1 << 20,
             shm_stream_ring_bytes: None,
+            shm_apart_ns: crate::comm::APART_NS,
             shm_direct_reduce: true,
             local_register: true,
             zero_copy_min_bytes: 32 << 10,
@@ -239,6 +246,12 @@ impl Config {
                 d.shm_near_ring_bytes,
                 0..=usize::MAX,
             )?,
+            shm_apart_ns: num(
+                &text,
+                "NCCL_SHM_APART_NS",
+                d.shm_apart_ns as usize,
+                0..=u32::MAX as usize,
+            )? as u64,
             shm_stream_ring_bytes: match text("NCCL_SHM_STREAM_RING_BYTES") {
                 None => None,
                 Some(_) => match num(&text, "NCCL_SHM_STREAM_RING_BYTES", 0, 0..=usize::MAX)? {
@@ -379,6 +392,9 @@ mod tests {
         assert!(c.shm_direct_reduce);
         assert!(c.shm_cma_split);
         assert!(!cfg(&[("NCCL_SHM_CMA_SPLIT", "0")]).unwrap().shm_cma_split);
+        assert_eq!(c.shm_apart_ns, 600);
+        assert_eq!(cfg(&[("NCCL_SHM_APART_NS", "0")]).unwrap().shm_apart_ns, 0);
+        assert!(cfg(&[("NCCL_SHM_APART_NS", "soon")]).is_err());
         assert!(c.local_register);
         assert_eq!(c.zero_copy_min_bytes, 32 << 10);
         let c2 = cfg(&[

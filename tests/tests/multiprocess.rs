@@ -189,6 +189,37 @@ fn matrix_2_ranks_streaming_receives() {
     matrix_with(2, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);
 }
 
+/// The same with every placement probe before a 2-rank all-gather saying
+/// the CPUs are apart (`NCCL_SHM_APART_NS=1`): those calls go single copy
+/// in whole blocks instead of through the ring, and the matrix stays
+/// exact. Rank 0's log must show the verdicts (traced by
+/// `nccl_rs::comm::placement`), and rank 1 must have heard them.
+#[test]
+fn matrix_2_ranks_cpus_apart() {
+    let outs = matrix_with(
+        2,
+        &[
+            ("NCCL_SHM_STREAM_RING_BYTES", "4096"),
+            ("NCCL_SHM_APART_NS", "1"),
+            ("RUST_LOG", "warn,nccl_rs::comm::placement=trace"),
+        ],
+    );
+    for o in &outs {
+        let log = format!("{}{}", o.stdout, o.stderr);
+        let verdicts = log.lines().filter(|l| l.contains("cpu placement")).count();
+        let apart = log
+            .lines()
+            .filter(|l| l.contains("cpu placement") && l.contains("apart"))
+            .filter(|l| l.contains("true"))
+            .count();
+        assert!(
+            verdicts > 0 && apart == verdicts,
+            "rank {}: {apart} of {verdicts} probes apart:\n{log}",
+            o.rank
+        );
+    }
+}
+
 /// The same with more local ranks than CPUs on a 2-CPU machine (receives
 /// stream; every all-gather keeps its shape).
 #[test]

@@ -55,6 +55,7 @@ pub(crate) fn agree_single_copy(
         ];
         b.extend_from_slice(&(p.max_bytes as u64).to_le_bytes());
         b.extend_from_slice(&(p.ring_from as u64).to_le_bytes());
+        b.extend_from_slice(&p.apart_ns.to_le_bytes());
         b
     };
     let me = encode(&mine);

@@ -182,6 +182,11 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
+        if let Coll::AllGather { .. } = coll {
+            // Between two ranks, the ring only while their CPUs share a cache.
+            let watch = self.engine.single_copy.watches_placement(bufs.output.len);
+            self.engine.single_copy.apart = watch && self.cores_apart(tag, label)?;
+        }
         let (bufs, in_place) = self.stage_input(coll, bufs);
         // One message per peer where it goes single-copy (all ranks agree):
         // each chunk would cost a handshake (and for a split broadcast, an

@@ -7,6 +7,8 @@ mod connect;
 mod core;
 mod group;
 mod nonblocking;
+mod placement;
+pub(crate) use placement::APART_NS;
 pub mod raw;
 mod split;
 mod zero_copy;
@@ -183,6 +185,8 @@ impl Communicator {
             ring_from: config
                 .shm_stream_ring_bytes
                 .unwrap_or_else(crate::reduce::stream_output_min),
+            apart_ns: config.shm_apart_ns,
+            apart: false,
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;

@@ -203,6 +203,16 @@ pub(crate) struct SingleCopyPolicy {
     /// where `process_vm_readv` reads every destination line first
     /// (`NCCL_SHM_STREAM_RING_BYTES`; `usize::MAX`: never).
     pub(crate) ring_from: usize,
+    /// Before a 2-rank all-gather of `ring_from` bytes or more, the ranks
+    /// time a round trip: this many nanoseconds or more say their CPUs do
+    /// not share a cache (`NCCL_SHM_APART_NS`; 0: no probe; see
+    /// [`SingleCopyPolicy::watches_placement`]).
+    pub(crate) apart_ns: u64,
+    /// Set per call, not agreed at init: the two ranks' CPUs were found not
+    /// to share a cache at the start of this 2-rank all-gather
+    /// (`Core::cores_apart`), so it goes single copy in whole blocks at any
+    /// size; the ring in chunks wins only while they share one.
+    pub(crate) apart: bool,
 }
 
 impl SingleCopyPolicy {
@@ -266,7 +276,19 @@ impl SingleCopyPolicy {
     /// [`SingleCopyPolicy::ring_from`] on, not with more local ranks than
     /// CPUs.
     pub(crate) fn rings(&self, bytes: usize) -> bool {
-        !self.oversubscribed && bytes >= self.ring_from
+        !self.oversubscribed && bytes >= self.ring_from && !self.apart
+    }
+
+    /// Whether a 2-rank all-gather with `bytes` of output would take the
+    /// ring in chunks while the CPUs share a cache, and so is worth a look
+    /// at where they are (`Core::cores_apart`): every rank on this host,
+    /// which the ranks agreed on, so they all ask.
+    pub(crate) fn watches_placement(&self, bytes: usize) -> bool {
+        self.uniform
+            && self.pair
+            && self.apart_ns != 0
+            && !self.oversubscribed
+            && bytes >= self.ring_from
     }
 
     /// Whether a broadcast goes single-copy at any size: two ranks on one
@@ -298,6 +320,8 @@ impl Default for SingleCopyPolicy {
             pair: false,
             split: false,
             ring_from: usize::MAX,
+            apart_ns: 0,
+            apart: false,
         }
     }
 }

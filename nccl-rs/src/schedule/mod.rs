@@ -26,7 +26,7 @@ pub use direct::{all_reduce_direct, reduce_scatter_direct};
 pub use halving_doubling::{all_reduce_halving_doubling, core_size};
 pub use p2p::{
     all_gather_direct, all_to_all, all_to_all_in_place, broadcast_direct, gather, p2p_group,
-    scatter, P2pOp,
+    round_trip, scatter, P2pOp,
 };
 pub use ring::{all_gather, all_reduce, broadcast, reduce, reduce_scatter};
 pub use tree::{all_reduce_tree, btree, dtree, Tree};

@@ -269,6 +269,28 @@ pub fn p2p_group(me: usize, ops: &[P2pOp]) -> Result<Schedule, String> {
     Ok(finish(steps))
 }
 
+/// A round trip of `count` elements between two ranks: the leader sends
+/// its input to `peer` and receives the echo into its output; the other
+/// rank receives into its output and sends that back. The communicator
+/// times the leader's runs to tell whether the two ranks' CPUs share a
+/// cache (see `Core::cores_apart`); with `count` 0 nothing moves.
+pub fn round_trip(peer: usize, count: usize, leads: bool) -> Schedule {
+    let send = |src| Step::Send {
+        to: peer,
+        src,
+        count,
+    };
+    let recv = Step::Recv {
+        from: peer,
+        dst: Loc::Out(0),
+        count,
+    };
+    finish(match leads {
+        true => vec![send(Loc::In(0)), recv],
+        false => vec![recv, send(Loc::Out(0))],
+    })
+}
+
 fn finish(mut steps: Vec<Step>) -> Schedule {
     steps.retain(|s| s.count() > 0);
     Schedule { steps, scratch: 0 }

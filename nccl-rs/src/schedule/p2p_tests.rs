@@ -145,3 +145,29 @@ fn pairwise_all_to_all_gather_scatter() {
         }
     }
 }
+
+/// The leader's input comes back to it unchanged, through the other rank's
+/// output; nothing else moves, and either rank may lead.
+#[test]
+fn round_trip_echoes_the_leaders_input() {
+    for &c in COUNTS {
+        for leader in 0..2 {
+            let b = run(
+                2,
+                |r| round_trip(1 - r, c, r == leader),
+                |r| (0..c).map(|i| v(r, i)).collect(),
+                c,
+            );
+            for r in 0..2 {
+                expect(
+                    &b[r].output,
+                    |i| Val {
+                        ranks: 1 << leader,
+                        index: i as u64,
+                    },
+                    "round trip",
+                );
+            }
+        }
+    }
+}

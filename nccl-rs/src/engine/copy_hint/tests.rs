@@ -66,6 +66,8 @@ fn copy_only_calls_up_to_the_cap() {
         pair: false,
         split: false,
         ring_from: usize::MAX,
+        apart_ns: 0,
+        apart: false,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
@@ -92,6 +94,8 @@ fn oversubscribed_all_to_all_only_in_its_window() {
         pair: false,
         split: false,
         ring_from: usize::MAX,
+        apart_ns: 0,
+        apart: false,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 4 * MIB, p));
@@ -115,6 +119,8 @@ fn one_host_all_to_all_at_any_size_in_whole_blocks() {
         pair: false,
         split: false,
         ring_from: usize::MAX,
+        apart_ns: 0,
+        apart: false,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 1 << 30, p));
@@ -142,6 +148,8 @@ fn one_host_all_gather_in_one_hop() {
         pair: true,
         split: false,
         ring_from: usize::MAX,
+        apart_ns: 0,
+        apart: false,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     assert!(p.whole_block_all_gather(1024));
@@ -185,6 +193,8 @@ fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
         pair: true,
         split: true,
         ring_from: usize::MAX,
+        apart_ns: 0,
+        apart: false,
     };
     let bc = Some(Coll::Broadcast { count: 1, root: 0 });
     assert!(allowed(bc, false, 1 << 30, p));
@@ -298,6 +308,8 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
         pair: true,
         split: true,
         ring_from: 16 * MIB,
+        apart_ns: 0,
+        apart: false,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
@@ -321,6 +333,35 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
     };
     assert!(allowed(ag, true, 1 << 30, over));
     assert!(over.whole_block_all_gather(1 << 30));
+    // Only where the ring would be taken, and only if every rank probes,
+    // do the ranks look at where their CPUs are.
+    assert!(!p.watches_placement(1 << 30), "the probe is off");
+    let probing = SingleCopyPolicy { apart_ns: 600, ..p };
+    assert!(probing.watches_placement(16 * MIB));
+    assert!(!probing.watches_placement(16 * MIB - 1));
+    for q in [
+        SingleCopyPolicy {
+            uniform: false,
+            ..probing
+        },
+        SingleCopyPolicy {
+            pair: false,
+            ..probing
+        },
+        SingleCopyPolicy {
+            oversubscribed: true,
+            ..probing
+        },
+    ] {
+        assert!(!q.watches_placement(1 << 30), "{q:?}");
+    }
+    // CPUs found apart: single copy in whole blocks at any size.
+    let apart = SingleCopyPolicy {
+        apart: true,
+        ..probing
+    };
+    assert!(apart.whole_block_all_gather(1 << 30) && allowed(ag, true, 1 << 30, apart));
+    assert!(!probing.whole_block_all_gather(1 << 30));
 }
 
 /// The receive hint for `steps` of `coll` with an output of `out_bytes` at
@@ -390,6 +431,8 @@ fn all_to_all_is_staged_oversubscribed_or_large_and_streams_by_size() {
         pair: false,
         split: false,
         ring_from: 16 * MIB,
+        apart_ns: 0,
+        apart: false,
     };
     // More local ranks than CPUs: every size that goes in whole blocks.
     assert!(!p.stages_all_to_all(64 << 10), "not single copy");

@@ -1,0 +1,87 @@
+//! Where the two ranks' CPUs are, asked before a 2-rank all-gather that
+//! would take the shared-memory ring.
+//!
+//! On a virtual machine the host moves the vCPUs between cores that share a
+//! cache and cores that do not, every few seconds. A 2-rank all-gather of
+//! at least `NCCL_SHM_STREAM_RING_BYTES` (half the last-level cache) is
+//! fastest through the ring in chunks while the cores share a cache, and
+//! about twice as slow while they do not (every ring line crosses between
+//! the caches), where single copy in whole blocks (`process_vm_readv`
+//! straight from the sender's buffer) does not care. Both ranks must cut
+//! the call's messages alike, so the choice is the leader's (rank 0): it
+//! times a few 8-byte round trips with rank 1, as the call's own messages
+//! (its tag, so a mismatched call still fails as one), and sends its
+//! verdict. Paired rounds (`scripts/paired.sh`, 2 ranks, heap buffers,
+//! 64 MiB out of place), ring in chunks against whole blocks single copy,
+//! by the placement probe before each round (`copy_floor --pair`): near
+//! (62-73 ns) 6.1-7.7 against 9.5-11.2 ms, apart (318-323 ns) 15.1-16.1
+//! against 10.0-11.1 ms; Open MPI 10.6-13.6 ms throughout. The transport's
+//! own placement samples (`transport::shm::placement`) come from messages
+//! that may go single copy, which the ring's chunks are not, and a rank's
+//! view of them may differ from its peer's.
+
+use super::core::Core;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::{CallBufs, OpLabel, Region};
+use crate::error::Result;
+use crate::schedule;
+use std::time::{Duration, Instant};
+
+/// Round trips timed; the fastest counts (a late look only adds time).
+const ROUND_TRIPS: usize = 5;
+
+/// Default `NCCL_SHM_APART_NS`: the fastest of [`ROUND_TRIPS`] round
+/// trips through the engine's eager path taking at least this many
+/// nanoseconds says the CPUs do not share a cache. On the development
+/// machine (2-rank all-gathers of 16 and 64 MiB, `NCCL_DEBUG=TRACE`, 25
+/// calls per run) runs whose `copy_floor --pair` read 28-73 ns and that
+/// ran fast timed 180-360 ns (a few up to 491-641 ns), runs that ran slow
+/// (the vCPUs apart, `--pair` 313-342 ns, or moved during the run) timed
+/// 621-1182 ns (one call 531 ns). The two states alternate every few
+/// seconds, the shared one more often, so the cut leans towards it.
+pub(crate) const APART_NS: u64 = 600;
+
+impl Core {
+    /// Whether the two ranks' CPUs do not share a cache right now, as rank
+    /// 0 times it and tells rank 1 (see the module docs). Runs as
+    /// operation `label` with `tag`, so its deadline, abort and mismatch
+    /// handling are the call's.
+    pub(crate) fn cores_apart(&mut self, tag: u32, label: OpLabel) -> Result<bool> {
+        let leads = self.rank == 0;
+        let peer = 1 - self.rank;
+        let trip = schedule::round_trip(peer, 8, leads);
+        let (ping, mut pong) = ([0u8; 8], [0u8; 8]);
+        let mut best = Duration::MAX;
+        for _ in 0..ROUND_TRIPS {
+            let bufs = CallBufs {
+                input: Region::read_only(ping.as_ptr(), ping.len()),
+                output: Region::new(pong.as_mut_ptr(), pong.len()),
+                group: Vec::new(),
+            };
+            let start = Instant::now();
+            self.execute(&trip, DataType::Uint8, RedOp::Sum, tag, label, bufs)?;
+            best = best.min(start.elapsed());
+        }
+        // The leader's verdict travels as one more round trip's first leg
+        // and comes back as its second, so both ranks run the same shape.
+        let apart_at = Duration::from_nanos(self.engine.single_copy.apart_ns);
+        let verdict = [u8::from(best >= apart_at)];
+        let mut heard = [0u8; 1];
+        let one = schedule::round_trip(peer, 1, leads);
+        let bufs = CallBufs {
+            input: Region::read_only(verdict.as_ptr(), 1),
+            output: Region::new(heard.as_mut_ptr(), 1),
+            group: Vec::new(),
+        };
+        self.execute(&one, DataType::Uint8, RedOp::Sum, tag, label, bufs)?;
+        let apart = heard[0] != 0;
+        tracing::trace!(
+            rank = self.rank,
+            ?best,
+            apart,
+            "cpu placement before {}",
+            label.call()
+        );
+        Ok(apart)
+    }
+}
