@@ -129,8 +129,9 @@
 //! all-to-all and one-hop all-gather of any size (more than 64 KiB with
 //! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
 //! local ranks than CPUs) in whole blocks (2-rank all-gather below
-//! `ring_from`). Each rank decides for its own sends; the receiver takes
-//! either kind of message.
+//! `ring_from`, or of any size while the two CPUs share no cache, which
+//! rank 0 times before each such call: `comm::placement`). Each rank
+//! decides for its own sends; the receiver takes either kind of message.
 
 use super::{Call, CallBufs, OpLabel, Region};
 use crate::plan::Coll;
