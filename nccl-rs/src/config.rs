@@ -24,7 +24,7 @@
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
-//! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather that takes the ring (from `NCCL_SHM_STREAM_RING_BYTES` up), rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks instead; 0: no probe |
+//! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather or out-of-place all-to-all of at least `NCCL_SHM_STREAM_RING_BYTES`, rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks; shorter, it takes the ring in chunks; 0: no probe (all-gather takes the ring, all-to-all single copy) |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
@@ -123,10 +123,11 @@ pub struct Config {
     /// input in shared memory (`None`:
     /// half the last-level cache, 4-32 MiB; `usize::MAX`: never).
     pub shm_stream_ring_bytes: Option<usize>,
-    /// `NCCL_SHM_APART_NS`: before a 2-rank all-gather that would take the
-    /// ring, a round trip of at least this many nanoseconds says the two
-    /// CPUs do not share a cache, and the call goes single copy instead
-    /// (0: no probe).
+    /// `NCCL_SHM_APART_NS`: before a 2-rank all-gather or out-of-place
+    /// all-to-all of at least `shm_stream_ring_bytes`, a round trip of at
+    /// least this many nanoseconds says the two CPUs do not share a cache,
+    /// and the call goes single copy in whole blocks; a shorter one sends
+    /// it through the ring in chunks (0: no probe).
     pub shm_apart_ns: u64,
     /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
     pub shm_direct_reduce: bool,

@@ -189,35 +189,49 @@ fn matrix_2_ranks_streaming_receives() {
     matrix_with(2, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);
 }
 
-/// The same with every placement probe before a 2-rank all-gather saying
-/// the CPUs are apart (`NCCL_SHM_APART_NS=1`): those calls go single copy
-/// in whole blocks instead of through the ring, and the matrix stays
-/// exact. Rank 0's log must show the verdicts (traced by
-/// `nccl_rs::comm::placement`), and rank 1 must have heard them.
-#[test]
-fn matrix_2_ranks_cpus_apart() {
+/// The matrix at 2 ranks with the placement probe (before every all-gather
+/// and out-of-place all-to-all from 4 KiB of output) given `apart_ns`, so
+/// that every verdict comes out `apart`; it stays exact, and both ranks'
+/// logs (traced by `nccl_rs::comm::placement`) must show the verdicts.
+fn matrix_2_ranks_placed(apart_ns: &str, apart: bool) {
     let outs = matrix_with(
         2,
         &[
             ("NCCL_SHM_STREAM_RING_BYTES", "4096"),
-            ("NCCL_SHM_APART_NS", "1"),
+            ("NCCL_SHM_APART_NS", apart_ns),
             ("RUST_LOG", "warn,nccl_rs::comm::placement=trace"),
         ],
     );
+    let want = if apart { "true" } else { "false" };
     for o in &outs {
         let log = format!("{}{}", o.stdout, o.stderr);
-        let verdicts = log.lines().filter(|l| l.contains("cpu placement")).count();
-        let apart = log
+        let verdicts: Vec<_> = log
             .lines()
-            .filter(|l| l.contains("cpu placement") && l.contains("apart"))
-            .filter(|l| l.contains("true"))
-            .count();
+            .filter(|l| l.contains("cpu placement"))
+            .collect();
+        let agree = verdicts.iter().filter(|l| l.contains(want)).count();
+        let a2a = verdicts.iter().filter(|l| l.contains("all_to_all")).count();
         assert!(
-            verdicts > 0 && apart == verdicts,
-            "rank {}: {apart} of {verdicts} probes apart:\n{log}",
-            o.rank
+            agree > 0 && agree == verdicts.len() && a2a > 0,
+            "rank {}: {agree} of {} probes apart={want}, {a2a} before all-to-all:\n{log}",
+            o.rank,
+            verdicts.len()
         );
     }
+}
+
+/// Every probe says the CPUs are apart (`NCCL_SHM_APART_NS=1`): those calls
+/// go single copy in whole blocks.
+#[test]
+fn matrix_2_ranks_cpus_apart() {
+    matrix_2_ranks_placed("1", true);
+}
+
+/// Every probe says the CPUs share a cache (the largest threshold): those
+/// calls take the ring in chunks, out-of-place all-to-all too.
+#[test]
+fn matrix_2_ranks_cpus_near() {
+    matrix_2_ranks_placed("4294967295", false);
 }
 
 /// The same with more local ranks than CPUs on a 2-CPU machine (receives

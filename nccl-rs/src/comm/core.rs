@@ -13,7 +13,7 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{copy_region, Call, CallBufs, Engine, OpLabel, Region, SendStaging};
+use crate::engine::{copy_region, Call, CallBufs, Engine, OpLabel, Placement, Region, SendStaging};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
 use crate::schedule::{self, Schedule};
@@ -182,11 +182,19 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
-        if let Coll::AllGather { .. } = coll {
-            // Between two ranks, the ring only while their CPUs share a cache.
-            let watch = self.engine.single_copy.watches_placement(bufs.output.len);
-            self.engine.single_copy.apart = watch && self.cores_apart(tag, label)?;
-        }
+        // Between two ranks, the ring only while their CPUs share a cache
+        // (in place, all-to-all sends from staging and keeps single copy).
+        let probes = match coll {
+            Coll::AllGather { .. } => true,
+            Coll::AllToAll { .. } => !bufs.input.overlaps(bufs.output),
+            _ => false,
+        };
+        let watch = probes && self.engine.single_copy.watches_placement(bufs.output.len);
+        self.engine.single_copy.placement = match watch {
+            true if self.cores_apart(tag, label)? => Placement::Apart,
+            true => Placement::Near,
+            false => Placement::Unknown,
+        };
         let (bufs, in_place) = self.stage_input(coll, bufs);
         // One message per peer where it goes single-copy (all ranks agree):
         // each chunk would cost a handshake (and for a split broadcast, an

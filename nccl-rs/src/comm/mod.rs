@@ -186,7 +186,7 @@ impl Communicator {
                 .shm_stream_ring_bytes
                 .unwrap_or_else(crate::reduce::stream_output_min),
             apart_ns: config.shm_apart_ns,
-            apart: false,
+            placement: Default::default(),
         };
         // Also the barrier after connecting: every rank contributes.
         let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;

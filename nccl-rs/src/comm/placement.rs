@@ -1,5 +1,5 @@
-//! Where the two ranks' CPUs are, asked before a 2-rank all-gather that
-//! would take the shared-memory ring.
+//! Where the two ranks' CPUs are, asked before a 2-rank all-gather or
+//! out-of-place all-to-all of `NCCL_SHM_STREAM_RING_BYTES` or more.
 //!
 //! On a virtual machine the host moves the vCPUs between cores that share a
 //! cache and cores that do not, every few seconds. A 2-rank all-gather of
@@ -15,7 +15,19 @@
 //! 64 MiB out of place), ring in chunks against whole blocks single copy,
 //! by the placement probe before each round (`copy_floor --pair`): near
 //! (62-73 ns) 6.1-7.7 against 9.5-11.2 ms, apart (318-323 ns) 15.1-16.1
-//! against 10.0-11.1 ms; Open MPI 10.6-13.6 ms throughout. The transport's
+//! against 10.0-11.1 ms; Open MPI 10.6-13.6 ms throughout.
+//!
+//! An out-of-place all-to-all of that size otherwise sends from a streamed
+//! copy of its input in shared memory, read in whole blocks
+//! (`Core::stage_input`); found near, it takes the ring in chunks as well
+//! (`engine::Placement::Near`). Paired rounds against the probe off
+//! (`CFGS="target/release;target/release NCCL_SHM_APART_NS=0;mpi-shm" bash
+//! scripts/paired.sh 2 alltoall S 16`, heap buffers): 16 MiB 2.00 against
+//! 2.25 ms (x1.07) and 1.90 against 2.25 ms (x1.12), 32 MiB 4.52 against
+//! 4.63 ms (x0.99), 64 MiB 8.37 against 8.96 ms (x1.05) and 8.93 against
+//! 9.04 ms (x1.00); Open MPI 2.85-2.93, 6.51 and 12.2-12.3 ms. In place it
+//! sends from staging and stays single copy, where the ring lost (x0.81-0.83
+//! at 16 and 64 MiB). The transport's
 //! own placement samples (`transport::shm::placement`) come from messages
 //! that may go single copy, which the ring's chunks are not, and a rank's
 //! view of them may differ from its peer's.

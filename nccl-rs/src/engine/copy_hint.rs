@@ -130,7 +130,8 @@
 //! more local ranks than CPUs; all-gather one hop at 2 ranks or with more
 //! local ranks than CPUs) in whole blocks (2-rank all-gather below
 //! `ring_from`, or of any size while the two CPUs share no cache, which
-//! rank 0 times before each such call: `comm::placement`). Each rank
+//! rank 0 times before each such call: `comm::placement`; an out-of-place
+//! 2-rank all-to-all from `ring_from` found near takes the ring). Each rank
 //! decides for its own sends; the receiver takes either kind of message.
 
 use super::{Call, CallBufs, OpLabel, Region};
@@ -209,17 +210,34 @@ pub(crate) struct SingleCopyPolicy {
     /// not share a cache (`NCCL_SHM_APART_NS`; 0: no probe; see
     /// [`SingleCopyPolicy::watches_placement`]).
     pub(crate) apart_ns: u64,
-    /// Set per call, not agreed at init: the two ranks' CPUs were found not
-    /// to share a cache at the start of this 2-rank all-gather
-    /// (`Core::cores_apart`), so it goes single copy in whole blocks at any
-    /// size; the ring in chunks wins only while they share one.
-    pub(crate) apart: bool,
+    /// Set per call, not agreed at init: where the two ranks' CPUs were
+    /// found at the start of this call (`Core::cores_apart`; only before
+    /// calls [`SingleCopyPolicy::watches_placement`] names).
+    pub(crate) placement: Placement,
+}
+
+/// Whether two ranks' CPUs share a cache, as timed before a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Not timed for this call.
+    #[default]
+    Unknown,
+    /// They share one: the ring in chunks, two copies through the cache,
+    /// beats single copy, for all-gather and out-of-place all-to-all.
+    Near,
+    /// They do not: every ring line crosses between the caches, and single
+    /// copy in whole blocks wins.
+    Apart,
 }
 
 impl SingleCopyPolicy {
     /// Whether an all-to-all with `bytes` of buffers on this rank may go
     /// single-copy.
     pub(crate) fn all_to_all(&self, bytes: usize) -> bool {
+        if self.placement == Placement::Near {
+            // Timed near (out of place, 2 ranks, from `ring_from`): the ring.
+            return false;
+        }
         let max = self.max_bytes;
         match (self.uniform, self.oversubscribed) {
             (true, true) => OVERSUBSCRIBED_MIN_BYTES < bytes,
@@ -277,13 +295,14 @@ impl SingleCopyPolicy {
     /// [`SingleCopyPolicy::ring_from`] on, not with more local ranks than
     /// CPUs.
     pub(crate) fn rings(&self, bytes: usize) -> bool {
-        !self.oversubscribed && bytes >= self.ring_from && !self.apart
+        !self.oversubscribed && bytes >= self.ring_from && self.placement != Placement::Apart
     }
 
-    /// Whether a 2-rank all-gather with `bytes` of output would take the
-    /// ring in chunks while the CPUs share a cache, and so is worth a look
-    /// at where they are (`Core::cores_apart`): every rank on this host,
-    /// which the ranks agreed on, so they all ask.
+    /// Whether a 2-rank all-gather (or out-of-place all-to-all, which the
+    /// caller tells apart) with `bytes` of output would take the ring in
+    /// chunks while the CPUs share a cache, and so is worth a look at where
+    /// they are (`Core::cores_apart`): every rank on this host, which the
+    /// ranks agreed on, so they all ask.
     pub(crate) fn watches_placement(&self, bytes: usize) -> bool {
         self.uniform
             && self.pair
@@ -322,7 +341,7 @@ impl Default for SingleCopyPolicy {
             split: false,
             ring_from: usize::MAX,
             apart_ns: 0,
-            apart: false,
+            placement: Placement::Unknown,
         }
     }
 }

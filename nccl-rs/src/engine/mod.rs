@@ -31,7 +31,7 @@ pub(crate) use run::{Call, Run};
 use crate::error::{Error, Result};
 use crate::transport::{RecvComm, SendComm};
 pub(crate) use buffers::AlignedBuf;
-pub(crate) use copy_hint::SingleCopyPolicy;
+pub(crate) use copy_hint::{Placement, SingleCopyPolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -67,7 +67,7 @@ fn copy_only_calls_up_to_the_cap() {
         split: false,
         ring_from: usize::MAX,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
@@ -95,7 +95,7 @@ fn oversubscribed_all_to_all_only_in_its_window() {
         split: false,
         ring_from: usize::MAX,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 4 * MIB, p));
@@ -120,7 +120,7 @@ fn one_host_all_to_all_at_any_size_in_whole_blocks() {
         split: false,
         ring_from: usize::MAX,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let a2a = Some(Coll::AllToAll { count: 1 });
     assert!(allowed(a2a, true, 1 << 30, p));
@@ -149,7 +149,7 @@ fn one_host_all_gather_in_one_hop() {
         split: false,
         ring_from: usize::MAX,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     assert!(p.whole_block_all_gather(1024));
@@ -194,7 +194,7 @@ fn two_rank_broadcast_goes_single_copy_when_the_root_helps() {
         split: true,
         ring_from: usize::MAX,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let bc = Some(Coll::Broadcast { count: 1, root: 0 });
     assert!(allowed(bc, false, 1 << 30, p));
@@ -309,7 +309,7 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
         split: true,
         ring_from: 16 * MIB,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     let ag = Some(Coll::AllGather { send_count: 1 });
     let a2a = Some(Coll::AllToAll { count: 1 });
@@ -357,11 +357,20 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
     }
     // CPUs found apart: single copy in whole blocks at any size.
     let apart = SingleCopyPolicy {
-        apart: true,
+        placement: Placement::Apart,
         ..probing
     };
     assert!(apart.whole_block_all_gather(1 << 30) && allowed(ag, true, 1 << 30, apart));
     assert!(!probing.whole_block_all_gather(1 << 30));
+    // Found near: both take the ring in chunks, all-to-all too (not staged).
+    let near = SingleCopyPolicy {
+        placement: Placement::Near,
+        ..probing
+    };
+    assert!(!near.whole_block_all_gather(1 << 30) && !allowed(ag, true, 1 << 30, near));
+    assert!(!allowed(a2a, true, 16 * MIB, near) && !near.whole_blocks(16 * MIB));
+    assert!(!near.stages_all_to_all(16 * MIB));
+    assert!(apart.whole_blocks(16 * MIB) && apart.stages_all_to_all(16 * MIB));
 }
 
 /// The receive hint for `steps` of `coll` with an output of `out_bytes` at
@@ -432,7 +441,7 @@ fn all_to_all_is_staged_oversubscribed_or_large_and_streams_by_size() {
         split: false,
         ring_from: 16 * MIB,
         apart_ns: 0,
-        apart: false,
+        placement: Placement::Unknown,
     };
     // More local ranks than CPUs: every size that goes in whole blocks.
     assert!(!p.stages_all_to_all(64 << 10), "not single copy");
