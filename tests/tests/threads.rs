@@ -357,6 +357,62 @@ fn all_to_all_ranks_in_place_and_out_of_place_mix() {
 }
 
 #[test]
+fn pair_all_to_all_mixes_in_place_and_out_of_place_under_the_placement_probe() {
+    // Two ranks on shared memory probe their CPUs' placement before an
+    // all-to-all from `shm_stream_ring_bytes` (4 KiB here), and an
+    // out-of-place one found near takes the ring in chunks, where one in
+    // place keeps whole blocks: the probe trades that, so a rank in place
+    // and one out of place still cut their messages alike. Forced near (the
+    // largest threshold) and apart (1 ns); the probe off for reference.
+    for apart_ns in [u64::from(u32::MAX), 1, 0] {
+        for in_place_rank in [0, 1] {
+            let n = 2;
+            let outs = on_threads_with(
+                n,
+                false,
+                move |c| {
+                    c.shm_stream_ring_bytes = Some(4096);
+                    c.shm_apart_ns = apart_ns;
+                },
+                move |mut comm| {
+                    let r = comm.rank();
+                    let mut fails = Vec::new();
+                    for count in [512usize, 300_000, 2 << 20] {
+                        let input: Vec<u32> =
+                            (0..n * count).map(|i| (r * n * count + i) as u32).collect();
+                        let want =
+                            |i: usize| ((i / count) * n * count + r * count + i % count) as u32;
+                        let out = if r == in_place_rank {
+                            let mut buf = input;
+                            comm.all_to_all_in_place(&mut buf).unwrap();
+                            buf
+                        } else {
+                            let mut out = vec![0u32; n * count];
+                            comm.all_to_all(&input, &mut out).unwrap();
+                            out
+                        };
+                        if let Some(i) = (0..n * count).find(|&i| out[i] != want(i)) {
+                            fails.push(format!(
+                                "count {count} element {i}: {} != {}",
+                                out[i],
+                                want(i)
+                            ));
+                        }
+                    }
+                    fails
+                },
+            );
+            for (r, fails) in outs.iter().enumerate() {
+                assert!(
+                    fails.is_empty(),
+                    "apart_ns {apart_ns}, rank {in_place_rank} in place, rank {r}: {fails:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn zero_copy_all_to_all_in_place_swaps_and_mixed_calls_fall_back() {
     // Shared buffers on every rank (ranks as threads share one process; the
     // zero-copy path maps the buffers all the same). All ranks in place:

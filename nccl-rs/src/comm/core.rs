@@ -183,16 +183,16 @@ impl Core {
             return Ok(());
         }
         // Between two ranks, the ring only while their CPUs share a cache
-        // (in place, all-to-all sends from staging and keeps single copy).
-        let probes = match coll {
-            Coll::AllGather { .. } => true,
-            Coll::AllToAll { .. } => !bufs.input.overlaps(bufs.output),
-            _ => false,
+        // (in place, all-to-all sends from staging and keeps single copy:
+        // whether a rank is in place is its own, so the probe trades it).
+        let (probes, ring_ok) = match coll {
+            Coll::AllGather { .. } => (true, true),
+            Coll::AllToAll { .. } => (true, !bufs.input.overlaps(bufs.output)),
+            _ => (false, false),
         };
         let watch = probes && self.engine.single_copy.watches_placement(bufs.output.len);
         self.engine.single_copy.placement = match watch {
-            true if self.cores_apart(tag, label)? => Placement::Apart,
-            true => Placement::Near,
+            true => self.probe_placement(tag, label, ring_ok)?,
             false => Placement::Unknown,
         };
         let (bufs, in_place) = self.stage_input(coll, bufs);

@@ -20,7 +20,8 @@
 //! An out-of-place all-to-all of that size otherwise sends from a streamed
 //! copy of its input in shared memory, read in whole blocks
 //! (`Core::stage_input`); found near, it takes the ring in chunks as well
-//! (`engine::Placement::Near`). Paired rounds against the probe off
+//! (`engine::Placement::Near`), if it is out of place on both ranks (each
+//! says so in its round trips). Paired rounds against the probe off
 //! (`CFGS="target/release;target/release NCCL_SHM_APART_NS=0;mpi-shm" bash
 //! scripts/paired.sh 2 alltoall S 16`, heap buffers): 16 MiB 2.00 against
 //! 2.25 ms (x1.07) and 1.90 against 2.25 ms (x1.12), 32 MiB 4.52 against
@@ -34,7 +35,7 @@
 
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{CallBufs, OpLabel, Region};
+use crate::engine::{CallBufs, OpLabel, Placement, Region};
 use crate::error::Result;
 use crate::schedule;
 use std::time::{Duration, Instant};
@@ -53,47 +54,72 @@ const ROUND_TRIPS: usize = 5;
 /// seconds, the shared one more often, so the cut leans towards it.
 pub(crate) const APART_NS: u64 = 600;
 
+/// Rank 0's verdict, as it travels to rank 1.
+const VERDICT_NEAR: u8 = 0;
+const VERDICT_APART: u8 = 1;
+/// Near, but a rank's side of the call cannot take the ring (an all-to-all
+/// in place): the call keeps its shape of old.
+const VERDICT_NEAR_NO_RING: u8 = 2;
+
 impl Core {
-    /// Whether the two ranks' CPUs do not share a cache right now, as rank
-    /// 0 times it and tells rank 1 (see the module docs). Runs as
-    /// operation `label` with `tag`, so its deadline, abort and mismatch
-    /// handling are the call's.
-    pub(crate) fn cores_apart(&mut self, tag: u32, label: OpLabel) -> Result<bool> {
+    /// Where the two ranks' CPUs are right now, as rank 0 times it and
+    /// tells rank 1 (see the module docs); `ring_ok`: this rank's side of
+    /// the call may take the ring (the ranks trade it, since an all-to-all
+    /// may be in place on one rank only, and both must cut its messages
+    /// alike). Runs as operation `label` with `tag`, so its deadline, abort
+    /// and mismatch handling are the call's.
+    pub(crate) fn probe_placement(
+        &mut self,
+        tag: u32,
+        label: OpLabel,
+        ring_ok: bool,
+    ) -> Result<Placement> {
         let leads = self.rank == 0;
         let peer = 1 - self.rank;
         let trip = schedule::round_trip(peer, 8, leads);
-        let (ping, mut pong) = ([0u8; 8], [0u8; 8]);
+        let mine = [u8::from(ring_ok); 8];
+        let mut theirs = [0u8; 8];
         let mut best = Duration::MAX;
         for _ in 0..ROUND_TRIPS {
             let bufs = CallBufs {
-                input: Region::read_only(ping.as_ptr(), ping.len()),
-                output: Region::new(pong.as_mut_ptr(), pong.len()),
+                input: Region::read_only(mine.as_ptr(), mine.len()),
+                output: Region::new(theirs.as_mut_ptr(), theirs.len()),
                 group: Vec::new(),
             };
             let start = Instant::now();
             self.execute(&trip, DataType::Uint8, RedOp::Sum, tag, label, bufs)?;
             best = best.min(start.elapsed());
         }
-        // The leader's verdict travels as one more round trip's first leg
-        // and comes back as its second, so both ranks run the same shape.
+        // Only the leader's timing and verdict count; it travels as one
+        // more round trip (rank 1's side of that trip carries nothing).
         let apart_at = Duration::from_nanos(self.engine.single_copy.apart_ns);
-        let verdict = [u8::from(best >= apart_at)];
+        let verdict = match (best >= apart_at, ring_ok && theirs[0] != 0) {
+            (true, _) => VERDICT_APART,
+            (false, true) => VERDICT_NEAR,
+            (false, false) => VERDICT_NEAR_NO_RING,
+        };
+        let sent = [verdict];
         let mut heard = [0u8; 1];
         let one = schedule::round_trip(peer, 1, leads);
         let bufs = CallBufs {
-            input: Region::read_only(verdict.as_ptr(), 1),
+            input: Region::read_only(sent.as_ptr(), 1),
             output: Region::new(heard.as_mut_ptr(), 1),
             group: Vec::new(),
         };
         self.execute(&one, DataType::Uint8, RedOp::Sum, tag, label, bufs)?;
-        let apart = heard[0] != 0;
+        let placement = match if leads { verdict } else { heard[0] } {
+            VERDICT_NEAR => Placement::Near,
+            VERDICT_APART => Placement::Apart,
+            _ => Placement::Unknown,
+        };
         tracing::trace!(
             rank = self.rank,
             ?best,
-            apart,
+            apart = placement == Placement::Apart,
+            ?placement,
             "cpu placement before {}",
             label.call()
         );
-        Ok(apart)
+        Ok(placement)
     }
 }

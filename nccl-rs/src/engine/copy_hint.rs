@@ -211,7 +211,7 @@ pub(crate) struct SingleCopyPolicy {
     /// [`SingleCopyPolicy::watches_placement`]).
     pub(crate) apart_ns: u64,
     /// Set per call, not agreed at init: where the two ranks' CPUs were
-    /// found at the start of this call (`Core::cores_apart`; only before
+    /// found at the start of this call (`Core::probe_placement`; only before
     /// calls [`SingleCopyPolicy::watches_placement`] names).
     pub(crate) placement: Placement,
 }
@@ -298,11 +298,12 @@ impl SingleCopyPolicy {
         !self.oversubscribed && bytes >= self.ring_from && self.placement != Placement::Apart
     }
 
-    /// Whether a 2-rank all-gather (or out-of-place all-to-all, which the
-    /// caller tells apart) with `bytes` of output would take the ring in
-    /// chunks while the CPUs share a cache, and so is worth a look at where
-    /// they are (`Core::cores_apart`): every rank on this host, which the
-    /// ranks agreed on, so they all ask.
+    /// Whether a 2-rank all-gather or all-to-all with `bytes` of output
+    /// would take the ring in chunks while the CPUs share a cache (an
+    /// all-to-all only if out of place on both ranks, which the probe
+    /// trades), and so is worth a look at where they are
+    /// (`Core::probe_placement`): every rank on this host, which the ranks
+    /// agreed on, so they all ask.
     pub(crate) fn watches_placement(&self, bytes: usize) -> bool {
         self.uniform
             && self.pair

@@ -269,11 +269,12 @@ pub fn p2p_group(me: usize, ops: &[P2pOp]) -> Result<Schedule, String> {
     Ok(finish(steps))
 }
 
-/// A round trip of `count` elements between two ranks: the leader sends
-/// its input to `peer` and receives the echo into its output; the other
-/// rank receives into its output and sends that back. The communicator
-/// times the leader's runs to tell whether the two ranks' CPUs share a
-/// cache (see `Core::cores_apart`); with `count` 0 nothing moves.
+/// A round trip of `count` elements between two ranks, which swaps their
+/// inputs: the leader sends its input to `peer` and then receives the
+/// peer's into its output; the other rank receives first, then sends. The
+/// communicator times the leader's runs to tell whether the two ranks'
+/// CPUs share a cache, and the ranks trade what they need to agree on a
+/// call's shape (see `Core::placement`); with `count` 0 nothing moves.
 pub fn round_trip(peer: usize, count: usize, leads: bool) -> Schedule {
     let send = |src| Step::Send {
         to: peer,
@@ -287,7 +288,7 @@ pub fn round_trip(peer: usize, count: usize, leads: bool) -> Schedule {
     };
     finish(match leads {
         true => vec![send(Loc::In(0)), recv],
-        false => vec![recv, send(Loc::Out(0))],
+        false => vec![recv, send(Loc::In(0))],
     })
 }
 

@@ -146,10 +146,10 @@ fn pairwise_all_to_all_gather_scatter() {
     }
 }
 
-/// The leader's input comes back to it unchanged, through the other rank's
-/// output; nothing else moves, and either rank may lead.
+/// The two ranks' inputs trade places, whichever rank leads, and nothing
+/// else moves.
 #[test]
-fn round_trip_echoes_the_leaders_input() {
+fn round_trip_swaps_the_inputs() {
     for &c in COUNTS {
         for leader in 0..2 {
             let b = run(
@@ -162,7 +162,7 @@ fn round_trip_echoes_the_leaders_input() {
                 expect(
                     &b[r].output,
                     |i| Val {
-                        ranks: 1 << leader,
+                        ranks: 1 << (1 - r),
                         index: i as u64,
                     },
                     "round trip",
