@@ -309,6 +309,35 @@ fn all_to_all_message_cuts_agree_when_single_copy_differs_per_rank() {
     }
 }
 
+/// All-to-alls of each of `counts` elements per peer on `comm`, in place if
+/// `in_place`, checked exactly; the mismatches found.
+fn mixed_all_to_alls(comm: &mut Communicator, in_place: bool, counts: &[usize]) -> Vec<String> {
+    let (n, r) = (comm.size(), comm.rank());
+    let mut fails = Vec::new();
+    for &count in counts {
+        // Element i of rank r's input: block i / count, going to that rank.
+        let input: Vec<u32> = (0..n * count).map(|i| (r * n * count + i) as u32).collect();
+        let want = |i: usize| ((i / count) * n * count + r * count + i % count) as u32;
+        let out = if in_place {
+            let mut buf = input;
+            comm.all_to_all_in_place(&mut buf).unwrap();
+            buf
+        } else {
+            let mut out = vec![0u32; n * count];
+            comm.all_to_all(&input, &mut out).unwrap();
+            out
+        };
+        if let Some(i) = (0..n * count).find(|&i| out[i] != want(i)) {
+            fails.push(format!(
+                "count {count} element {i}: {} != {}",
+                out[i],
+                want(i)
+            ));
+        }
+    }
+    fails
+}
+
 #[test]
 fn all_to_all_ranks_in_place_and_out_of_place_mix() {
     // An in-place rank copies only the blocks it sends and leaves its own
@@ -317,37 +346,13 @@ fn all_to_all_ranks_in_place_and_out_of_place_mix() {
     // sends to and receives from both kinds. Sizes: below and above the
     // engine's chunk, and single-copy whole blocks on shared memory.
     for (mem, shm) in [(true, false), (false, true), (false, false)] {
-        let n = 3;
         let outs = on_threads_with(
-            n,
+            3,
             mem,
             move |c| c.shm_disable = !shm,
             move |mut comm| {
-                let r = comm.rank();
-                let mut fails = Vec::new();
-                for count in [1usize, 1000, 300_000, 2 << 20] {
-                    // Element i of rank r's input: block i / count, going to that rank.
-                    let input: Vec<u32> =
-                        (0..n * count).map(|i| (r * n * count + i) as u32).collect();
-                    let want = |i: usize| ((i / count) * n * count + r * count + i % count) as u32;
-                    let out = if r % 2 == 0 {
-                        let mut buf = input;
-                        comm.all_to_all_in_place(&mut buf).unwrap();
-                        buf
-                    } else {
-                        let mut out = vec![0u32; n * count];
-                        comm.all_to_all(&input, &mut out).unwrap();
-                        out
-                    };
-                    if let Some(i) = (0..n * count).find(|&i| out[i] != want(i)) {
-                        fails.push(format!(
-                            "count {count} element {i}: {} != {}",
-                            out[i],
-                            want(i)
-                        ));
-                    }
-                }
-                fails
+                let in_place = comm.rank() % 2 == 0;
+                mixed_all_to_alls(&mut comm, in_place, &[1, 1000, 300_000, 2 << 20])
             },
         );
         for (r, fails) in outs.iter().enumerate() {
@@ -366,40 +371,16 @@ fn pair_all_to_all_mixes_in_place_and_out_of_place_under_the_placement_probe() {
     // largest threshold) and apart (1 ns); the probe off for reference.
     for apart_ns in [u64::from(u32::MAX), 1, 0] {
         for in_place_rank in [0, 1] {
-            let n = 2;
             let outs = on_threads_with(
-                n,
+                2,
                 false,
                 move |c| {
                     c.shm_stream_ring_bytes = Some(4096);
                     c.shm_apart_ns = apart_ns;
                 },
                 move |mut comm| {
-                    let r = comm.rank();
-                    let mut fails = Vec::new();
-                    for count in [512usize, 300_000, 2 << 20] {
-                        let input: Vec<u32> =
-                            (0..n * count).map(|i| (r * n * count + i) as u32).collect();
-                        let want =
-                            |i: usize| ((i / count) * n * count + r * count + i % count) as u32;
-                        let out = if r == in_place_rank {
-                            let mut buf = input;
-                            comm.all_to_all_in_place(&mut buf).unwrap();
-                            buf
-                        } else {
-                            let mut out = vec![0u32; n * count];
-                            comm.all_to_all(&input, &mut out).unwrap();
-                            out
-                        };
-                        if let Some(i) = (0..n * count).find(|&i| out[i] != want(i)) {
-                            fails.push(format!(
-                                "count {count} element {i}: {} != {}",
-                                out[i],
-                                want(i)
-                            ));
-                        }
-                    }
-                    fails
+                    let in_place = comm.rank() == in_place_rank;
+                    mixed_all_to_alls(&mut comm, in_place, &[512, 300_000, 2 << 20])
                 },
             );
             for (r, fails) in outs.iter().enumerate() {
