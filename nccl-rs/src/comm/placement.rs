@@ -115,7 +115,6 @@ impl Core {
         tracing::trace!(
             rank = self.rank,
             ?best,
-            apart = placement == Placement::Apart,
             ?placement,
             "cpu placement before {}",
             label.call()
