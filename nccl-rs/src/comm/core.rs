@@ -13,7 +13,7 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{copy_region, Call, CallBufs, Engine, OpLabel, Placement, Region, SendStaging};
+use crate::engine::{Call, CallBufs, Engine, OpLabel, Placement, SendStaging};
 use crate::error::{Error, Result};
 use crate::plan::{Coll, Planner};
 use crate::schedule::{self, Schedule};
@@ -69,7 +69,7 @@ pub(crate) struct Core {
     /// A copy of an all-to-all's or all-gather's input that is sent from,
     /// reused from call to call (see [`Core::stage_input`]); shared memory,
     /// so that co-located readers map it.
-    staging: SendStaging,
+    pub(super) staging: SendStaging,
     /// Ranks talk over sockets: broadcast in [`SOCKET_BROADCAST_CHUNK_BYTES`]
     /// chunks.
     pub(crate) socket_broadcast: bool,
@@ -231,119 +231,6 @@ impl Core {
         let res = self.execute(&entry.1, dtype, op, tag, label, bufs);
         self.cache.push_back(entry);
         res
-    }
-
-    /// An all-to-all whose input overlaps its output sends every block
-    /// before it can receive into it, so its schedule reads a copy of the
-    /// input: in this communicator's staging buffer, which stays allocated
-    /// (as the engine's scratch does), because a fresh copy per call pays
-    /// the first touch of every page (2 ranks, 64 MiB in place: 50 ms with
-    /// a new `Vec` per call, against 15 ms out of place). Exactly in place,
-    /// the rank's own block is already where it belongs: only the other
-    /// blocks are copied, and the schedule `all_to_all_in_place` (`true`
-    /// returned: run it) leaves the own block alone.
-    ///
-    /// An out-of-place all-to-all whose blocks go single copy from a heap
-    /// buffer is staged the same way where
-    /// [`SingleCopyPolicy::stages_all_to_all`](crate::engine::SingleCopyPolicy::stages_all_to_all)
-    /// says so: the staging buffer is
-    /// shared memory, which the readers map and copy from with `memcpy`, where
-    /// they would read the heap buffer with `process_vm_readv`. The own
-    /// block is copied to the output here, and the in-place schedule runs
-    /// (its messages are those of the out-of-place one).
-    fn stage_input(&mut self, coll: Coll, mut bufs: CallBufs) -> (CallBufs, bool) {
-        if let Coll::AllGather { .. } = coll {
-            return (self.stage_all_gather_input(bufs), false);
-        }
-        let Coll::AllToAll { .. } = coll else {
-            return (bufs, false);
-        };
-        let (input, output) = (bufs.input, bufs.output);
-        let (i, o) = (input.ptr as usize, output.ptr as usize);
-        if input.len == 0 {
-            return (bufs, false);
-        }
-        let disjoint = !input.overlaps(output);
-        if disjoint && !self.stages_all_to_all(input, output) {
-            return (bufs, false);
-        }
-        let copy = Region::new(self.staging.ensure(input.len), input.len);
-        let in_place =
-            disjoint || (i == o && input.len == output.len && input.len % self.nranks == 0);
-        let stream = self.engine.single_copy.stage_streams(input.len);
-        let block = input.len / self.nranks;
-        let parts = match in_place {
-            // Everything but this rank's block, as the two ranges around it.
-            true => [(0, self.rank * block), ((self.rank + 1) * block, input.len)],
-            false => [(0, input.len), (0, 0)],
-        };
-        for (start, end) in parts {
-            if start == end {
-                continue;
-            }
-            // `wrapping_add` keeps these free of unsafe; `start <= end <=
-            // input.len` by construction.
-            let part = |r: Region| Region::new(r.ptr.wrapping_add(start), end - start);
-            // SAFETY: `input` is readable for the call (the `CallBufs`
-            // invariant) and `copy` is this communicator's own buffer of at
-            // least `input.len` bytes, which nothing else uses meanwhile;
-            // both parts lie within them.
-            unsafe { copy_region(part(input), part(copy), stream) };
-        }
-        if disjoint {
-            let own = |r: Region| Region::new(r.ptr.wrapping_add(self.rank * block), block);
-            // SAFETY: the own block lies within `input` (readable) and
-            // `output` (writable for the call), which do not overlap.
-            unsafe { copy_region(own(input), own(output), stream) };
-        }
-        bufs.input = Region::read_only(copy.ptr, copy.len);
-        (bufs, in_place)
-    }
-
-    /// With more local ranks than CPUs, an out-of-place all-gather whose
-    /// block goes single copy from a heap buffer, one hop, to every other
-    /// rank sends it from a copy in the shared staging buffer, as a small
-    /// all-to-all does (see [`Core::stage_input`]): each reader
-    /// then copies it with `memcpy` from a mapping instead of
-    /// `process_vm_readv`, and the one extra copy is the sender's. 4 ranks
-    /// on 2 cores, five paired rounds (`scripts/paired.sh`), heap buffers:
-    /// 256 KiB 89.9 -> 52.7 us, 1 MiB 278 -> 142 us, 4 MiB 1.56 -> 1.06 ms,
-    /// 16 MiB 8.44 -> 6.71 ms, 64 MiB 33.2 -> 29.1 ms. Not between two
-    /// ranks on their own CPUs, where it lost (1 MiB 65 -> 85 us, 16 MiB
-    /// 3.25 -> 3.98 ms), also against the ring from `ring_from` on, where
-    /// a staged all-to-all gains (six paired rounds, whole blocks staged
-    /// with plain / streaming stores: 16 MiB x0.86 / x0.85, 64 MiB x0.79 /
-    /// x0.96).
-    fn stage_all_gather_input(&mut self, mut bufs: CallBufs) -> CallBufs {
-        let (input, output) = (bufs.input, bufs.output);
-        let policy = self.engine.single_copy;
-        let staged = policy.oversubscribed
-            && input.len > 0
-            && !input.overlaps(output)
-            && policy.whole_block_all_gather(output.len)
-            && crate::hostmem::locate(input.ptr, input.len).is_none()
-            && !crate::hostmem::registered_huge(input.ptr, input.len);
-        if staged {
-            let copy = Region::new(self.staging.ensure(input.len), input.len);
-            // SAFETY: `input` is readable for the call (the `CallBufs`
-            // invariant) and `copy` is this communicator's own buffer of at
-            // least `input.len` bytes, which nothing else uses meanwhile.
-            unsafe { copy_region(input, copy, false) };
-            bufs.input = Region::read_only(copy.ptr, copy.len);
-        }
-        bufs
-    }
-
-    /// Whether an out-of-place all-to-all from `input` to `output` is staged
-    /// in shared memory (see [`Core::stage_input`]): where the policy stages
-    /// one of that size, from a heap buffer that is not registered onto huge
-    /// pages (see [`crate::hostmem::registered_huge`]).
-    fn stages_all_to_all(&self, input: Region, output: Region) -> bool {
-        self.engine.single_copy.stages_all_to_all(input.len)
-            && input.len == output.len
-            && input.len % self.nranks == 0
-            && crate::hostmem::locate(input.ptr, input.len).is_none()
-            && !crate::hostmem::registered_huge(input.ptr, input.len)
     }
 
     pub(crate) fn execute(

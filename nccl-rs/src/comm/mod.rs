@@ -11,6 +11,7 @@ mod placement;
 pub(crate) use placement::APART_NS;
 pub mod raw;
 mod split;
+mod staging;
 mod zero_copy;
 
 pub use crate::engine::AbortHandle;

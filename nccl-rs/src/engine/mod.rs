@@ -22,6 +22,7 @@ mod buffers;
 mod copy_hint;
 mod label;
 mod run;
+mod store_chooser;
 pub(crate) mod zero_copy;
 
 pub(crate) use buffers::{copy_region, CallBufs, Region, SendStaging};
@@ -35,6 +36,7 @@ pub(crate) use copy_hint::{Placement, SingleCopyPolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub(crate) use store_chooser::TIMED_MIN_BYTES;
 
 /// Stops a communicator's current and later operations from any thread.
 #[derive(Clone, Debug, Default)]
