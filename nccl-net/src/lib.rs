@@ -326,6 +326,13 @@ pub struct CopyHint {
     /// to the receiver (the TCP transport's spliced sends) copies its own
     /// share instead. `false` (the default) where nobody says.
     pub receives: bool,
+    /// The receiver's CPU does not share a last-level cache with ours right
+    /// now (the caller timed it): a transport that copies into its own
+    /// buffers, which the receiver read last (the shared-memory ring), may
+    /// use streaming (non-temporal) stores, which do not wait for each line
+    /// to come back from the receiver's cache. `false` (the default): not
+    /// known to be so.
+    pub receiver_apart: bool,
 }
 
 /// How the receives posted from now on may be copied in: a hint from the

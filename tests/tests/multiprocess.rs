@@ -189,12 +189,12 @@ fn matrix_2_ranks_streaming_receives() {
     matrix_with(2, &[("NCCL_SHM_STREAM_RING_BYTES", "4096")]);
 }
 
-/// The matrix at 2 ranks with the placement probe (before every all-gather
-/// and all-to-all from 4 KiB of output) given `apart_ns`, so that every
-/// verdict comes out the same way: `Apart`, or `Near` (`Unknown` for an
-/// all-to-all in place, which keeps its shape). It stays exact, and both
-/// ranks' logs (traced by `nccl_rs::comm::placement`) must show the
-/// verdicts, some of them before an all-to-all.
+/// The matrix at 2 ranks with the placement probe (before every all-gather,
+/// all-to-all and all-reduce from 4 KiB of output) given `apart_ns`, so
+/// that every verdict comes out the same way: `Apart`, or `Near` (`Unknown`
+/// for an all-to-all in place, which keeps its shape). It stays exact, and
+/// both ranks' logs (traced by `nccl_rs::comm::placement`) must show the
+/// verdicts, some of them before an all-to-all and an all-reduce.
 fn matrix_2_ranks_placed(apart_ns: &str, apart: bool) {
     let outs = matrix_with(
         2,
@@ -220,10 +220,11 @@ fn matrix_2_ranks_placed(apart_ns: &str, apart: bool) {
             .iter()
             .filter(|l| l.contains(want) || l.contains(also))
             .count();
-        let a2a = verdicts.iter().filter(|l| l.contains("all_to_all")).count();
+        let before = |call: &str| verdicts.iter().filter(|l| l.contains(call)).count();
+        let (a2a, ar) = (before("all_to_all"), before("all_reduce"));
         assert!(
-            wanted > 0 && fit == verdicts.len() && a2a > 0,
-            "rank {}: {wanted} {want} and {fit} {want} or {also} of {} probes, {a2a} before all-to-all:\n{log}",
+            wanted > 0 && fit == verdicts.len() && a2a > 0 && ar > 0,
+            "rank {}: {wanted} {want} and {fit} {want} or {also} of {} probes, {a2a} before all-to-all, {ar} before all-reduce:\n{log}",
             o.rank,
             verdicts.len()
         );
@@ -231,7 +232,8 @@ fn matrix_2_ranks_placed(apart_ns: &str, apart: bool) {
 }
 
 /// Every probe says the CPUs are apart (`NCCL_SHM_APART_NS=1`): those calls
-/// go single copy in whole blocks.
+/// go single copy in whole blocks, and all-reduce writes the ring with
+/// streaming stores.
 #[test]
 fn matrix_2_ranks_cpus_apart() {
     matrix_2_ranks_placed("1", true);

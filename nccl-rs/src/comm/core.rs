@@ -188,6 +188,8 @@ impl Core {
         let (probes, ring_ok) = match coll {
             Coll::AllGather { .. } => (true, true),
             Coll::AllToAll { .. } => (true, !bufs.input.overlaps(bufs.output)),
+            // Only for the stores of its ring writes (`CopyHint::receiver_apart`).
+            Coll::AllReduce { .. } => (true, true),
             _ => (false, false),
         };
         let watch = probes && self.engine.single_copy.watches_placement(bufs.output.len);

@@ -1,5 +1,5 @@
-//! Where the two ranks' CPUs are, asked before a 2-rank all-gather or
-//! out-of-place all-to-all of `NCCL_SHM_STREAM_RING_BYTES` or more.
+//! Where the two ranks' CPUs are, asked before a 2-rank all-gather,
+//! all-to-all or all-reduce of `NCCL_SHM_STREAM_RING_BYTES` or more.
 //!
 //! On a virtual machine the host moves the vCPUs between cores that share a
 //! cache and cores that do not, every few seconds. A 2-rank all-gather of
@@ -28,7 +28,21 @@
 //! 4.63 ms (x0.99), 64 MiB 8.37 against 8.96 ms (x1.05) and 8.93 against
 //! 9.04 ms (x1.00); Open MPI 2.85-2.93, 6.51 and 12.2-12.3 ms. In place it
 //! sends from staging and stays single copy, where the ring lost (x0.81-0.83
-//! at 16 and 64 MiB). The transport's
+//! at 16 and 64 MiB).
+//!
+//! A 2-rank all-reduce of that size keeps the ring either way, but found
+//! apart it writes the ring with streaming stores
+//! (`CopyHint::receiver_apart`): a plain store into a ring line the other
+//! rank read last lap waits for the line to come back across the caches
+//! (16 KiB pieces in 2.3-3.0 us against 1.0-1.4 us near; streamed, 1.3-1.7
+//! us in either state), while near, streamed pieces leave the receiver to
+//! fetch them from memory (streaming always: 4.2-5.4 ms against 3.8-4.7 ms
+//! near). 24 paired rounds of 16 MiB against the probe off (`CFGS=
+//! "target/release;target/release NCCL_SHM_APART_NS=0;mpi-shm" bash
+//! scripts/paired.sh 2 allreduce 16777216 24`): medians 3.92 against 4.13
+//! ms, five rounds at 6.5-7.6 ms with the probe off and none over 5.1 ms
+//! with it; Open MPI's time over ours 1.73 against 1.25 at the tenth
+//! percentile of the rounds, 2.13 against 2.11 at the median. The transport's
 //! own placement samples (`transport::shm::placement`) come from messages
 //! that may go single copy, which the ring's chunks are not, and a rank's
 //! view of them may differ from its peer's.

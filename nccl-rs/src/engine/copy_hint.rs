@@ -226,7 +226,8 @@ pub(crate) enum Placement {
     /// beats single copy, for all-gather and out-of-place all-to-all.
     Near,
     /// They do not: every ring line crosses between the caches, and single
-    /// copy in whole blocks wins.
+    /// copy in whole blocks wins; a ring that stays (all-reduce) is
+    /// written with streaming stores (`CopyHint::receiver_apart`).
     Apart,
 }
 
@@ -301,7 +302,8 @@ impl SingleCopyPolicy {
     /// Whether a 2-rank all-gather or all-to-all with `bytes` of output
     /// would take the ring in chunks while the CPUs share a cache (an
     /// all-to-all only if out of place on both ranks, which the probe
-    /// trades), and so is worth a look at where they are
+    /// trades), or an all-reduce would stream its ring writes while they
+    /// do not, and so is worth a look at where they are
     /// (`Core::probe_placement`): every rank on this host, which the ranks
     /// agreed on, so they all ask.
     pub(crate) fn watches_placement(&self, bytes: usize) -> bool {
@@ -395,6 +397,7 @@ pub(super) fn copy_hint(call: &Call<'_>, bufs: &CallBufs, policy: SingleCopyPoli
         single_copy: single_copy_allowed(call, bufs, policy, receives),
         sender_idle: !receives && sender_idle(call, bufs),
         receives,
+        receiver_apart: policy.placement == Placement::Apart,
     }
 }
 

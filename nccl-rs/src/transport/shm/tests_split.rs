@@ -15,6 +15,7 @@ const IDLE: CopyHint = CopyHint {
     single_copy: true,
     sender_idle: true,
     receives: false,
+    receiver_apart: false,
 };
 
 fn cma_net() -> ShmNet {
@@ -100,6 +101,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
         single_copy: true,
         sender_idle: false,
         receives: false,
+        receiver_apart: false,
     });
     let q = isend(s.as_mut(), &data, 1);
     let mut buf = vec![0u8; len];

@@ -1,11 +1,13 @@
 //! Receives copied in with streaming stores where the caller's hint
-//! ([`RecvComm::hint_recv`]) says their buffer will not be read soon.
+//! ([`RecvComm::hint_recv`]) says their buffer will not be read soon, and
+//! sends written into the ring so where the sender's hint
+//! ([`SendComm::hint_copy`]) says the receiver's CPU is apart.
 
 use super::recv::STREAMED;
 use super::tests::{
     irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
 };
-use nccl_net::{RecvComm, RecvHint, SendComm};
+use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
 
 const GUARD: u8 = 0xAA;
 
@@ -124,4 +126,41 @@ fn a_message_read_from_the_senders_shared_memory_streams_too() {
     );
     assert!(out[1..=len] == msg[..] && out[0] == GUARD && out[len + 1] == GUARD);
     assert_eq!(n, len);
+}
+
+#[test]
+fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
+    use super::send::STREAMED_IN;
+    let (mut s, mut r, _) = pair(&ring_net());
+    let apart = CopyHint {
+        receiver_apart: true,
+        ..CopyHint::default()
+    };
+    let mut out = vec![GUARD; 100_000];
+    // (length, streamed): a message under a streamed piece's minimum, and
+    // one in its header line, go as before.
+    let cases = [
+        (70_001, true),
+        (1023, false),
+        (40, false),
+        (5000, true),
+        (65_536, true),
+    ];
+    for (hinted, base) in [(true, 50), (false, 60)] {
+        s.hint_copy(if hinted { apart } else { CopyHint::default() });
+        for (i, &(len, streams)) in cases.iter().enumerate() {
+            let msg = pattern(len, base + i as u64);
+            out.fill(GUARD);
+            let before = STREAMED_IN.get();
+            send_recv(s.as_mut(), r.as_mut(), &msg, &mut out, 3);
+            assert!(out[3..3 + len] == msg[..], "message {i} ({len} bytes)");
+            assert!(out[..3] == [GUARD; 3] && out[3 + len] == GUARD);
+            let streamed = STREAMED_IN.get() - before;
+            assert_eq!(
+                streamed,
+                if hinted && streams { len } else { 0 },
+                "message {i}"
+            );
+        }
+    }
 }
