@@ -231,9 +231,9 @@ fn matrix_2_ranks_placed(apart_ns: &str, apart: bool) {
     }
 }
 
-/// Every probe says the CPUs are apart (`NCCL_SHM_APART_NS=1`): those calls
-/// go single copy in whole blocks, and all-reduce writes the ring with
-/// streaming stores.
+/// Every probe says the CPUs are apart (`NCCL_SHM_APART_NS=1`): all-to-all
+/// goes single copy in whole blocks, and all-gather and all-reduce write
+/// the ring with streaming stores.
 #[test]
 fn matrix_2_ranks_cpus_apart() {
     matrix_2_ranks_placed("1", true);

@@ -5,17 +5,27 @@
 //! cache and cores that do not, every few seconds. A 2-rank all-gather of
 //! at least `NCCL_SHM_STREAM_RING_BYTES` (half the last-level cache) is
 //! fastest through the ring in chunks while the cores share a cache, and
-//! about twice as slow while they do not (every ring line crosses between
-//! the caches), where single copy in whole blocks (`process_vm_readv`
-//! straight from the sender's buffer) does not care. Both ranks must cut
-//! the call's messages alike, so the choice is the leader's (rank 0): it
-//! times a few 8-byte round trips with rank 1, as the call's own messages
-//! (its tag, so a mismatched call still fails as one), and sends its
-//! verdict. Paired rounds (`scripts/paired.sh`, 2 ranks, heap buffers,
-//! 64 MiB out of place), ring in chunks against whole blocks single copy,
-//! by the placement probe before each round (`copy_floor --pair`): near
-//! (62-73 ns) 6.1-7.7 against 9.5-11.2 ms, apart (318-323 ns) 15.1-16.1
-//! against 10.0-11.1 ms; Open MPI 10.6-13.6 ms throughout.
+//! about twice as slow while they do not: a plain store into a ring line
+//! the other rank read last lap waits for the line to come back across the
+//! caches. Single copy in whole blocks (`process_vm_readv` straight from
+//! the sender's buffer) does not care (paired rounds, `scripts/paired.sh`,
+//! 2 ranks, heap buffers, 64 MiB out of place, by the placement probe
+//! before each round, `copy_floor --pair`: near, 62-73 ns, 6.1-7.7 against
+//! 9.5-11.2 ms; apart, 318-323 ns, 15.1-16.1 against 10.0-11.1 ms; Open MPI
+//! 10.6-13.6 ms throughout), and neither does the ring written with
+//! streaming stores (`CopyHint::receiver_apart`), which beats it: 24
+//! paired rounds of 16 MiB with the call's probe choosing between the ring
+//! and the ring streamed (`X_AG_RING_APART`, a temporary switch) against
+//! between the ring and single copy, medians 2.16 against 2.43 ms (x1.07
+//! by the rounds' ratios; six rounds at 3.1-3.6 ms with single copy,
+//! 1.75-2.17 ms in the same rounds streamed; Open MPI 3.51 ms), 16 rounds
+//! of 64 MiB 8.94 against 9.07 ms (x1.04; four at 11.8-14.4 ms against
+//! 7.9-9.6; Open MPI 15.1 ms). So an all-gather keeps the ring, and the
+//! probe chooses its stores. Both ranks must agree on how the call's
+//! messages are cut (an all-to-all's, below), so the choice is the
+//! leader's (rank 0): it times a few 8-byte round trips with rank 1, as the
+//! call's own messages (its tag, so a mismatched call still fails as one),
+//! and sends its verdict.
 //!
 //! An out-of-place all-to-all of that size otherwise sends from a streamed
 //! copy of its input in shared memory, read in whole blocks
@@ -28,7 +38,9 @@
 //! 4.63 ms (x0.99), 64 MiB 8.37 against 8.96 ms (x1.05) and 8.93 against
 //! 9.04 ms (x1.00); Open MPI 2.85-2.93, 6.51 and 12.2-12.3 ms. In place it
 //! sends from staging and stays single copy, where the ring lost (x0.81-0.83
-//! at 16 and 64 MiB).
+//! at 16 and 64 MiB). Found apart it stays single copy too: the ring
+//! streamed instead measured x1.03 and x1.02 at 16 and 64 MiB (16 paired
+//! rounds each), within the rounds' noise.
 //!
 //! A 2-rank all-reduce of that size keeps the ring either way, but found
 //! apart it writes the ring with streaming stores

@@ -223,11 +223,12 @@ pub(crate) enum Placement {
     #[default]
     Unknown,
     /// They share one: the ring in chunks, two copies through the cache,
-    /// beats single copy, for all-gather and out-of-place all-to-all.
+    /// beats single copy, for out-of-place all-to-all too.
     Near,
-    /// They do not: every ring line crosses between the caches, and single
-    /// copy in whole blocks wins; a ring that stays (all-reduce) is
-    /// written with streaming stores (`CopyHint::receiver_apart`).
+    /// They do not: every ring line crosses between the caches. All-to-all
+    /// goes single copy in whole blocks; the rings of all-gather and
+    /// all-reduce are written with streaming stores
+    /// (`CopyHint::receiver_apart`).
     Apart,
 }
 
@@ -294,9 +295,11 @@ impl SingleCopyPolicy {
     /// Whether a 2-rank all-gather with `bytes` of output takes the ring in
     /// chunks rather than single copy in whole blocks: from
     /// [`SingleCopyPolicy::ring_from`] on, not with more local ranks than
-    /// CPUs.
+    /// CPUs. Wherever the CPUs are: apart, the ring is written with
+    /// streaming stores ([`Placement::Apart`]), which beat single copy
+    /// (see `comm::placement`).
     pub(crate) fn rings(&self, bytes: usize) -> bool {
-        !self.oversubscribed && bytes >= self.ring_from && self.placement != Placement::Apart
+        !self.oversubscribed && bytes >= self.ring_from
     }
 
     /// Whether a 2-rank all-gather or all-to-all with `bytes` of output

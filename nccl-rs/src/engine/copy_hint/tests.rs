@@ -355,12 +355,14 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
     ] {
         assert!(!q.watches_placement(1 << 30), "{q:?}");
     }
-    // CPUs found apart: single copy in whole blocks at any size.
+    // CPUs found apart: all-gather keeps the ring (its writes stream, see
+    // `ring_writes_stream_only_where_the_cpus_were_found_apart`), all-to-all
+    // single copy in whole blocks.
     let apart = SingleCopyPolicy {
         placement: Placement::Apart,
         ..probing
     };
-    assert!(apart.whole_block_all_gather(1 << 30) && allowed(ag, true, 1 << 30, apart));
+    assert!(!apart.whole_block_all_gather(1 << 30) && !allowed(ag, true, 1 << 30, apart));
     assert!(!probing.whole_block_all_gather(1 << 30));
     // Found near: both take the ring in chunks, all-to-all too (not staged).
     let near = SingleCopyPolicy {
@@ -371,6 +373,48 @@ fn large_pair_all_gather_takes_the_ring_in_chunks() {
     assert!(!allowed(a2a, true, 16 * MIB, near) && !near.whole_blocks(16 * MIB));
     assert!(!near.stages_all_to_all(16 * MIB));
     assert!(apart.whole_blocks(16 * MIB) && apart.stages_all_to_all(16 * MIB));
+}
+
+#[test]
+fn ring_writes_stream_only_where_the_cpus_were_found_apart() {
+    let sched = Schedule {
+        steps: vec![
+            Step::Send {
+                to: 1,
+                src: Loc::In(0),
+                count: 1,
+            },
+            Step::Recv {
+                from: 1,
+                dst: Loc::Out(0),
+                count: 1,
+            },
+        ],
+        scratch: 0,
+    };
+    let bufs = CallBufs {
+        input: Region::empty(),
+        output: Region::new(std::ptr::null_mut(), 64 * MIB),
+        group: Vec::new(),
+    };
+    for coll in [
+        Coll::AllGather { send_count: 1 },
+        Coll::AllReduce { count: 1 },
+        Coll::AllToAll { count: 1 },
+    ] {
+        for (placement, apart) in [
+            (Placement::Unknown, false),
+            (Placement::Near, false),
+            (Placement::Apart, true),
+        ] {
+            let p = SingleCopyPolicy {
+                placement,
+                ..SingleCopyPolicy::default()
+            };
+            let hint = copy_hint(&call_of(&sched, Some(coll)), &bufs, p);
+            assert_eq!(hint.receiver_apart, apart, "{coll:?} {placement:?}");
+        }
+    }
 }
 
 /// The receive hint for `steps` of `coll` with an output of `out_bytes` at
