@@ -182,14 +182,15 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
-        // Between two ranks, the ring only while their CPUs share a cache
-        // (in place, all-to-all sends from staging and keeps single copy:
-        // whether a rank is in place is its own, so the probe trades it).
+        // Between two ranks, where their CPUs are decides an all-to-all's
+        // shape (the ring only while they share a cache; in place it sends
+        // from staging and keeps single copy: whether a rank is in place is
+        // its own, so the probe trades it), and found apart, the ring
+        // writes of all-gather and all-reduce stream
+        // (`CopyHint::receiver_apart`).
         let (probes, ring_ok) = match coll {
-            Coll::AllGather { .. } => (true, true),
+            Coll::AllGather { .. } | Coll::AllReduce { .. } => (true, true),
             Coll::AllToAll { .. } => (true, !bufs.input.overlaps(bufs.output)),
-            // Only for the stores of its ring writes (`CopyHint::receiver_apart`).
-            Coll::AllReduce { .. } => (true, true),
             _ => (false, false),
         };
         let watch = probes && self.engine.single_copy.watches_placement(bufs.output.len);

@@ -90,3 +90,31 @@ pub(super) fn ring_of(seg: &Segment) -> RingPtrs {
 pub(super) fn mark_closed(side: &Side) {
     side.closed.store(1, Ordering::Release);
 }
+
+/// Copies `len` bytes from `src` to `dst` (a ring's payload in or out),
+/// with streaming stores where `stream` says so and the copy is at least
+/// [`STREAM_PIECE_MIN`](crate::reduce::STREAM_PIECE_MIN) long, else with
+/// `copy_mem`. Returns whether it streamed. Streaming ends with a store
+/// fence, so a publication after it orders after the bytes.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]; nobody else accesses `dst..dst+len`
+/// during the call.
+pub(super) unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: usize, stream: bool) -> bool {
+    if stream && len >= crate::reduce::STREAM_PIECE_MIN {
+        // SAFETY: the caller's contract: both ranges valid, disjoint, and
+        // the destination ours alone for the call.
+        let (d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst, len),
+                std::slice::from_raw_parts(src, len),
+            )
+        };
+        crate::reduce::copy_streaming(d, s);
+        true
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { crate::reduce::copy_mem(src, dst, len) };
+        false
+    }
+}

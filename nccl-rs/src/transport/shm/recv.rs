@@ -10,7 +10,7 @@
 //! of it ([`super::split`]).
 
 use super::cma;
-use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::comm::{copy_payload, mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::{pid_alive, PeerWatch};
 use super::placement;
@@ -488,24 +488,13 @@ thread_local! {
 /// streaming stores where `stream` says the caller will not read it soon.
 ///
 /// # Safety
-/// As [`std::ptr::copy_nonoverlapping`]; nobody else accesses `dst..dst+len`
-/// during the call.
+/// As [`copy_payload`].
 unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
-    if stream && len >= crate::reduce::STREAM_PIECE_MIN {
-        // SAFETY: the caller's contract: both ranges valid, disjoint, and
-        // the destination ours alone for the call.
-        let (d, s) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(dst, len),
-                std::slice::from_raw_parts(src, len),
-            )
-        };
-        crate::reduce::copy_streaming(d, s);
-        #[cfg(test)]
+    // SAFETY: the caller's contract.
+    let _streamed = unsafe { copy_payload(src, dst, len, stream) };
+    #[cfg(test)]
+    if _streamed {
         STREAMED.set(STREAMED.get() + len);
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { crate::reduce::copy_mem(src, dst, len) }
     }
 }
 

@@ -11,7 +11,7 @@
 //! receiver offered it ([`super::split`]).
 
 use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
-use super::comm::{mark_closed, ring_of, unknown_request, Fault};
+use super::comm::{copy_payload, mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::PeerWatch;
 use super::placement;
@@ -54,24 +54,13 @@ thread_local! {
 /// the cache the receiver reads them from.
 ///
 /// # Safety
-/// `src` valid for reads and `dst` for writes of `len` bytes, not
-/// overlapping, and nothing else writes them during the call.
+/// As [`copy_payload`].
 unsafe fn copy_piece(src: *const u8, dst: *mut u8, len: usize, apart: bool) {
-    if apart && len >= crate::reduce::STREAM_PIECE_MIN {
-        // SAFETY: the caller's contract.
-        let (from, to) = unsafe {
-            (
-                std::slice::from_raw_parts(src, len),
-                std::slice::from_raw_parts_mut(dst, len),
-            )
-        };
-        // Ends with a store fence: the pieces are published after it.
-        crate::reduce::copy_streaming(to, from);
-        #[cfg(test)]
+    // SAFETY: the caller's contract.
+    let _streamed = unsafe { copy_payload(src, dst, len, apart) };
+    #[cfg(test)]
+    if _streamed {
         STREAMED_IN.set(STREAMED_IN.get() + len);
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { crate::reduce::copy_mem(src, dst, len) }
     }
 }
 
