@@ -111,9 +111,7 @@ impl StoreChooser {
             self.streaming_until = Some(start + took + STREAM_HOLD);
         }
     }
-}
 
-impl StoreChooser {
     /// Copies `src` into `dst` (same length): with streaming stores when
     /// `stream` (the caller's size rule) says so; otherwise copies of at
     /// least [`TIMED_MIN_BYTES`] with the stores chosen here, timed.
