@@ -157,6 +157,12 @@ impl Communicator {
                 } else {
                     config.shm_near_ring_bytes
                 },
+                // Ranks sharing a CPU have no placement to follow.
+                far_stream_bytes: if local_ranks > cpus {
+                    0
+                } else {
+                    config.shm_far_stream_bytes
+                },
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

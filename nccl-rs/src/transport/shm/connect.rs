@@ -135,7 +135,13 @@ impl ShmConnector {
     /// side and unlinks the name. Messages of at least `cma.min` bytes will
     /// go single-copy if the receiver's probe succeeds; with `cma.split` we
     /// help copy the large ones if we can write into the receiver.
-    pub(super) fn connect(handle: &[u8], cma: Option<CmaOpts>) -> NetResult<ShmConnector> {
+    /// Ring messages of at least `far_stream` bytes go with streaming stores
+    /// while the receiver's CPU is not near ours (0: never).
+    pub(super) fn connect(
+        handle: &[u8],
+        cma: Option<CmaOpts>,
+        far_stream: usize,
+    ) -> NetResult<ShmConnector> {
         let h = ShmHandle::decode(handle)?;
         let mut seg = Segment::open(&h.name, h.size, h.nonce)?;
         let hdr = seg.header();
@@ -185,6 +191,7 @@ impl ShmConnector {
                 cma.map(|c| c.min),
                 helps,
                 cma.map_or(0, |c| c.near_ring),
+                far_stream,
             )),
         })
     }

@@ -252,6 +252,11 @@ pub struct ShmOptions {
     /// sender's, as the ring's own traffic shows (`NCCL_SHM_NEAR_RING_BYTES`;
     /// 1 MiB in the default `Config`, 0 in `ShmOptions::default()`: never).
     pub near_ring_bytes: usize,
+    /// Ring messages of at least this many bytes are written with streaming
+    /// stores while the ring's own traffic shows no sign of the receiver's
+    /// CPU sharing a cache with the sender's (`NCCL_SHM_FAR_STREAM_BYTES`;
+    /// 16 KiB in the default `Config`, 0 in `ShmOptions::default()`: never).
+    pub far_stream_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -264,6 +269,7 @@ impl Default for ShmOptions {
             cma_split: true,
             direct_reduce: true,
             near_ring_bytes: 0,
+            far_stream_bytes: 0,
         }
     }
 }
@@ -328,7 +334,11 @@ impl Net for ShmNet {
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
-        Ok(Box::new(ShmConnector::connect(handle, self.cma_opts())?))
+        Ok(Box::new(ShmConnector::connect(
+            handle,
+            self.cma_opts(),
+            self.opts.far_stream_bytes,
+        )?))
     }
 }
 

@@ -42,16 +42,20 @@ thread_local! {
     /// Payload bytes this thread wrote into a ring with streaming stores
     /// (tests check the path is taken).
     pub(super) static STREAMED_IN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Where this thread's sends find the receiver's CPU, instead of the
+    /// ring's samples (tests of one process share its table of them).
+    pub(super) static NEAR: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
 /// Copies `len` bytes of a message into the ring at `dst`: with streaming
-/// stores when the caller found the receiver's CPU apart from ours
-/// ([`CopyHint::receiver_apart`]), since a plain store into a ring line the
-/// receiver read last lap waits for that line to come back across the
-/// caches (2 ranks, all-reduce of 16 MiB: 16 KiB pieces in 1.0-1.4 us
-/// while the CPUs shared a cache, 2.3-3.0 us while they did not, 1.3-1.7
-/// us streamed either way); with `copy_mem` otherwise, leaving the bytes in
-/// the cache the receiver reads them from.
+/// stores when the receiver's CPU is apart from ours (the caller timed it,
+/// [`CopyHint::receiver_apart`], or the ring's traffic showed no near
+/// sample lately, [`ShmSendComm::streams_far`]), since a plain store into a
+/// ring line the receiver read last lap waits for that line to come back
+/// across the caches (2 ranks, all-reduce of 16 MiB: 16 KiB pieces in
+/// 1.0-1.4 us while the CPUs shared a cache, 2.3-3.0 us while they did
+/// not, 1.3-1.7 us streamed either way); with `copy_mem` otherwise, leaving
+/// the bytes in the cache the receiver reads them from.
 ///
 /// # Safety
 /// As [`copy_payload`].
@@ -79,6 +83,9 @@ struct SendOp {
     end: u64,
     /// Single-copy, and we said in its frame that we help copy it.
     helps: bool,
+    /// Its ring pieces go with streaming stores (chosen with the header;
+    /// see [`copy_piece`]).
+    stream: bool,
 }
 
 /// The sending half: the producer of the ring.
@@ -112,6 +119,9 @@ pub(in crate::transport::shm) struct ShmSendComm {
     /// ring while the receiver's CPU shares a cache with ours
     /// ([`placement`]).
     near_ring: usize,
+    /// Ring messages of at least this many bytes are written with streaming
+    /// stores while no near sample is fresh ([`placement`]; 0: never).
+    far_stream: usize,
     /// Where the receiver's CPU is ([`placement`]).
     placement: placement::Sampler,
     /// Declared last: the mapping outlives the ring pointers above.
@@ -129,7 +139,8 @@ impl ShmSendComm {
     /// least `cma_min` bytes go single-copy when the receiver can read us,
     /// except those up to `near_ring` bytes while it is near
     /// ([`placement`]); `helps`: we copy parts of the large ones the
-    /// receiver offers.
+    /// receiver offers. Ring messages of at least `far_stream` bytes go
+    /// with streaming stores while it is not near (0: never).
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
@@ -137,6 +148,7 @@ impl ShmSendComm {
         cma_min: Option<usize>,
         helps: bool,
         near_ring: usize,
+        far_stream: usize,
     ) -> ShmSendComm {
         ShmSendComm {
             prod: Producer::new(ring_of(&seg)),
@@ -159,6 +171,7 @@ impl ShmSendComm {
             helped: (0, 0),
             maps: PeerMapping::new(MapSide::Sender),
             near_ring,
+            far_stream,
             placement: placement::Sampler::default(),
             seg,
         }
@@ -201,6 +214,46 @@ impl ShmSendComm {
             )
     }
 
+    /// Whether a ring message of `len` bytes is stamped, so that the receiver
+    /// times how soon it sees it ([`placement`]): those that could go single
+    /// copy, and those that would stream while not near.
+    fn stamps(&self, len: usize) -> bool {
+        len > INLINE_MAX
+            && (self.cma_min.is_some_and(|m| len >= m)
+                || (self.far_stream > 0 && len >= self.far_stream))
+    }
+
+    /// Whether the ring pieces of a message of `len` bytes, posted with
+    /// `hint` and travelling as `how`, go with streaming stores: the caller
+    /// found the receiver apart ([`CopyHint::receiver_apart`]), or it is at
+    /// least `far_stream` bytes and no near sample is fresh. Plain stores
+    /// into the ring run bimodal with the placement (2 ranks, all-reduce of
+    /// 1 MiB, 20 paired rounds: 75-93 us, or 520-625 us in most rounds that
+    /// `copy_floor --pair` began apart; streamed always 120-200 us), and
+    /// with this choice (16 rounds, against plain stores always): 75-86 us
+    /// against 67-127 in the rounds begun near, 110-159 against 67-553 in
+    /// those begun apart (Open MPI 160-750). A message that may go single
+    /// copy takes the ring only while near ([`Self::ring_while_near`]), so
+    /// this leaves it plain.
+    fn streams_far(&self, len: usize, hint: CopyHint, how: Payload) -> bool {
+        let near = || {
+            #[cfg(test)]
+            if let Some(near) = NEAR.get() {
+                return near;
+            }
+            placement::is_near(
+                self.watch.pid(),
+                &self.seg.header().near.0,
+                placement::now_ns(),
+            )
+        };
+        hint.receiver_apart
+            || (how == Payload::Ring
+                && self.far_stream > 0
+                && len >= self.far_stream.max(INLINE_MAX + 1)
+                && !near())
+    }
+
     /// Writes as much of the queued messages as the ring takes. Returns
     /// whether any byte moved.
     fn pump(&mut self) -> Result<bool, Fault> {
@@ -211,15 +264,21 @@ impl ShmSendComm {
             pos,
             how,
             hint,
+            stream,
             ..
         }) = self.q.get(self.nwritten)
         {
-            let how = if pos == 0 {
-                self.payload_for(data, len, hint)
+            let (how, stream) = if pos == 0 {
+                let how = self.payload_for(data, len, hint);
+                (how, self.streams_far(len, hint, how))
             } else {
-                how
+                (how, stream)
             };
-            let stamp = pos == 0 && self.cma_min.is_some_and(|m| len >= m.max(INLINE_MAX + 1));
+            let stamped = self.stamps(len);
+            let stamp = pos == 0 && stamped;
+            // Following the receiver's placement for streaming takes more
+            // samples than one per message: every plain piece is stamped.
+            let stamp_each = stamped && self.far_stream > 0;
             let i = self.nwritten;
             let ShmSendComm { prod, q, helps, .. } = self;
             let op = &mut q[i];
@@ -270,6 +329,7 @@ impl ShmSendComm {
                     }
                 }
                 op.how = how;
+                op.stream = stream;
                 op.end = prod.position() + span as u64;
                 prod.advance(FRAME_ALIGN);
                 op.pos = FRAME_ALIGN;
@@ -293,11 +353,23 @@ impl ShmSendComm {
                     // `c <= n` bytes at the head are ours to write; the
                     // source range `p..p+c` is inside the caller's buffer
                     // (`p + c <= len`), readable per the `isend` contract.
-                    unsafe {
-                        copy_piece(op.data.add(p), prod.head_ptr(), c, op.hint.receiver_apart)
-                    };
+                    unsafe { copy_piece(op.data.add(p), prod.head_ptr(), c, op.stream) };
                 }
                 prod.advance(n);
+                if op.stream {
+                    if op.pos == FRAME_ALIGN && stamped {
+                        // The first piece's publication is stamped: every
+                        // store visible before the clock is read (a full
+                        // fence). Streamed bytes drain to memory for
+                        // hundreds of ns after their store fence; a clock
+                        // read before that would time the drain, and a
+                        // streaming sender would never look near again.
+                        // Only that piece pays for the fence.
+                        std::sync::atomic::fence(Ordering::SeqCst);
+                    }
+                } else if stamp_each {
+                    prod.stamp_next();
+                }
                 // Publish piece by piece, so the receiver copies out the
                 // first piece while we copy in the next.
                 prod.publish();
@@ -482,6 +554,7 @@ impl SendComm for ShmSendComm {
             pos: 0,
             end: 0,
             helps: false,
+            stream: false,
         });
         self.progress();
         Ok(Some(req))

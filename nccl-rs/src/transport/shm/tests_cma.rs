@@ -147,7 +147,7 @@ fn failed_probe_falls_back_to_the_ring() {
     // An unmapped address (EFAULT) and one holding the wrong value.
     for bogus in [8u64, std::ptr::addr_of!(wrong) as u64] {
         let mut l = ShmListener::new(geom, Some(opts(1000)), true).unwrap();
-        let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
+        let mut c = ShmConnector::connect(l.handle(), Some(opts(1000)), 0).unwrap();
         let hdr = l.header().unwrap();
         hdr.send.0.cma_probe.store(bogus, Ordering::Relaxed);
         let mut r = poll("accept", || l.accept()).unwrap();
@@ -213,7 +213,7 @@ fn receiver_without_single_copy_gets_the_ring() {
     // verdict wins.
     let geom = Geometry::new(4 << 20, 8).unwrap();
     let mut l = ShmListener::new(geom, None, true).unwrap();
-    let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(opts(1000)), 0).unwrap();
     let mut r = poll("accept", || l.accept()).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     let data = pattern(4000, 4);

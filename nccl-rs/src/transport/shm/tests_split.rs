@@ -122,7 +122,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
         ..no_split
     };
     let mut l = ShmListener::new(geom, Some(no_split), true).unwrap();
-    let mut c = ShmConnector::connect(l.handle(), Some(split)).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(split), 0).unwrap();
     let mut r = poll("accept", || l.accept()).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     s.hint_copy(IDLE);
