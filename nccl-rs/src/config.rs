@@ -23,6 +23,7 @@
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_FAR_STREAM_BYTES` (ours) | `shm_far_stream_bytes` | 16 KiB: ring messages at least this large are written with streaming stores while the ring's traffic shows no sign of the two ranks' CPUs sharing a cache (not with more local ranks than CPUs); 0: never |
+//! | `NCCL_SHM_FAR_RING_BYTES` (ours) | `shm_far_ring_bytes` | 64 KiB: messages that may go single copy, up to this size, go through the ring instead, with streaming stores while the ring shows the CPUs apart (from `NCCL_SHM_FAR_STREAM_BYTES`; not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
 //! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather or out-of-place all-to-all of at least `NCCL_SHM_STREAM_RING_BYTES`, rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks; shorter, it takes the ring in chunks; 0: no probe (all-gather takes the ring, all-to-all single copy) |
@@ -121,6 +122,10 @@ pub struct Config {
     /// bytes are written with streaming stores while the peer's CPU shows
     /// no sign of sharing a cache with ours (0: never).
     pub shm_far_stream_bytes: usize,
+    /// `NCCL_SHM_FAR_RING_BYTES`: messages that may go single-copy, up to
+    /// this size, go through the ring instead, streamed while the peer's
+    /// CPU shows no sign of sharing a cache with ours (0: never).
+    pub shm_far_ring_bytes: usize,
     /// `NCCL_SHM_STREAM_RING_BYTES`: receives into an output of at least
     /// this many bytes are copied in with streaming stores, a 2-rank
     /// all-gather that size takes the ring instead of single copy, and an
@@ -176,6 +181,7 @@ impl Default for Config {
             shm_cma_max_bytes: 2 << 20,
             shm_near_ring_bytes: 1 << 20,
             shm_far_stream_bytes: 16 << 10,
+            shm_far_ring_bytes: 64 << 10,
             shm_stream_ring_bytes: None,
             shm_apart_ns: crate::comm::APART_NS,
             shm_direct_reduce: true,
@@ -257,6 +263,12 @@ impl Config {
                 &text,
                 "NCCL_SHM_FAR_STREAM_BYTES",
                 d.shm_far_stream_bytes,
+                0..=usize::MAX,
+            )?,
+            shm_far_ring_bytes: num(
+                &text,
+                "NCCL_SHM_FAR_RING_BYTES",
+                d.shm_far_ring_bytes,
                 0..=usize::MAX,
             )?,
             shm_apart_ns: num(
@@ -442,6 +454,13 @@ mod tests {
             0
         );
         assert!(cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "-1")]).is_err());
+        assert_eq!(Config::default().shm_far_ring_bytes, 64 << 10);
+        assert_eq!(
+            cfg(&[("NCCL_SHM_FAR_RING_BYTES", "0")])
+                .unwrap()
+                .shm_far_ring_bytes,
+            0
+        );
         assert!(!c.shm_use_cma);
         assert_eq!(c.shm_cma_min_bytes, 4096);
         assert_eq!(c.shm_cma_max_bytes, 65536);

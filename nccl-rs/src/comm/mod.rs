@@ -163,6 +163,11 @@ impl Communicator {
                 } else {
                     config.shm_far_stream_bytes
                 },
+                far_ring_bytes: if local_ranks > cpus {
+                    0
+                } else {
+                    config.shm_far_ring_bytes
+                },
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),

@@ -61,6 +61,11 @@ pub(super) struct CmaOpts {
     /// receiver's CPU shares a cache with ours ([`super::placement`]; 0:
     /// never).
     pub(super) near_ring: usize,
+    /// Messages up to this many bytes go through the ring instead, with
+    /// streaming stores while the receiver's CPU is not near ours, if the
+    /// sender streams such messages at all (`ShmOptions::far_stream_bytes`;
+    /// 0: never).
+    pub(super) far_ring: usize,
 }
 
 /// Outcome of the receiver's probe, in [`super::segment::Side::cma`] of the

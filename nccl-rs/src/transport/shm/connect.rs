@@ -2,7 +2,7 @@
 //! [`ShmConnector`] (maps it and claims the sending side).
 
 use super::cma::{self, CmaOpts};
-use super::comm::{ShmRecvComm, ShmSendComm};
+use super::comm::{RingInstead, ShmRecvComm, ShmSendComm};
 use super::handle::ShmHandle;
 use super::peer::{own_pid, own_pidns};
 use super::segment::{new_nonce, Geometry, Segment};
@@ -190,7 +190,10 @@ impl ShmConnector {
                 recv_pidns,
                 cma.map(|c| c.min),
                 helps,
-                cma.map_or(0, |c| c.near_ring),
+                RingInstead {
+                    near: cma.map_or(0, |c| c.near_ring),
+                    far: cma.map_or(0, |c| c.far_ring),
+                },
                 far_stream,
             )),
         })

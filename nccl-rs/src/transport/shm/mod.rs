@@ -257,6 +257,12 @@ pub struct ShmOptions {
     /// CPU sharing a cache with the sender's (`NCCL_SHM_FAR_STREAM_BYTES`;
     /// 16 KiB in the default `Config`, 0 in `ShmOptions::default()`: never).
     pub far_stream_bytes: usize,
+    /// Messages that may go single copy, up to this many bytes, go through
+    /// the ring instead whatever the placement, written with streaming
+    /// stores while not near (as `far_stream_bytes` says; without it never)
+    /// (`NCCL_SHM_FAR_RING_BYTES`; 64 KiB in the default `Config`, 0 in
+    /// `ShmOptions::default()`).
+    pub far_ring_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -270,6 +276,7 @@ impl Default for ShmOptions {
             direct_reduce: true,
             near_ring_bytes: 0,
             far_stream_bytes: 0,
+            far_ring_bytes: 0,
         }
     }
 }
@@ -305,6 +312,7 @@ impl ShmNet {
             min: self.opts.cma_min_bytes,
             split: self.opts.cma_split,
             near_ring: self.opts.near_ring_bytes,
+            far_ring: self.opts.far_ring_bytes,
         })
     }
 }

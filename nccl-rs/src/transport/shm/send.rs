@@ -88,6 +88,17 @@ struct SendOp {
     stream: bool,
 }
 
+/// Messages that may go single copy but go through the ring instead, up to
+/// these sizes (0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(in crate::transport::shm) struct RingInstead {
+    /// While the receiver's CPU is near ours ([`placement`]).
+    pub(in crate::transport::shm) near: usize,
+    /// Whatever the placement, if we would stream them while it is not near
+    /// ([`ShmSendComm::streams_far`]).
+    pub(in crate::transport::shm) far: usize,
+}
+
 /// The sending half: the producer of the ring.
 pub(in crate::transport::shm) struct ShmSendComm {
     prod: Producer,
@@ -115,10 +126,9 @@ pub(in crate::transport::shm) struct ShmSendComm {
     /// Our mappings of the receiver's shared allocations (split messages
     /// into them are written by `memcpy`).
     maps: PeerMapping,
-    /// Messages that may go single copy, up to this size, go through the
-    /// ring while the receiver's CPU shares a cache with ours
-    /// ([`placement`]).
-    near_ring: usize,
+    /// Messages that may go single copy, up to these sizes, go through the
+    /// ring instead.
+    instead: RingInstead,
     /// Ring messages of at least this many bytes are written with streaming
     /// stores while no near sample is fresh ([`placement`]; 0: never).
     far_stream: usize,
@@ -137,8 +147,8 @@ impl ShmSendComm {
     /// A comm over a segment whose sending side we have claimed; the
     /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
     /// least `cma_min` bytes go single-copy when the receiver can read us,
-    /// except those up to `near_ring` bytes while it is near
-    /// ([`placement`]); `helps`: we copy parts of the large ones the
+    /// except those `instead` says ([`placement`]); `helps`: we copy parts
+    /// of the large ones the
     /// receiver offers. Ring messages of at least `far_stream` bytes go
     /// with streaming stores while it is not near (0: never).
     pub(in crate::transport::shm) fn new(
@@ -147,7 +157,7 @@ impl ShmSendComm {
         peer_pidns: u64,
         cma_min: Option<usize>,
         helps: bool,
-        near_ring: usize,
+        instead: RingInstead,
         far_stream: usize,
     ) -> ShmSendComm {
         ShmSendComm {
@@ -170,7 +180,7 @@ impl ShmSendComm {
             helps,
             helped: (0, 0),
             maps: PeerMapping::new(MapSide::Sender),
-            near_ring,
+            instead,
             far_stream,
             placement: placement::Sampler::default(),
             seg,
@@ -191,7 +201,7 @@ impl ShmSendComm {
             // probe (nothing else is published with it; cheap either way).
             self.cma = self.seg.header().recv.0.cma.load(Ordering::Acquire);
         }
-        if self.cma == CMA_YES && !self.ring_while_near(data, len, hint) {
+        if self.cma == CMA_YES && !self.ring_instead(data, len, hint) {
             Payload::Cma
         } else {
             Payload::Ring
@@ -199,19 +209,28 @@ impl ShmSendComm {
     }
 
     /// Whether a message that may go single copy goes through the ring
-    /// because the receiver's CPU shares a cache with ours now
-    /// ([`placement`]): up to `near_ring` bytes, unless the receiver would
-    /// copy it by `memcpy` from shared memory ([`super::mapped`]) or we
-    /// would help copy it ([`split`]), which beat the ring.
-    fn ring_while_near(&self, data: *const u8, len: usize, hint: CopyHint) -> bool {
-        len <= self.near_ring
+    /// instead: up to `instead.near` bytes while the receiver's CPU shares a
+    /// cache with ours now ([`placement`]), and up to `instead.far` bytes
+    /// whatever the placement if we would stream it while not near
+    /// ([`Self::streams_far`]); neither when the receiver would copy it by
+    /// `memcpy` from shared memory ([`super::mapped`]) or we would help
+    /// copy it ([`split`]), which beat the ring. 2 ranks, heap buffers,
+    /// paired rounds with the ring instead up to 64 KiB against single copy
+    /// (`scripts/paired.sh`, 12-14 rounds): broadcast 64 KiB 6.52 against
+    /// 8.77 us (x1.42 by rounds; in the rounds begun apart 2.5-7.6 against
+    /// 8.5-11.8 us), all-gather 64 KiB 6.92 against 7.44 us, all-to-all 128
+    /// KiB x1.07, all-to-all 64 KiB and all-gather 128 KiB within noise.
+    fn ring_instead(&self, data: *const u8, len: usize, hint: CopyHint) -> bool {
+        let far = self.far_stream > 0 && len >= self.far_stream && len <= self.instead.far;
+        (far || len <= self.instead.near)
             && !(self.helps && hint.sender_idle && len >= SPLIT_MIN_BYTES)
             && SharedRegion::locate(data, len).is_none()
-            && placement::is_near(
-                self.watch.pid(),
-                &self.seg.header().near.0,
-                placement::now_ns(),
-            )
+            && (far
+                || placement::is_near(
+                    self.watch.pid(),
+                    &self.seg.header().near.0,
+                    placement::now_ns(),
+                ))
     }
 
     /// Whether a ring message of `len` bytes is stamped, so that the receiver
@@ -233,8 +252,8 @@ impl ShmSendComm {
     /// with this choice (16 rounds, against plain stores always): 75-86 us
     /// against 67-127 in the rounds begun near, 110-159 against 67-553 in
     /// those begun apart (Open MPI 160-750). A message that may go single
-    /// copy takes the ring only while near ([`Self::ring_while_near`]), so
-    /// this leaves it plain.
+    /// copy takes the ring while near or up to `instead.far` bytes
+    /// ([`Self::ring_instead`]).
     fn streams_far(&self, len: usize, hint: CopyHint, how: Payload) -> bool {
         let near = || {
             #[cfg(test)]

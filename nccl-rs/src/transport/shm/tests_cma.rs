@@ -29,6 +29,7 @@ fn opts(min: usize) -> cma::CmaOpts {
         min,
         split: true,
         near_ring: 0,
+        far_ring: 0,
     }
 }
 
@@ -304,4 +305,58 @@ fn near_receivers_get_messages_up_to_the_limit_through_the_ring() {
     assert!(!completes_alone(s.as_mut(), q, 1000));
     recv_check(r.as_mut(), &[512 << 10], 99, 4);
     poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+}
+
+#[test]
+fn messages_up_to_the_far_limit_take_the_ring_streamed_while_not_near() {
+    use super::send::{NEAR, STREAMED_IN};
+    let far = |far_stream_bytes| {
+        ShmNet::new(ShmOptions {
+            cma: true,
+            far_stream_bytes,
+            far_ring_bytes: 64 << 10,
+            ..ShmOptions::default()
+        })
+        .unwrap()
+    };
+    // (length, through the ring): a message over the limit goes single
+    // copy, as do all of them when nothing streams.
+    for (net, near, cases) in [
+        (
+            far(16 << 10),
+            false,
+            [(32 << 10, true), (64 << 10, true), (70_000, false)],
+        ),
+        (
+            far(16 << 10),
+            true,
+            [(32 << 10, true), (64 << 10, true), (70_000, false)],
+        ),
+        (
+            far(0),
+            false,
+            [(32 << 10, false), (64 << 10, false), (70_000, false)],
+        ),
+    ] {
+        let (mut s, mut r, _) = pair(&net);
+        NEAR.set(Some(near));
+        for (i, &(len, ring)) in cases.iter().enumerate() {
+            let data = pattern(len, 40 + i as u64);
+            let before = STREAMED_IN.get();
+            let q = isend(s.as_mut(), &data, 3);
+            // Through the ring a send completes with nobody receiving.
+            let alone = completes_alone(s.as_mut(), q, 1);
+            let mut buf = vec![0u8; len];
+            let rq = irecv(r.as_mut(), &mut buf, 3);
+            assert_eq!(poll("recv", || r.test(rq)).unwrap(), len);
+            if !alone {
+                poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
+            }
+            assert!(buf == data, "message {i}");
+            assert_eq!(alone, ring, "message {i} ({len} bytes), near {near}");
+            let streamed = STREAMED_IN.get() - before;
+            assert_eq!(streamed, if ring && !near { len } else { 0 }, "message {i}");
+        }
+    }
+    NEAR.set(None);
 }

@@ -116,6 +116,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
         min: 16 << 10,
         split: false,
         near_ring: 0,
+        far_ring: 0,
     };
     let split = CmaOpts {
         split: true,
