@@ -130,9 +130,29 @@ fn a_message_read_from_the_senders_shared_memory_streams_too() {
     assert_eq!(n, len);
 }
 
+/// Sends message `i` of `len` bytes (drawn from `seed`) and receives it
+/// into `out` at offset 3, checking it and the guards around it; returns
+/// the bytes the sender wrote into the ring with streaming stores.
+fn sent_streamed(
+    s: &mut dyn SendComm,
+    r: &mut dyn RecvComm,
+    out: &mut [u8],
+    i: usize,
+    len: usize,
+    seed: u64,
+) -> usize {
+    use super::send::STREAMED_IN;
+    let msg = pattern(len, seed);
+    out.fill(GUARD);
+    let before = STREAMED_IN.get();
+    send_recv(s, r, &msg, out, 3);
+    assert!(out[3..3 + len] == msg[..], "message {i} ({len} bytes)");
+    assert!(out[..3] == [GUARD; 3] && out[3 + len] == GUARD);
+    STREAMED_IN.get() - before
+}
+
 #[test]
 fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
-    use super::send::STREAMED_IN;
     let (mut s, mut r, _) = pair(&ring_net());
     let apart = CopyHint {
         receiver_apart: true,
@@ -151,13 +171,7 @@ fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
     for (hinted, base) in [(true, 50), (false, 60)] {
         s.hint_copy(if hinted { apart } else { CopyHint::default() });
         for (i, &(len, streams)) in cases.iter().enumerate() {
-            let msg = pattern(len, base + i as u64);
-            out.fill(GUARD);
-            let before = STREAMED_IN.get();
-            send_recv(s.as_mut(), r.as_mut(), &msg, &mut out, 3);
-            assert!(out[3..3 + len] == msg[..], "message {i} ({len} bytes)");
-            assert!(out[..3] == [GUARD; 3] && out[3 + len] == GUARD);
-            let streamed = STREAMED_IN.get() - before;
+            let streamed = sent_streamed(s.as_mut(), r.as_mut(), &mut out, i, len, base + i as u64);
             assert_eq!(
                 streamed,
                 if hinted && streams { len } else { 0 },
@@ -169,7 +183,7 @@ fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
 
 #[test]
 fn ring_sends_stream_while_the_receiver_is_not_near() {
-    use super::send::{NEAR, STREAMED_IN};
+    use super::send::NEAR;
     let far = |far_stream_bytes| {
         ShmNet::new(ShmOptions {
             cma: false,
@@ -195,15 +209,10 @@ fn ring_sends_stream_while_the_receiver_is_not_near() {
         let (mut s, mut r, _) = pair(&net);
         NEAR.set(near);
         for (i, &(len, streams)) in cases.iter().enumerate() {
-            let msg = pattern(len, base + i as u64);
-            out.fill(GUARD);
-            let before = STREAMED_IN.get();
-            send_recv(s.as_mut(), r.as_mut(), &msg, &mut out, 5);
-            assert!(out[5..5 + len] == msg[..], "message {i} ({len} bytes)");
-            assert!(out[..5] == [GUARD; 5] && out[5 + len] == GUARD);
+            let streamed = sent_streamed(s.as_mut(), r.as_mut(), &mut out, i, len, base + i as u64);
             let on = net.options().far_stream_bytes > 0 && near == Some(false);
             assert_eq!(
-                STREAMED_IN.get() - before,
+                streamed,
                 if on && streams { len } else { 0 },
                 "message {i} ({len} bytes), near {near:?}, {:?}",
                 net.options()
