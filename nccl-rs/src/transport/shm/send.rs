@@ -148,9 +148,9 @@ impl ShmSendComm {
     /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
     /// least `cma_min` bytes go single-copy when the receiver can read us,
     /// except those `instead` says ([`placement`]); `helps`: we copy parts
-    /// of the large ones the
-    /// receiver offers. Ring messages of at least `far_stream` bytes go
-    /// with streaming stores while it is not near (0: never).
+    /// of the large ones the receiver offers. Ring messages of at least
+    /// `far_stream` bytes go with streaming stores while it is not near (0:
+    /// never).
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
