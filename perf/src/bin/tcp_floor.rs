@@ -1,0 +1,628 @@
+//! The floor under TCP collectives on this host: how long the kernel takes
+//! to carry one message over a loopback TCP connection from one process to
+//! another, with nothing of nccl-rs in between.
+//!
+//! ```text
+//! tcp_floor [-b 1M] [-e 64M] [-f 4] [-n 0] [-s 3] [-c] [-m plain,zerocopy,splice]
+//! ```
+//! `-s` connections on 127.0.0.1 with `TCP_NODELAY` (3, as nccl-rs's
+//! default data sockets), each message striped over them in contiguous
+//! parts, both ends non-blocking and spinning while they wait (as a rank's
+//! engine does); the receiver (this program run as
+//! `tcp_floor --receive <port> <bytes> <sockets> <check>`, a child process) reads
+//! each message into one buffer and answers with one byte on the first
+//! connection; a cell is the median time from the first byte sent to that
+//! answer.
+//! `-c` has the receiver check every byte it got (tests; not timed runs).
+//! `-n 0` picks the repetitions per size (about 50 ms of sending per way).
+//! The ways to send, one after the other at each size (interleaved
+//! message by message, each disturbs the next: plain sends of 1 MiB took
+//! 2–2.5 times longer between spliced and zero-copy ones):
+//! * `plain`: `send`, the kernel copying the bytes into socket buffers
+//!   (what nccl-rs, Open MPI and Gloo do over TCP);
+//! * `zerocopy`: `MSG_ZEROCOPY` (`SO_ZEROCOPY`), the kernel pinning the
+//!   sender's pages, each send completed through the socket's error queue;
+//!   on loopback the kernel copies them anyway on delivery (the
+//!   completions say so, counted as `copied`);
+//! * `splice`: `vmsplice` of the sender's pages into a pipe of 1 MiB and
+//!   `splice` from it into the socket, no copy on the sending side (what
+//!   nccl-rs does for TCP messages of 256 KiB to 1 MiB from a rank that only
+//!   sends).
+//!
+//! A broadcast of S bytes between two ranks moves what one `plain` message
+//! of S moves; compare its time with this one's taken in the same minute,
+//! since the host's state moves both (see `copy_floor --pair`).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `SO_ZEROCOPY` (asm-generic/socket.h; not exported by `libc` for every
+/// target).
+const SO_ZEROCOPY: libc::c_int = 60;
+/// `SO_EE_ORIGIN_ZEROCOPY` (linux/errqueue.h).
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+/// `SO_EE_CODE_ZEROCOPY_COPIED`: the kernel copied the pages after all.
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+/// The longest any read or write of the connection may wait.
+const IO_LIMIT: Duration = Duration::from_secs(30);
+/// The pipe a spliced send goes through.
+const PIPE_BYTES: usize = 1 << 20;
+/// The largest piece given to one `send` with `MSG_ZEROCOPY`.
+const ZC_PIECE: usize = 4 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    Plain,
+    ZeroCopy,
+    Splice,
+}
+
+impl Way {
+    fn name(self) -> &'static str {
+        match self {
+            Way::Plain => "plain",
+            Way::ZeroCopy => "zerocopy",
+            Way::Splice => "splice",
+        }
+    }
+}
+
+struct Args {
+    min: usize,
+    max: usize,
+    factor: usize,
+    reps: usize,
+    socks: usize,
+    /// The receiver checks every byte of every message.
+    check: bool,
+    ways: Vec<Way>,
+}
+
+fn size(s: &str) -> Result<usize, String> {
+    nccl_perf::args::parse_size(s)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("not a size: {s:?}"))
+}
+
+const USAGE: &str =
+    "usage: tcp_floor [-b min] [-e max] [-f factor] [-n reps] [-s sockets] [-c] [-m plain,zerocopy,splice]";
+
+fn parse(argv: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        min: 1 << 20,
+        max: 64 << 20,
+        factor: 4,
+        reps: 0,
+        socks: 3,
+        check: false,
+        ways: vec![Way::Plain, Way::ZeroCopy, Way::Splice],
+    };
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "-b" => a.min = size(value()?)?,
+            "-e" => a.max = size(value()?)?,
+            "-f" => a.factor = size(value()?)?,
+            "-n" => a.reps = size(value()?)?,
+            "-s" => a.socks = size(value()?)?,
+            "-c" => a.check = true,
+            "-m" => {
+                a.ways = value()?
+                    .split(',')
+                    .map(|w| match w {
+                        "plain" => Ok(Way::Plain),
+                        "zerocopy" => Ok(Way::ZeroCopy),
+                        "splice" => Ok(Way::Splice),
+                        _ => Err(format!("unknown way {w:?} (plain, zerocopy, splice)")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if a.min == 0
+        || a.min > a.max
+        || a.factor < 2
+        || a.ways.is_empty()
+        || !(1..=64).contains(&a.socks)
+    {
+        return Err(
+            "need 0 < min <= max, factor >= 2, 1 to 64 sockets and at least one way".into(),
+        );
+    }
+    Ok(a)
+}
+
+fn os_err(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// Reads all of `buf` from a non-blocking stream, spinning while there is
+/// nothing to read (as a rank's engine polls), within `IO_LIMIT`.
+fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut parts = [(s, buf)];
+    read_parts(&mut parts)
+}
+
+/// Reads each buffer from its non-blocking stream, round robin, spinning
+/// while none has anything to read, within `IO_LIMIT`.
+fn read_parts(parts: &mut [(&mut TcpStream, &mut [u8])]) -> std::io::Result<()> {
+    let deadline = Instant::now() + IO_LIMIT;
+    let mut at = vec![0; parts.len()];
+    while parts.iter().zip(&at).any(|((_, b), &a)| a < b.len()) {
+        let mut moved = false;
+        for ((s, b), a) in parts.iter_mut().zip(at.iter_mut()) {
+            if *a == b.len() {
+                continue;
+            }
+            match s.read(&mut b[*a..]) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => (*a, moved) = (*a + n, true),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !moved {
+            if Instant::now() > deadline {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to a non-blocking stream, spinning while its socket
+/// buffer is full, within `IO_LIMIT`.
+fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+    let deadline = Instant::now() + IO_LIMIT;
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::hint::spin_loop()
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The byte at `i` of every message.
+fn pattern(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// Where a message of `len` bytes striped over `n` sockets puts socket
+/// `i`'s part (contiguous parts, as nccl-rs stripes).
+fn part(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
+    len * i / n..len * (i + 1) / n
+}
+
+/// The receiving side: `socks` connections; reads a length on the first
+/// (8 bytes, little endian; 0 ends), then that many bytes striped over all
+/// of them, then answers one byte on the first.
+fn receive(port: u16, max: usize, socks: usize, check: bool) -> Result<(), String> {
+    let mut ss = Vec::with_capacity(socks);
+    for _ in 0..socks {
+        let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+        s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+        ss.push(s);
+    }
+    let mut buf = vec![1u8; max];
+    loop {
+        let mut len = [0u8; 8];
+        spin_read(&mut ss[0], &mut len).map_err(|e| format!("length: {e}"))?;
+        let len = u64::from_le_bytes(len) as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        let into = buf
+            .get_mut(..len)
+            .ok_or("a message longer than announced")?;
+        let mut rest = &mut into[..];
+        let mut parts = Vec::with_capacity(socks);
+        for (i, s) in ss.iter_mut().enumerate() {
+            let (p, r) = std::mem::take(&mut rest).split_at_mut(part(len, socks, i).len());
+            parts.push((s, p));
+            rest = r;
+        }
+        read_parts(&mut parts).map_err(|e| format!("payload: {e}"))?;
+        if check {
+            if let Some(i) = (0..len).find(|&i| into[i] != pattern(i)) {
+                return Err(format!(
+                    "byte {i} of a {len}-byte message: {} for {}",
+                    into[i],
+                    pattern(i)
+                ));
+            }
+            into.fill(0);
+        }
+        spin_write(&mut ss[0], &[0]).map_err(|e| format!("answer: {e}"))?;
+    }
+}
+
+/// One socket of the sending side and what each way needs besides it.
+struct Lane {
+    sock: TcpStream,
+    /// The pipe of spliced sends (read end, write end).
+    pipe: (libc::c_int, libc::c_int),
+    /// Bytes of the current part sent (given to the kernel).
+    at: usize,
+    /// Bytes spliced into the pipe and not yet into the socket.
+    in_pipe: usize,
+    /// Zero-copy sends issued and completed (the kernel numbers them from 0).
+    zc_sent: u32,
+    zc_done: u32,
+    /// Whether a completion said the kernel copied after all.
+    zc_copied: bool,
+}
+
+impl Lane {
+    fn new(sock: TcpStream) -> Result<Self, String> {
+        sock.set_nodelay(true)
+            .map_err(|e| format!("nodelay: {e}"))?;
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live
+        // c_int on the stack; the descriptor is the stream's own.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_ZEROCOPY,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(os_err("SO_ZEROCOPY"));
+        }
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into the two-element array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(os_err("pipe2"));
+        }
+        let lane = Self {
+            sock,
+            pipe: (fds[0], fds[1]),
+            at: 0,
+            in_pipe: 0,
+            zc_sent: 0,
+            zc_done: 0,
+            zc_copied: false,
+        };
+        // SAFETY: F_SETPIPE_SZ on a pipe this process just made; no memory
+        // is passed.
+        if unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES as libc::c_int) } < 0 {
+            return Err(os_err("F_SETPIPE_SZ (see /proc/sys/fs/pipe-max-size)"));
+        }
+        Ok(lane)
+    }
+
+    /// Whether all of `part` has left through this lane (and, sent
+    /// zero-copy, been completed).
+    fn done(&self, part: &[u8]) -> bool {
+        self.at == part.len() && self.in_pipe == 0 && self.zc_done == self.zc_sent
+    }
+
+    /// One non-blocking attempt to move more of `part` one way; whether
+    /// anything moved. `part` stays unwritten until the receiver answers.
+    fn step(&mut self, way: Way, part: &[u8]) -> Result<bool, String> {
+        let fd = self.sock.as_raw_fd();
+        let rest = &part[self.at..];
+        match way {
+            Way::Plain => {
+                if rest.is_empty() {
+                    return Ok(false);
+                }
+                // SAFETY: send reads `rest.len()` bytes of a live slice.
+                let n =
+                    unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) };
+                self.advance(n, "send")
+            }
+            Way::ZeroCopy => {
+                let reaped = self.reap()?;
+                if rest.is_empty() {
+                    return Ok(reaped);
+                }
+                let piece = &rest[..rest.len().min(ZC_PIECE)];
+                // SAFETY: send reads `piece.len()` bytes of a live slice;
+                // with MSG_ZEROCOPY the kernel may read them until the
+                // completion arrives, and the caller leaves `part` unwritten
+                // until the receiver has answered, after every completion.
+                let n = unsafe {
+                    libc::send(
+                        fd,
+                        piece.as_ptr().cast(),
+                        piece.len(),
+                        libc::MSG_ZEROCOPY | libc::MSG_DONTWAIT,
+                    )
+                };
+                if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOBUFS) {
+                    return Ok(reaped); // too many completions pending
+                }
+                let moved = self.advance(n, "send MSG_ZEROCOPY")?;
+                self.zc_sent += u32::from(moved);
+                Ok(moved || reaped)
+            }
+            Way::Splice => {
+                let (rd, wr) = self.pipe;
+                let mut moved = false;
+                if self.in_pipe == 0 && !rest.is_empty() {
+                    let piece = &rest[..rest.len().min(PIPE_BYTES)];
+                    let iov = libc::iovec {
+                        iov_base: piece.as_ptr() as *mut _,
+                        iov_len: piece.len(),
+                    };
+                    // SAFETY: vmsplice maps the pages of a live slice into
+                    // an empty pipe; they stay referenced until the receiver
+                    // has read them, and the caller leaves `part` unwritten
+                    // until the receiver has answered.
+                    let n = unsafe { libc::vmsplice(wr, &iov, 1, libc::SPLICE_F_NONBLOCK) };
+                    if n < 0 {
+                        return Err(os_err("vmsplice"));
+                    }
+                    (self.at, self.in_pipe, moved) = (self.at + n as usize, n as usize, true);
+                }
+                if self.in_pipe == 0 {
+                    return Ok(moved);
+                }
+                // More follows unless these are the part's last bytes (a
+                // last piece held back for more would wait for a timer).
+                let more = if self.at < part.len() {
+                    libc::SPLICE_F_MORE
+                } else {
+                    0
+                };
+                // SAFETY: splice between two descriptors this lane owns; no
+                // memory is passed.
+                let n = unsafe {
+                    libc::splice(
+                        rd,
+                        std::ptr::null_mut(),
+                        fd,
+                        std::ptr::null_mut(),
+                        self.in_pipe,
+                        more | libc::SPLICE_F_NONBLOCK,
+                    )
+                };
+                if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+                {
+                    return Ok(moved);
+                }
+                if n <= 0 {
+                    return Err(os_err("splice"));
+                }
+                self.in_pipe -= n as usize;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Counts `n` bytes a non-blocking call moved (none if it would block).
+    fn advance(&mut self, n: isize, what: &str) -> Result<bool, String> {
+        if n >= 0 {
+            self.at += n as usize;
+            return Ok(n > 0);
+        }
+        match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            e => Err(format!("{what}: {e}")),
+        }
+    }
+
+    /// Reads the zero-copy completions waiting in the error queue; whether
+    /// there were any.
+    fn reap(&mut self) -> Result<bool, String> {
+        let fd = self.sock.as_raw_fd();
+        let mut any = false;
+        loop {
+            let mut control = [0u64; 16];
+            // SAFETY: an all-zero msghdr is valid (no name, no data).
+            let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+            m.msg_control = control.as_mut_ptr().cast();
+            m.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: recvmsg writes at most msg_controllen bytes into
+            // `control`, which outlives the call; no data buffers.
+            let r = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    return Ok(any);
+                }
+                return Err(format!("error queue: {e}"));
+            }
+            // SAFETY: CMSG_FIRSTHDR reads the msghdr recvmsg just filled.
+            let c = unsafe { libc::CMSG_FIRSTHDR(&m) };
+            if c.is_null() {
+                return Err("an error-queue message without control data".into());
+            }
+            // SAFETY: `c` points into `control`, at a header the kernel
+            // wrote; its data is a sock_extended_err for IP_RECVERR, read
+            // unaligned since `control` only promises 8-byte alignment.
+            let e: libc::sock_extended_err =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            if e.ee_origin != SO_EE_ORIGIN_ZEROCOPY {
+                return Err(format!(
+                    "error queue: errno {} origin {}",
+                    e.ee_errno, e.ee_origin
+                ));
+            }
+            self.zc_copied |= e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0;
+            // A completion covers the sends numbered ee_info..=ee_data.
+            self.zc_done = self.zc_done.max(e.ee_data.wrapping_add(1));
+            any = true;
+        }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        // SAFETY: the pipe's descriptors are this lane's own, closed once.
+        unsafe {
+            libc::close(self.pipe.0);
+            libc::close(self.pipe.1);
+        }
+    }
+}
+
+/// Sends `msg` one way, striped over `lanes`, and waits for the answer.
+fn send(lanes: &mut [Lane], way: Way, msg: &[u8]) -> Result<(), String> {
+    let len = (msg.len() as u64).to_le_bytes();
+    spin_write(&mut lanes[0].sock, &len).map_err(|e| format!("length: {e}"))?;
+    let n = lanes.len();
+    for l in lanes.iter_mut() {
+        l.at = 0;
+    }
+    let deadline = Instant::now() + IO_LIMIT;
+    loop {
+        let mut moved = false;
+        let mut done = true;
+        for (i, l) in lanes.iter_mut().enumerate() {
+            let p = &msg[part(msg.len(), n, i)];
+            moved |= l.step(way, p)?;
+            done &= l.done(p);
+        }
+        if done {
+            break;
+        }
+        if !moved {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} send: no progress within {IO_LIMIT:?}",
+                    way.name()
+                ));
+            }
+            std::hint::spin_loop();
+        }
+    }
+    let mut answer = [0u8; 1];
+    spin_read(&mut lanes[0].sock, &mut answer).map_err(|e| format!("answer: {e}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The receiver's connection, or an error after `limit`.
+fn accept_within(listener: &TcpListener, limit: Duration) -> Result<TcpStream, String> {
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => return Err(format!("the receiver did not connect: {e}")),
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let mut child = Command::new(exe)
+        .args([
+            "--receive",
+            &port.to_string(),
+            &a.max.to_string(),
+            &a.socks.to_string(),
+        ])
+        .arg(if a.check { "1" } else { "0" })
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("receiver: {e}"))?;
+    let mut lanes = Vec::with_capacity(a.socks);
+    for _ in 0..a.socks {
+        lanes.push(Lane::new(accept_within(
+            &listener,
+            Duration::from_secs(10),
+        )?)?);
+    }
+    let msg: Vec<u8> = (0..a.max).map(pattern).collect();
+    println!(
+        "# tcp_floor: {} loopback TCP socket(s) between two processes, messages striped; median per message",
+        a.socks
+    );
+    print!("# {:>10}", "size");
+    for w in &a.ways {
+        print!(" {:>11}{:>8}", format!("{}(us)", w.name()), "GB/s");
+    }
+    println!();
+    let mut s = a.min;
+    while s <= a.max {
+        let reps = if a.reps > 0 {
+            a.reps
+        } else {
+            (50_000_000 / s.max(1)).clamp(5, 200)
+        };
+        let mut times = vec![Vec::with_capacity(reps); a.ways.len()];
+        for (k, &w) in a.ways.iter().enumerate() {
+            for rep in 0..=reps {
+                let t = Instant::now();
+                send(&mut lanes, w, &msg[..s])?;
+                if rep > 0 {
+                    times[k].push(t.elapsed().as_secs_f64());
+                }
+            }
+        }
+        print!("  {s:>10}");
+        for t in times {
+            let m = median(t);
+            print!(" {:>11.1}{:>8.2}", m * 1e6, s as f64 / m / 1e9);
+        }
+        println!();
+        s = match s.checked_mul(a.factor) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+    if a.ways.contains(&Way::ZeroCopy) {
+        let copied = lanes.iter().any(|l| l.zc_copied);
+        println!("# zerocopy: the kernel copied the pages after all: {copied}");
+    }
+    spin_write(&mut lanes[0].sock, &0u64.to_le_bytes()).map_err(|e| format!("end: {e}"))?;
+    let st = child.wait().map_err(|e| format!("receiver: {e}"))?;
+    if !st.success() {
+        return Err(format!("receiver ended {st}"));
+    }
+    Ok(())
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let r = match argv.first().map(String::as_str) {
+        Some("--receive") => {
+            let arg = |i: usize| argv.get(i).and_then(|v| v.parse::<usize>().ok());
+            match (
+                arg(1).and_then(|p| u16::try_from(p).ok()),
+                arg(2),
+                arg(3),
+                arg(4),
+            ) {
+                (Some(port), Some(max), Some(socks), Some(check)) if socks > 0 => {
+                    receive(port, max, socks, check == 1)
+                }
+                _ => Err("usage: tcp_floor --receive <port> <bytes> <sockets> <check>".into()),
+            }
+        }
+        _ => parse(&argv).and_then(|a| run(&a)),
+    };
+    if let Err(e) = r {
+        eprintln!("tcp_floor: {e}");
+        std::process::exit(1);
+    }
+}
