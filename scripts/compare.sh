@@ -28,12 +28,13 @@ csv=$(echo $SIZES | tr ' ' ,)
 # The host's copy floors (memcpy and process_vm_readv, one core), at the
 # start and the end of the run: the bounds of the single-copy paths; and
 # loopback TCP's (tcp_floor: one message between two processes over 3
-# striped sockets, copied or spliced), under the TCP rows.
+# striped sockets, copied or spliced, and copied both ways at once), under
+# the TCP rows.
 FLOOR=${OUT%.txt}-floor.txt
 floor() { echo "=== copy_floor $1, load $(cut -d' ' -f1-3 /proc/loadavg)"; target/release/copy_floor -b 64K -e 64M -f 4 2>&1;
   echo "=== copy_floor $1 at distance 4 (rep movsb's slow distances; nccl-rs avoids them)"; target/release/copy_floor -b 64K -e 1M -f 4 -d 4 2>&1;
   echo "=== copy_floor $1 in transparent huge pages (process_vm_readv pins one page per 2 MiB instead of 512)"; target/release/copy_floor -b 1M -e 64M -f 4 --thp 2>&1;
-  echo "=== tcp_floor $1 (the kernel's loopback TCP, nothing of nccl-rs between)"; target/release/tcp_floor -b 64K -e 64M -f 4 -m plain,splice 2>&1; }
+  echo "=== tcp_floor $1 (the kernel's loopback TCP, nothing of nccl-rs between)"; target/release/tcp_floor -b 64K -e 64M -f 4 -m plain,splice,both 2>&1; }
 # Where the host put the two vCPUs right now: a cache-line round trip between
 # them, in ns (copy_floor --pair), recorded with every section.
 pair() { target/release/copy_floor --pair 2>/dev/null || echo "?"; }

@@ -33,7 +33,7 @@ fn every_way_delivers_and_prints_one_row_per_size() {
         let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
         assert_eq!(sizes, [1001.0, 45045.0, 2027025.0], "{text}");
         for r in &rows {
-            assert_eq!(r.len(), 7, "{text}");
+            assert_eq!(r.len(), 9, "{text}");
             assert!(r[1..].iter().all(|&x| x > 0.0 && x.is_finite()), "{text}");
         }
         assert!(text.contains("# zerocopy: the kernel copied"), "{text}");

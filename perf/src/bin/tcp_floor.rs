@@ -3,7 +3,7 @@
 //! another, with nothing of nccl-rs in between.
 //!
 //! ```text
-//! tcp_floor [-b 1M] [-e 64M] [-f 4] [-n 0] [-s 3] [-c] [-m plain,zerocopy,splice]
+//! tcp_floor [-b 1M] [-e 64M] [-f 4] [-n 0] [-s 3] [-c] [-m plain,zerocopy,splice,both]
 //! ```
 //! `-s` connections on 127.0.0.1 with `TCP_NODELAY` (3, as nccl-rs's
 //! default data sockets), each message striped over them in contiguous
@@ -13,7 +13,7 @@
 //! each message into one buffer and answers with one byte on the first
 //! connection; a cell is the median time from the first byte sent to that
 //! answer.
-//! `-c` has the receiver check every byte it got (tests; not timed runs).
+//! `-c` has each side check every byte it got (tests; not timed runs).
 //! `-n 0` picks the repetitions per size (about 50 ms of sending per way).
 //! The ways to send, one after the other at each size (interleaved
 //! message by message, each disturbs the next: plain sends of 1 MiB took
@@ -27,10 +27,13 @@
 //! * `splice`: `vmsplice` of the sender's pages into a pipe of 1 MiB and
 //!   `splice` from it into the socket, no copy on the sending side (what
 //!   nccl-rs does for TCP messages of 256 KiB to 1 MiB from a rank that only
-//!   sends).
+//!   sends);
+//! * `both`: `plain` both ways at once: the receiver sends a message as
+//!   long back while it receives, and the time runs to the last byte of
+//!   that one.
 //!
 //! A broadcast of S bytes between two ranks moves what one `plain` message
-//! of S moves; compare its time with this one's taken in the same minute,
+//! of S moves, an all-gather or all-to-all of 2S what one `both` does; compare its time with this one's taken in the same minute,
 //! since the host's state moves both (see `copy_floor --pair`).
 
 use std::io::{Read, Write};
@@ -58,6 +61,7 @@ enum Way {
     Plain,
     ZeroCopy,
     Splice,
+    Both,
 }
 
 impl Way {
@@ -66,6 +70,7 @@ impl Way {
             Way::Plain => "plain",
             Way::ZeroCopy => "zerocopy",
             Way::Splice => "splice",
+            Way::Both => "both",
         }
     }
 }
@@ -88,7 +93,7 @@ fn size(s: &str) -> Result<usize, String> {
 }
 
 const USAGE: &str =
-    "usage: tcp_floor [-b min] [-e max] [-f factor] [-n reps] [-s sockets] [-c] [-m plain,zerocopy,splice]";
+    "usage: tcp_floor [-b min] [-e max] [-f factor] [-n reps] [-s sockets] [-c] [-m plain,zerocopy,splice,both]";
 
 fn parse(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
@@ -98,7 +103,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         reps: 0,
         socks: 3,
         check: false,
-        ways: vec![Way::Plain, Way::ZeroCopy, Way::Splice],
+        ways: vec![Way::Plain, Way::ZeroCopy, Way::Splice, Way::Both],
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -117,7 +122,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                         "plain" => Ok(Way::Plain),
                         "zerocopy" => Ok(Way::ZeroCopy),
                         "splice" => Ok(Way::Splice),
-                        _ => Err(format!("unknown way {w:?} (plain, zerocopy, splice)")),
+                        "both" => Ok(Way::Both),
+                        _ => Err(format!("unknown way {w:?} (plain, zerocopy, splice, both)")),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -145,36 +151,7 @@ fn os_err(what: &str) -> String {
 /// Reads all of `buf` from a non-blocking stream, spinning while there is
 /// nothing to read (as a rank's engine polls), within `IO_LIMIT`.
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut parts = [(s, buf)];
-    read_parts(&mut parts)
-}
-
-/// Reads each buffer from its non-blocking stream, round robin, spinning
-/// while none has anything to read, within `IO_LIMIT`.
-fn read_parts(parts: &mut [(&mut TcpStream, &mut [u8])]) -> std::io::Result<()> {
-    let deadline = Instant::now() + IO_LIMIT;
-    let mut at = vec![0; parts.len()];
-    while parts.iter().zip(&at).any(|((_, b), &a)| a < b.len()) {
-        let mut moved = false;
-        for ((s, b), a) in parts.iter_mut().zip(at.iter_mut()) {
-            if *a == b.len() {
-                continue;
-            }
-            match s.read(&mut b[*a..]) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => (*a, moved) = (*a + n, true),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if !moved {
-            if Instant::now() > deadline {
-                return Err(std::io::ErrorKind::TimedOut.into());
-            }
-            std::hint::spin_loop();
-        }
-    }
-    Ok(())
+    exchange(&mut [s], &[], buf)
 }
 
 /// Writes all of `buf` to a non-blocking stream, spinning while its socket
@@ -205,9 +182,10 @@ fn part(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
     len * i / n..len * (i + 1) / n
 }
 
-/// The receiving side: `socks` connections; reads a length on the first
-/// (8 bytes, little endian; 0 ends), then that many bytes striped over all
-/// of them, then answers one byte on the first.
+/// The receiving side: `socks` connections; reads a header on the first
+/// (a length, 8 bytes little endian, 0 ends; 1 byte, 1 for `both`), then
+/// that many bytes striped over all of them (and, for `both`, sends as
+/// many back at once), then answers one byte on the first.
 fn receive(port: u16, max: usize, socks: usize, check: bool) -> Result<(), String> {
     let mut ss = Vec::with_capacity(socks);
     for _ in 0..socks {
@@ -217,24 +195,23 @@ fn receive(port: u16, max: usize, socks: usize, check: bool) -> Result<(), Strin
         ss.push(s);
     }
     let mut buf = vec![1u8; max];
+    let mine: Vec<u8> = (0..max).map(pattern).collect();
     loop {
-        let mut len = [0u8; 8];
-        spin_read(&mut ss[0], &mut len).map_err(|e| format!("length: {e}"))?;
-        let len = u64::from_le_bytes(len) as usize;
+        let mut header = [0u8; 9];
+        spin_read(&mut ss[0], &mut header).map_err(|e| format!("header: {e}"))?;
+        let len = u64::from_le_bytes(header[..8].try_into().unwrap_or_default()) as usize;
         if len == 0 {
             return Ok(());
         }
         let into = buf
             .get_mut(..len)
             .ok_or("a message longer than announced")?;
-        let mut rest = &mut into[..];
-        let mut parts = Vec::with_capacity(socks);
-        for (i, s) in ss.iter_mut().enumerate() {
-            let (p, r) = std::mem::take(&mut rest).split_at_mut(part(len, socks, i).len());
-            parts.push((s, p));
-            rest = r;
-        }
-        read_parts(&mut parts).map_err(|e| format!("payload: {e}"))?;
+        exchange(
+            &mut ss.iter_mut().collect::<Vec<_>>(),
+            &mine[..len * usize::from(header[8])],
+            into,
+        )
+        .map_err(|e| format!("payload: {e}"))?;
         if check {
             if let Some(i) = (0..len).find(|&i| into[i] != pattern(i)) {
                 return Err(format!(
@@ -245,7 +222,53 @@ fn receive(port: u16, max: usize, socks: usize, check: bool) -> Result<(), Strin
             }
             into.fill(0);
         }
-        spin_write(&mut ss[0], &[0]).map_err(|e| format!("answer: {e}"))?;
+        if header[8] == 0 {
+            spin_write(&mut ss[0], &[0]).map_err(|e| format!("answer: {e}"))?;
+        }
+    }
+}
+
+/// Sends `out` and receives `into` (either may be empty), each striped
+/// over the non-blocking streams `ss` in contiguous parts, round robin,
+/// spinning while nothing moves, within `IO_LIMIT`.
+fn exchange(ss: &mut [&mut TcpStream], out: &[u8], into: &mut [u8]) -> std::io::Result<()> {
+    let n = ss.len();
+    let (mut sent, mut got) = (vec![0; n], vec![0; n]);
+    let (out_len, in_len) = (out.len(), into.len());
+    let deadline = Instant::now() + IO_LIMIT;
+    loop {
+        let mut moved = false;
+        let mut done = true;
+        for (i, s) in ss.iter_mut().enumerate() {
+            let o = &out[part(out_len, n, i)][sent[i]..];
+            if !o.is_empty() {
+                match s.write(o) {
+                    Ok(k) => (sent[i], moved) = (sent[i] + k, true),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let r = part(in_len, n, i);
+            let want = r.len() - got[i];
+            if want > 0 {
+                match s.read(&mut into[r.start + got[i]..r.end]) {
+                    Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    Ok(k) => (got[i], moved) = (got[i] + k, true),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            done &= sent[i] == part(out_len, n, i).len() && got[i] == r.len();
+        }
+        if done {
+            return Ok(());
+        }
+        if !moved {
+            if Instant::now() > deadline {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -312,13 +335,14 @@ impl Lane {
         self.at == part.len() && self.in_pipe == 0 && self.zc_done == self.zc_sent
     }
 
-    /// One non-blocking attempt to move more of `part` one way; whether
-    /// anything moved. `part` stays unwritten until the receiver answers.
+    /// One non-blocking attempt to move more of `part` one way (one way
+    /// only: `both` goes through [`exchange`]); whether anything moved.
+    /// `part` stays unwritten until the receiver answers.
     fn step(&mut self, way: Way, part: &[u8]) -> Result<bool, String> {
         let fd = self.sock.as_raw_fd();
         let rest = &part[self.at..];
         match way {
-            Way::Plain => {
+            Way::Plain | Way::Both => {
                 if rest.is_empty() {
                     return Ok(false);
                 }
@@ -473,10 +497,18 @@ impl Drop for Lane {
     }
 }
 
-/// Sends `msg` one way, striped over `lanes`, and waits for the answer.
-fn send(lanes: &mut [Lane], way: Way, msg: &[u8]) -> Result<(), String> {
-    let len = (msg.len() as u64).to_le_bytes();
-    spin_write(&mut lanes[0].sock, &len).map_err(|e| format!("length: {e}"))?;
+/// Sends `msg` one way, striped over `lanes`, and waits for the answer
+/// (for `both`, for the message the receiver sends back into `back`).
+fn send(lanes: &mut [Lane], way: Way, msg: &[u8], back: &mut [u8]) -> Result<(), String> {
+    let mut header = [0u8; 9];
+    header[..8].copy_from_slice(&(msg.len() as u64).to_le_bytes());
+    header[8] = u8::from(way == Way::Both);
+    spin_write(&mut lanes[0].sock, &header).map_err(|e| format!("header: {e}"))?;
+    if way == Way::Both {
+        let mut ss: Vec<&mut TcpStream> = lanes.iter_mut().map(|l| &mut l.sock).collect();
+        return exchange(&mut ss, msg, &mut back[..msg.len()])
+            .map_err(|e| format!("both ways: {e}"));
+    }
     let n = lanes.len();
     for l in lanes.iter_mut() {
         l.at = 0;
@@ -553,6 +585,7 @@ fn run(a: &Args) -> Result<(), String> {
         )?)?);
     }
     let msg: Vec<u8> = (0..a.max).map(pattern).collect();
+    let mut back = vec![0u8; a.max];
     println!(
         "# tcp_floor: {} loopback TCP socket(s) between two processes, messages striped; median per message",
         a.socks
@@ -573,7 +606,13 @@ fn run(a: &Args) -> Result<(), String> {
         for (k, &w) in a.ways.iter().enumerate() {
             for rep in 0..=reps {
                 let t = Instant::now();
-                send(&mut lanes, w, &msg[..s])?;
+                send(&mut lanes, w, &msg[..s], &mut back)?;
+                if a.check && w == Way::Both {
+                    if let Some(i) = (0..s).find(|&i| back[i] != pattern(i)) {
+                        return Err(format!("byte {i} of a {s}-byte message back: {}", back[i]));
+                    }
+                    back.fill(0);
+                }
                 if rep > 0 {
                     times[k].push(t.elapsed().as_secs_f64());
                 }
@@ -594,7 +633,7 @@ fn run(a: &Args) -> Result<(), String> {
         let copied = lanes.iter().any(|l| l.zc_copied);
         println!("# zerocopy: the kernel copied the pages after all: {copied}");
     }
-    spin_write(&mut lanes[0].sock, &0u64.to_le_bytes()).map_err(|e| format!("end: {e}"))?;
+    spin_write(&mut lanes[0].sock, &[0; 9]).map_err(|e| format!("end: {e}"))?;
     let st = child.wait().map_err(|e| format!("receiver: {e}"))?;
     if !st.success() {
         return Err(format!("receiver ended {st}"));
