@@ -144,6 +144,63 @@ pub fn usage(prog: &str) -> String {
     )
 }
 
+/// The sizes a floor tool (`copy_floor`, `tcp_floor`) runs: `-b` to `-e`
+/// by factors of `-f`, `-n` repetitions each (0: the tool picks).
+#[derive(Clone, Copy, Debug)]
+pub struct Sweep {
+    /// `-b`: the first size.
+    pub min: usize,
+    /// `-e`: the last size at most.
+    pub max: usize,
+    /// `-f`: each size this many times the one before.
+    pub factor: usize,
+    /// `-n`: repetitions per size.
+    pub reps: usize,
+}
+
+impl Sweep {
+    /// Takes `flag` if it is one of the sweep's (`-b -e -f -n`), its value
+    /// from `value`; whether it was.
+    pub fn take(
+        &mut self,
+        flag: &str,
+        value: &mut dyn FnMut() -> Result<String, String>,
+    ) -> Result<bool, String> {
+        let field = match flag {
+            "-b" => &mut self.min,
+            "-e" => &mut self.max,
+            "-f" => &mut self.factor,
+            "-n" => &mut self.reps,
+            _ => return Ok(false),
+        };
+        *field = size_arg(&value()?)?;
+        Ok(true)
+    }
+
+    /// Refuses a sweep that runs nothing or never ends.
+    pub fn check(&self) -> Result<(), String> {
+        if self.min == 0 || self.min > self.max || self.factor < 2 {
+            return Err("need 0 < min <= max and factor >= 2".into());
+        }
+        Ok(())
+    }
+
+    /// The sizes: `min`, `min * factor`, ... up to `max`.
+    pub fn sizes(&self) -> impl Iterator<Item = usize> {
+        let (max, factor) = (self.max, self.factor);
+        std::iter::successors(Some(self.min), move |s| s.checked_mul(factor))
+            .take_while(move |&s| s <= max)
+    }
+}
+
+/// [`parse_size`] as a `usize`, or a message naming what was given (the
+/// floor tools' flags).
+pub fn size_arg(s: &str) -> Result<usize, String> {
+    parse_size(s)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("not a size: {s:?}"))
+}
+
 /// Parses a size like nccl-tests' `parsesize`: a number, optionally
 /// fractional, with an optional `K`, `M` or `G` suffix (binary units,
 /// case-insensitive). Returns `None` for anything else.

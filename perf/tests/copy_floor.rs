@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn prints_one_row_per_size() {
     rows_at_distance("0");
@@ -14,17 +16,7 @@ fn rows_at_distance(d: &str) {
         .args(["-b", "4K", "-e", "64K", "-f", "4", "-n", "3", "-d", d])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Vec<f64>> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| l.split_whitespace().map(|w| w.parse().unwrap()).collect())
-        .collect();
+    let (text, rows) = common::table(&out);
     assert!(
         text.contains(&format!("destination {d} bytes after")),
         "{text}"

@@ -28,47 +28,41 @@
 //! as two ranks of an all-gather are, run two at once
 //! (`copy_floor & copy_floor; wait`).
 
+use nccl_perf::args::{size_arg as size, Sweep};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 struct Args {
-    min: usize,
-    max: usize,
-    factor: usize,
-    reps: usize,
+    sweep: Sweep,
     /// Destination minus source, modulo 4096.
     distance: usize,
     /// Buffers in transparent huge pages where the kernel allows.
     thp: bool,
 }
 
-/// A size with nccl-tests' suffixes (`nccl_perf::args::parse_size`).
-fn size(s: &str) -> Result<usize, String> {
-    nccl_perf::args::parse_size(s)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("not a size: {s:?}"))
-}
-
 fn parse(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
-        min: 64 << 10,
-        max: 64 << 20,
-        factor: 4,
-        reps: 0,
+        sweep: Sweep {
+            min: 64 << 10,
+            max: 64 << 20,
+            factor: 4,
+            reps: 0,
+        },
         distance: 0,
         thp: false,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
         match flag.as_str() {
-            "-b" => a.min = size(value()?)?,
-            "-e" => a.max = size(value()?)?,
-            "-f" => a.factor = size(value()?)?,
-            "-n" => a.reps = size(value()?)?,
-            "-d" => a.distance = size(value()?)?,
+            f if a.sweep.take(f, &mut value)? => {}
+            "-d" => a.distance = size(&value()?)?,
             "--thp" => a.thp = true,
             "-h" | "--help" => return Err(
                 "usage: copy_floor [-b min] [-e max] [-f factor] [-n reps] [-d distance] [--thp]"
@@ -77,9 +71,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if a.min == 0 || a.min > a.max || a.factor < 2 {
-        return Err("need 0 < min <= max and factor >= 2".into());
-    }
+    a.sweep.check()?;
     if a.distance >= 4096 {
         return Err(format!("-d {}: a distance is 0 to 4095", a.distance));
     }
@@ -223,10 +215,10 @@ fn at_distance(buf: &[u8], src: usize, distance: usize) -> usize {
 }
 
 fn run(a: &Args) -> Result<(), String> {
-    let source = spawn_source(a.max, a.thp)?;
-    let (src, s0) = buffer(a.max, a.thp, |i| (i % 251) as u8);
+    let source = spawn_source(a.sweep.max, a.thp)?;
+    let (src, s0) = buffer(a.sweep.max, a.thp, |i| (i % 251) as u8);
     let src = &src[s0..];
-    let (mut buf, b0) = buffer(a.max + 4096, a.thp, |_| 0);
+    let (mut buf, b0) = buffer(a.sweep.max + 4096, a.thp, |_| 0);
     let buf = &mut buf[b0..];
     // The destination of the local copy, and of the child's buffer (whose
     // address the child told us).
@@ -247,9 +239,8 @@ fn run(a: &Args) -> Result<(), String> {
         "# {:>10} {:>12} {:>9} {:>12} {:>9} {:>8}",
         "size", "memcpy(us)", "GB/s", "cma(us)", "GB/s", "cma/cpy"
     );
-    let mut bytes = a.min;
-    while bytes <= a.max {
-        let reps = match a.reps {
+    for bytes in a.sweep.sizes() {
+        let reps = match a.sweep.reps {
             0 => (50_000_000 / bytes.max(1)).clamp(5, 20_000),
             n => n,
         };
@@ -270,10 +261,6 @@ fn run(a: &Args) -> Result<(), String> {
             gbs(cma),
             cma / memcpy
         );
-        bytes = match bytes.checked_mul(a.factor) {
-            Some(b) => b,
-            None => break,
-        };
     }
     drop(source);
     Ok(())

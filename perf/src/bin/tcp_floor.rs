@@ -8,7 +8,7 @@
 //! `-s` connections on 127.0.0.1 with `TCP_NODELAY` (3, as nccl-rs's
 //! default data sockets), each message striped over them in contiguous
 //! parts, both ends non-blocking and spinning while they wait (as a rank's
-//! engine does); the receiver (this program run as
+//! engine does, yielding after a while); the receiver (this program run as
 //! `tcp_floor --receive <port> <bytes> <sockets> <check>`, a child process) reads
 //! each message into one buffer and answers with one byte on the first
 //! connection; a cell is the median time from the first byte sent to that
@@ -36,6 +36,7 @@
 //! of S moves, an all-gather or all-to-all of 2S what one `both` does; compare its time with this one's taken in the same minute,
 //! since the host's state moves both (see `copy_floor --pair`).
 
+use nccl_perf::args::{size_arg as size, Sweep};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -76,20 +77,11 @@ impl Way {
 }
 
 struct Args {
-    min: usize,
-    max: usize,
-    factor: usize,
-    reps: usize,
+    sweep: Sweep,
     socks: usize,
     /// The receiver checks every byte of every message.
     check: bool,
     ways: Vec<Way>,
-}
-
-fn size(s: &str) -> Result<usize, String> {
-    nccl_perf::args::parse_size(s)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("not a size: {s:?}"))
 }
 
 const USAGE: &str =
@@ -97,23 +89,26 @@ const USAGE: &str =
 
 fn parse(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
-        min: 1 << 20,
-        max: 64 << 20,
-        factor: 4,
-        reps: 0,
+        sweep: Sweep {
+            min: 1 << 20,
+            max: 64 << 20,
+            factor: 4,
+            reps: 0,
+        },
         socks: 3,
         check: false,
         ways: vec![Way::Plain, Way::ZeroCopy, Way::Splice, Way::Both],
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
         match flag.as_str() {
-            "-b" => a.min = size(value()?)?,
-            "-e" => a.max = size(value()?)?,
-            "-f" => a.factor = size(value()?)?,
-            "-n" => a.reps = size(value()?)?,
-            "-s" => a.socks = size(value()?)?,
+            f if a.sweep.take(f, &mut value)? => {}
+            "-s" => a.socks = size(&value()?)?,
             "-c" => a.check = true,
             "-m" => {
                 a.ways = value()?
@@ -131,15 +126,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    if a.min == 0
-        || a.min > a.max
-        || a.factor < 2
-        || a.ways.is_empty()
-        || !(1..=64).contains(&a.socks)
-    {
-        return Err(
-            "need 0 < min <= max, factor >= 2, 1 to 64 sockets and at least one way".into(),
-        );
+    a.sweep.check()?;
+    if a.ways.is_empty() || !(1..=64).contains(&a.socks) {
+        return Err("need 1 to 64 sockets and at least one way".into());
     }
     Ok(a)
 }
@@ -157,18 +146,20 @@ fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
 /// Writes all of `buf` to a non-blocking stream, spinning while its socket
 /// buffer is full, within `IO_LIMIT`.
 fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
-    let deadline = Instant::now() + IO_LIMIT;
-    let mut at = 0;
-    while at < buf.len() {
-        match s.write(&buf[at..]) {
-            Ok(n) => at += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::hint::spin_loop()
-            }
-            Err(e) => return Err(e),
-        }
+    exchange(&mut [s], buf, &mut [])
+}
+
+/// Waits a moment after a pass that moved nothing: a spin for the first
+/// `SPINS` passes in a row (as a rank's engine polls), then a yield, so
+/// that on a host with fewer free CPUs than spinners the other end runs.
+fn pause(idle: &mut u32) {
+    const SPINS: u32 = 2000;
+    if *idle < SPINS {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
     }
-    Ok(())
+    *idle = idle.saturating_add(1);
 }
 
 /// The byte at `i` of every message.
@@ -236,6 +227,7 @@ fn exchange(ss: &mut [&mut TcpStream], out: &[u8], into: &mut [u8]) -> std::io::
     let (mut sent, mut got) = (vec![0; n], vec![0; n]);
     let (out_len, in_len) = (out.len(), into.len());
     let deadline = Instant::now() + IO_LIMIT;
+    let mut idle = 0;
     loop {
         let mut moved = false;
         let mut done = true;
@@ -263,11 +255,13 @@ fn exchange(ss: &mut [&mut TcpStream], out: &[u8], into: &mut [u8]) -> std::io::
         if done {
             return Ok(());
         }
-        if !moved {
+        if moved {
+            idle = 0;
+        } else {
             if Instant::now() > deadline {
                 return Err(std::io::ErrorKind::TimedOut.into());
             }
-            std::hint::spin_loop();
+            pause(&mut idle);
         }
     }
 }
@@ -514,6 +508,7 @@ fn send(lanes: &mut [Lane], way: Way, msg: &[u8], back: &mut [u8]) -> Result<(),
         l.at = 0;
     }
     let deadline = Instant::now() + IO_LIMIT;
+    let mut idle = 0;
     loop {
         let mut moved = false;
         let mut done = true;
@@ -525,14 +520,16 @@ fn send(lanes: &mut [Lane], way: Way, msg: &[u8], back: &mut [u8]) -> Result<(),
         if done {
             break;
         }
-        if !moved {
+        if moved {
+            idle = 0;
+        } else {
             if Instant::now() > deadline {
                 return Err(format!(
                     "{} send: no progress within {IO_LIMIT:?}",
                     way.name()
                 ));
             }
-            std::hint::spin_loop();
+            pause(&mut idle);
         }
     }
     let mut answer = [0u8; 1];
@@ -570,7 +567,7 @@ fn run(a: &Args) -> Result<(), String> {
         .args([
             "--receive",
             &port.to_string(),
-            &a.max.to_string(),
+            &a.sweep.max.to_string(),
             &a.socks.to_string(),
         ])
         .arg(if a.check { "1" } else { "0" })
@@ -584,8 +581,8 @@ fn run(a: &Args) -> Result<(), String> {
             Duration::from_secs(10),
         )?)?);
     }
-    let msg: Vec<u8> = (0..a.max).map(pattern).collect();
-    let mut back = vec![0u8; a.max];
+    let msg: Vec<u8> = (0..a.sweep.max).map(pattern).collect();
+    let mut back = vec![0u8; a.sweep.max];
     println!(
         "# tcp_floor: {} loopback TCP socket(s) between two processes, messages striped; median per message",
         a.socks
@@ -595,10 +592,9 @@ fn run(a: &Args) -> Result<(), String> {
         print!(" {:>11}{:>8}", format!("{}(us)", w.name()), "GB/s");
     }
     println!();
-    let mut s = a.min;
-    while s <= a.max {
-        let reps = if a.reps > 0 {
-            a.reps
+    for s in a.sweep.sizes() {
+        let reps = if a.sweep.reps > 0 {
+            a.sweep.reps
         } else {
             (50_000_000 / s.max(1)).clamp(5, 200)
         };
@@ -624,10 +620,6 @@ fn run(a: &Args) -> Result<(), String> {
             print!(" {:>11.1}{:>8.2}", m * 1e6, s as f64 / m / 1e9);
         }
         println!();
-        s = match s.checked_mul(a.factor) {
-            Some(n) => n,
-            None => break,
-        };
     }
     if a.ways.contains(&Way::ZeroCopy) {
         let copied = lanes.iter().any(|l| l.zc_copied);
