@@ -1,6 +1,8 @@
-//! The floor under TCP collectives on this host: how long the kernel takes
-//! to carry one message over a loopback TCP connection from one process to
-//! another, with nothing of nccl-rs in between.
+//! What loopback TCP gives on this host with nothing of nccl-rs in between:
+//! how long the kernel takes to carry one message from one process to
+//! another, the reference for the TCP rows of the perf tools (not a strict
+//! floor: a collective that receives into a small staging buffer can beat
+//! a message received into one large buffer).
 //!
 //! ```text
 //! tcp_floor [-b 1M] [-e 64M] [-f 4] [-n 0] [-s 3] [-c] [-m plain,zerocopy,splice,both]
@@ -33,8 +35,9 @@
 //!   that one.
 //!
 //! A broadcast of S bytes between two ranks moves what one `plain` message
-//! of S moves, an all-gather or all-to-all of 2S what one `both` does; compare its time with this one's taken in the same minute,
-//! since the host's state moves both (see `copy_floor --pair`).
+//! of S moves, an all-gather or all-to-all of 2S what one `both` does;
+//! compare its time with this one's taken in the same minute, since the
+//! host's state moves both (see `copy_floor --pair`).
 
 use nccl_perf::args::{size_arg as size, Sweep};
 use std::io::{Read, Write};
