@@ -143,17 +143,44 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
     exchange(&mut [s], buf, &mut [])
 }
 
-/// Waits a moment after a pass that moved nothing: a spin for the first
-/// `SPINS` passes in a row (as a rank's engine polls), then a yield, so
-/// that on a host with fewer free CPUs than spinners the other end runs.
-fn pause(idle: &mut u32) {
+/// How a polling loop waits between passes: after a pass that moved
+/// nothing, a spin for the first `SPINS` such passes in a row (as a rank's
+/// engine polls), then a yield, so that on a host with fewer free CPUs
+/// than spinners the other end runs; and no longer than `IO_LIMIT` since
+/// the loop began.
+struct Waiter {
+    deadline: Instant,
+    idle: u32,
+}
+
+impl Waiter {
     const SPINS: u32 = 2000;
-    if *idle < SPINS {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
+
+    fn new() -> Self {
+        Self {
+            deadline: Instant::now() + IO_LIMIT,
+            idle: 0,
+        }
     }
-    *idle = idle.saturating_add(1);
+
+    /// After one pass: on at once if it `moved`, else a short wait;
+    /// `false` once the deadline has passed.
+    fn after(&mut self, moved: bool) -> bool {
+        if moved {
+            self.idle = 0;
+            return true;
+        }
+        if Instant::now() > self.deadline {
+            return false;
+        }
+        if self.idle < Self::SPINS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        self.idle = self.idle.saturating_add(1);
+        true
+    }
 }
 
 /// The byte at `i` of every message.
@@ -220,8 +247,7 @@ fn exchange(ss: &mut [&mut TcpStream], out: &[u8], into: &mut [u8]) -> std::io::
     let n = ss.len();
     let (mut sent, mut got) = (vec![0; n], vec![0; n]);
     let (out_len, in_len) = (out.len(), into.len());
-    let deadline = Instant::now() + IO_LIMIT;
-    let mut idle = 0;
+    let mut waiter = Waiter::new();
     loop {
         let mut moved = false;
         let mut done = true;
@@ -249,13 +275,8 @@ fn exchange(ss: &mut [&mut TcpStream], out: &[u8], into: &mut [u8]) -> std::io::
         if done {
             return Ok(());
         }
-        if moved {
-            idle = 0;
-        } else {
-            if Instant::now() > deadline {
-                return Err(std::io::ErrorKind::TimedOut.into());
-            }
-            pause(&mut idle);
+        if !waiter.after(moved) {
+            return Err(std::io::ErrorKind::TimedOut.into());
         }
     }
 }
@@ -276,8 +297,7 @@ fn send(lanes: &mut [Lane], way: Way, msg: &[u8], back: &mut [u8]) -> Result<(),
     for l in lanes.iter_mut() {
         l.at = 0;
     }
-    let deadline = Instant::now() + IO_LIMIT;
-    let mut idle = 0;
+    let mut waiter = Waiter::new();
     loop {
         let mut moved = false;
         let mut done = true;
@@ -289,16 +309,11 @@ fn send(lanes: &mut [Lane], way: Way, msg: &[u8], back: &mut [u8]) -> Result<(),
         if done {
             break;
         }
-        if moved {
-            idle = 0;
-        } else {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{} send: no progress within {IO_LIMIT:?}",
-                    way.name()
-                ));
-            }
-            pause(&mut idle);
+        if !waiter.after(moved) {
+            return Err(format!(
+                "{} send: no progress within {IO_LIMIT:?}",
+                way.name()
+            ));
         }
     }
     let mut answer = [0u8; 1];
