@@ -34,6 +34,7 @@
 //! [`Record`] (32 bytes), written by the sender into the receiver's record
 //! array with the final write-with-immediate; see the `comm` module.
 
+use crate::options::MAX_QPS_PER_CONNECTION;
 use nccl_net::{NetError, NetResult};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
@@ -145,8 +146,12 @@ impl VerbsHandle {
             }
             f => return bad(format!("address family {f}")),
         };
-        if b[38] == 0 {
-            return bad("0 queue pairs".into());
+        // The connector creates this many QPs: no more than a listener may ask.
+        if b[38] == 0 || usize::from(b[38]) > MAX_QPS_PER_CONNECTION {
+            return bad(format!(
+                "{} queue pairs (must be 1..={MAX_QPS_PER_CONNECTION})",
+                b[38]
+            ));
         }
         let mut nonce = [0u8; 8];
         nonce.copy_from_slice(&b[8..16]);
@@ -359,6 +364,13 @@ impl Record {
         b
     }
 
+    /// Whether this is the record of message `seq` (low 32 bits) on a
+    /// connection of `nqps` queue pairs: the receiver waits for `nparts`
+    /// completions, one per queue pair used, so more than `nqps` never come.
+    pub fn fits(&self, seq: u32, nqps: usize) -> bool {
+        self.seq == seq && self.nparts >= 1 && usize::try_from(self.nparts).is_ok_and(|n| n <= nqps)
+    }
+
     /// Decodes; `None` for an unknown status.
     pub fn decode(b: &[u8; RECORD_BYTES]) -> Option<Record> {
         let status = match le32(&b[12..16]) {
@@ -488,5 +500,44 @@ mod tests {
         let mut b = [0u8; RECORD_BYTES];
         b[12] = 9;
         assert_eq!(Record::decode(&b), None);
+    }
+
+    #[test]
+    fn record_parts_are_bounded_by_the_queue_pairs() {
+        let r = |nparts, seq| Record {
+            size: 8,
+            tag: 1,
+            status: RecordStatus::Ok,
+            nparts,
+            seq,
+        };
+        assert!(r(1, 5).fits(5, 1));
+        assert!(r(4, 5).fits(5, 4));
+        assert!(!r(4, 6).fits(5, 4), "another message's record");
+        assert!(!r(0, 5).fits(5, 4), "no part");
+        for hostile in [5, u32::MAX] {
+            let rec = Record::decode(&r(hostile, 5).encode()).unwrap();
+            assert!(
+                !rec.fits(5, 4),
+                "{hostile} parts on 4 QPs would never complete"
+            );
+        }
+    }
+
+    #[test]
+    fn handle_bounds_the_queue_pairs_a_connector_creates() {
+        let mut b = handle("10.0.0.1:80").encode();
+        b[38] = MAX_QPS_PER_CONNECTION as u8;
+        assert_eq!(
+            VerbsHandle::decode(&b).unwrap().nqps as usize,
+            MAX_QPS_PER_CONNECTION
+        );
+        for hostile in [MAX_QPS_PER_CONNECTION as u8 + 1, u8::MAX] {
+            b[38] = hostile;
+            assert!(
+                matches!(VerbsHandle::decode(&b), Err(NetError::BadHandle(_))),
+                "{hostile} QPs"
+            );
+        }
     }
 }

@@ -229,7 +229,7 @@ impl VerbsRecvComm {
             // it again before we post the next clear-to-send for the slot.
             let b = unsafe { std::ptr::read_volatile(p.cast::<[u8; RECORD_BYTES]>()) };
             match Record::decode(&b) {
-                Some(r) if r.seq == imm && r.nparts >= 1 => self.q[idx].record = Some(r),
+                Some(r) if r.fits(imm, self.conn.qps.len()) => self.q[idx].record = Some(r),
                 _ => {
                     self.conn.fail(Fault::Protocol(format!(
                         "bad completion record for message {imm}"
