@@ -14,7 +14,7 @@
 //! | 16..32 | nonce (two `u64`) |
 //! | 32..32+n | segment name, without the leading `/` |
 
-use super::segment::NAME_PREFIX;
+use super::segment::{DATA_OFFSET, MAX_SEGMENT_BYTES, NAME_PREFIX};
 use nccl_net::{NetError, NetResult, MAX_HANDLE_BYTES};
 
 const HANDLE_MAGIC: [u8; 4] = *b"NRSM";
@@ -93,9 +93,17 @@ impl ShmHandle {
             a.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(a)
         };
+        // The connector maps (and prefaults) this many bytes.
+        let size = u64_at(8);
+        if !(DATA_OFFSET as u64 + 1..=MAX_SEGMENT_BYTES as u64).contains(&size) {
+            return Err(bad(&format!(
+                "segment size {size} (must be {}..={MAX_SEGMENT_BYTES})",
+                DATA_OFFSET + 1
+            )));
+        }
         Ok(ShmHandle {
             name: name.to_owned(),
-            size: u64_at(8),
+            size,
             nonce: [u64_at(16), u64_at(24)],
         })
     }
@@ -142,6 +150,23 @@ mod tests {
             let mut m = h.encode_unchecked();
             m.truncate(FIXED + evil.len());
             assert!(ShmHandle::decode(&m).is_err(), "{evil}");
+        }
+    }
+
+    #[test]
+    fn rejects_segment_sizes_no_listener_creates() {
+        let mut h = sample();
+        h.size = MAX_SEGMENT_BYTES as u64;
+        assert_eq!(ShmHandle::decode(&h.encode()).unwrap(), h);
+        for hostile in [
+            0,
+            DATA_OFFSET as u64,
+            MAX_SEGMENT_BYTES as u64 + 1,
+            1 << 40,
+            u64::MAX,
+        ] {
+            h.size = hostile;
+            assert!(ShmHandle::decode(&h.encode()).is_err(), "{hostile}");
         }
     }
 

@@ -27,6 +27,11 @@ pub(super) const VERSION: u64 = 4;
 pub(super) const NAME_PREFIX: &str = "nccl-rs-";
 /// Where the ring starts (one page, so the ring is page-aligned).
 pub(super) const DATA_OFFSET: usize = 4096;
+/// Largest ring (`Config`'s largest `NCCL_BUFFSIZE`). A connector maps and
+/// prefaults the size a handle names, so it refuses anything larger.
+pub(super) const MAX_RING_BYTES: usize = 1 << 30;
+/// Largest segment: header and ring.
+pub(super) const MAX_SEGMENT_BYTES: usize = DATA_OFFSET + MAX_RING_BYTES;
 /// Where segments live on Linux.
 const SHM_DIR: &str = "/dev/shm";
 
@@ -115,14 +120,18 @@ impl Geometry {
                 "SHM: buffer of {buffsize} bytes is too small for {slots} slots of at least {FRAME_ALIGN} bytes"
             )));
         }
-        let g = Geometry {
-            ring_bytes: slot_bytes * slots,
+        let ring_bytes = slot_bytes
+            .checked_mul(slots)
+            .filter(|&r| r <= MAX_RING_BYTES)
+            .ok_or_else(|| {
+                NetError::Other(format!(
+                    "SHM: buffer of {buffsize} bytes is too large (at most {MAX_RING_BYTES})"
+                ))
+            })?;
+        Ok(Geometry {
+            ring_bytes,
             slot_bytes,
-        };
-        g.total_bytes().ok_or_else(|| {
-            NetError::Other(format!("SHM: buffer of {buffsize} bytes is too large"))
-        })?;
-        Ok(g)
+        })
     }
 
     /// Validates a geometry read from a segment of `total` bytes.
@@ -294,7 +303,7 @@ impl Segment {
         }
         let total = usize::try_from(size)
             .ok()
-            .filter(|&t| t > DATA_OFFSET)
+            .filter(|&t| t > DATA_OFFSET && t <= MAX_SEGMENT_BYTES)
             .ok_or_else(|| NetError::BadHandle(format!("SHM: invalid segment size {size}")))?;
         let path = CString::new(format!("/{name}")).expect("validated name has no NUL");
         // SAFETY: `path` is NUL-terminated; no O_CREAT.
@@ -469,4 +478,24 @@ pub(super) fn sweep_stale() -> usize {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_larger_than_connectors_map_is_refused_on_both_sides() {
+        assert!(Geometry::new(MAX_RING_BYTES, 8).is_ok());
+        assert!(Geometry::new(MAX_RING_BYTES + (1 << 20), 8).is_err());
+        assert!(Geometry::new(usize::MAX, 1).is_err());
+        let name = format!("{NAME_PREFIX}1-0000000000000000");
+        for hostile in [MAX_SEGMENT_BYTES as u64 + 1, 1 << 40, u64::MAX] {
+            let e = Segment::open(&name, hostile, [0, 0])
+                .err()
+                .map(|e| e.to_string());
+            let e = e.expect("refused before shm_open");
+            assert!(e.contains("invalid segment size"), "{hostile}: {e}");
+        }
+    }
 }
