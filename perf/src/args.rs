@@ -3,7 +3,9 @@
 //! Short flags take their value either as the next argument (`-b 8`) or
 //! glued on (`-b8`); long flags as `--minbytes 8` or `--minbytes=8`.
 
-use nccl_rs::{DataType, RedOp};
+use std::time::Duration;
+
+use nccl_rs::{Config, DataType, RedOp};
 
 /// How the per-rank times of one measurement are combined (nccl-tests `-a`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +83,20 @@ pub struct Args {
     /// transparent huge pages (`nccl_rs::hostmem::prefer_huge_pages`, as
     /// `ncclCommRegister` does for host memory).
     pub huge_pages: bool,
+    /// `-T` / `--timeout` (nccl-tests' timeout, in seconds): the
+    /// communicator's deadline for one operation, in place of
+    /// `NCCL_TIMEOUT`; `None` (also `-T 0`) keeps `NCCL_TIMEOUT` or its default.
+    pub timeout: Option<Duration>,
+}
+
+impl Args {
+    /// Applies the options that are communicator settings to `cfg` (read
+    /// from the environment first): the command line wins, as in nccl-tests.
+    pub fn apply_to(&self, cfg: &mut Config) {
+        if let Some(t) = self.timeout {
+            cfg.timeout = t;
+        }
+    }
 }
 
 impl Default for Args {
@@ -103,6 +119,7 @@ impl Default for Args {
             register: false,
             places: Places::Both,
             huge_pages: false,
+            timeout: None,
         }
     }
 }
@@ -139,7 +156,8 @@ pub fn usage(prog: &str) -> String {
          \t[-R,--local_register <0/1>]  host buffers in shared memory (ncclMemAlloc): co-located ranks copy between them directly (default 0)\n\
          \t[-H,--huge_pages <0/1>]  heap buffers registered onto transparent huge pages, as ncclCommRegister does (default 0)\n\
          \t[-P,--places <both/out/in>]  which measurements run: out of place, in place or both; the other's columns read N/A (default both)\n\
-         \t[-p -z -y -T -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
+         \t[-T,--timeout <seconds>]  the communicator's timeout for one operation, in place of NCCL_TIMEOUT; 0 keeps NCCL_TIMEOUT (default 0)\n\
+         \t[-p -z -y -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
     )
 }
@@ -240,6 +258,17 @@ fn parse_int(s: &str) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
+/// Parses `-T`: seconds, fractional allowed, at least 0 and below 10^9
+/// (the range `NCCL_TIMEOUT` takes); `Some(None)` for 0 (no override),
+/// `None` for anything else, so a typo is refused rather than ignored.
+fn parse_timeout(s: &str) -> Option<Option<Duration>> {
+    let v: f64 = s.trim().parse().ok()?;
+    if !v.is_finite() || !(0.0..1e9).contains(&v) {
+        return None;
+    }
+    Some((v > 0.0).then(|| Duration::from_secs_f64(v)))
+}
+
 /// The sizes of the sweep, as nccl-tests loops over them: from `min` while
 /// `<= max`, multiplying by `factor` when it is above 1, otherwise adding
 /// `step`. A zero size is followed by 1 when multiplying. Errors if the
@@ -275,13 +304,12 @@ pub fn sweep(min: u64, max: u64, factor: u64, step: u64) -> Result<Vec<u64>, Str
 }
 
 /// Flags that nccl-tests takes with a value and that we accept and ignore
-/// (blocking, stream null, timeout, CUDA graphs, CPU time, output file,
+/// (blocking, stream null, CUDA graphs, CPU time, output file,
 /// unaligned buffers, ...).
 const IGNORED: &[(char, &str)] = &[
     ('p', "parallel_init"),
     ('z', "blocking"),
     ('y', "stream_null"),
-    ('T', "timeout"),
     ('G', "cudagraph"),
     ('C', "report_cputime"),
     ('F', "output_file"),
@@ -315,6 +343,7 @@ fn long_to_short(name: &str) -> Option<char> {
         ('R', "local_register"),
         ('P', "places"),
         ('H', "huge_pages"),
+        ('T', "timeout"),
         ('h', "help"),
     ];
     known
@@ -355,7 +384,7 @@ where
         if flag == 'h' {
             return Ok(Parsed::Help);
         }
-        let known = "tgbeifnmwcodraDRPH".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
+        let known = "tgbeifnmwcodraDRPHT".contains(flag) || IGNORED.iter().any(|(s, _)| *s == flag);
         if !known {
             return Err(format!("invalid option '{arg}'"));
         }
@@ -393,6 +422,7 @@ where
             'r' => args.root = int("root", 0)? as usize,
             'R' => args.register = int("local_register", 0)? > 0,
             'H' => args.huge_pages = int("huge_pages", 0)? > 0,
+            'T' => args.timeout = parse_timeout(&val).ok_or_else(|| bad("timeout"))?,
             'P' => {
                 args.places = match val.as_str() {
                     "both" => Places::Both,
@@ -546,5 +576,30 @@ mod tests {
         assert!(parse_args(["-n", "0"]).is_err());
         assert!(parse_args(["-b", "1M", "-e", "1K"]).is_err());
         assert!(parse_args(["stray"]).is_err());
+    }
+
+    #[test]
+    fn timeout_reaches_the_config() {
+        assert_eq!(Args::default().timeout, None);
+        let a = run(&["-T", "3"]);
+        assert_eq!(a.timeout, Some(Duration::from_secs(3)));
+        let mut cfg = Config::default();
+        let before = cfg.timeout;
+        a.apply_to(&mut cfg);
+        assert_eq!(cfg.timeout, Duration::from_secs(3));
+        assert_ne!(before, cfg.timeout);
+        assert_eq!(
+            run(&["--timeout=1.5"]).timeout,
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(run(&["-T2"]).timeout, Some(Duration::from_secs(2)));
+        // 0 keeps what the environment gave.
+        let mut cfg = Config::default();
+        run(&["-T", "0"]).apply_to(&mut cfg);
+        assert_eq!(cfg.timeout, before);
+        for bad in ["x", "3s", "-1", "", "nan", "inf", "1e10"] {
+            assert!(parse_args(["-T", bad]).is_err(), "-T {bad:?} accepted");
+        }
+        assert!(parse_args(["-T"]).is_err());
     }
 }

@@ -77,7 +77,9 @@ fn launch(coll: Collective, prog: &str, args: &Args) -> AnyResult<bool> {
         // Every rank would fail alike: say so before any rank waits.
         crate::device::available()?;
     }
-    let cfg = Config::from_env()?;
+    let mut cfg = Config::from_env()?;
+    // `-T` overrides NCCL_TIMEOUT, so a stuck peer fails a rank in that time.
+    args.apply_to(&mut cfg);
     let env = LaunchEnv::detect();
     let Some(nthreads) = args.nthreads else {
         let (comm, local_rank) = match &env {
