@@ -209,6 +209,9 @@ impl Config {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
+        let algo = text("NCCL_ALGO");
+        let proto = text("NCCL_PROTO");
+        crate::plan::check(algo.as_deref(), proto.as_deref())?;
         Ok(Config {
             debug: text("NCCL_DEBUG"),
             socket_ifname: text("NCCL_SOCKET_IFNAME"),
@@ -231,8 +234,8 @@ impl Config {
             bootstrap_timeout: secs(&text, "NCCL_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
             nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", d.nsocks_perthread, 1..=64)?,
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
-            algo: text("NCCL_ALGO"),
-            proto: text("NCCL_PROTO"),
+            algo,
+            proto,
             net: text("NCCL_NET"),
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,

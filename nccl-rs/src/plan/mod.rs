@@ -19,9 +19,10 @@
 //!
 //! `NCCL_ALGO` overrides the model, globally (`ring`, `tree`,
 //! `halvingdoubling` or `hd`, `^tree`) or per collective
-//! (`allreduce:tree;broadcast:ring`). `NCCL_PROTO=Simple`
-//! (without `LL`) disables the direct path, as NCCL's Simple protocol has no
-//! low-latency mode; `NCCL_PROTO=LL` forces it for all-reduce.
+//! (`allreduce:tree;broadcast:ring`). `NCCL_PROTO` takes the same forms
+//! (module `spec`): without `LL` it disables the direct path, as NCCL's
+//! Simple protocol has no low-latency mode; `LL` alone forces it for
+//! all-reduce. `LL128` counts as `Simple`.
 //!
 //! Small all-gathers, reduce-scatters and broadcasts at 3 ranks or more also
 //! run in one hop (every rank sends straight to every rank that needs its
@@ -30,8 +31,12 @@
 //! unless `NCCL_ALGO` or `NCCL_PROTO` rule the direct path out for them.
 
 use crate::datatype::DataType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schedule::{self, Schedule};
+use spec::{Proto, Rules};
+
+mod spec;
+pub(crate) use spec::check;
 
 /// Which collective, with its shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,80 +206,32 @@ const DIRECT_BROADCAST_MAX_BYTES: usize = 512;
 #[derive(Clone, Debug)]
 pub(crate) struct Planner {
     model: Model,
-    /// `(collective key or "*", allowed algorithms)` from `NCCL_ALGO`.
-    rules: Vec<(String, Vec<Algo>)>,
-    allow_direct: bool,
-    force_direct: bool,
+    /// Allowed algorithms per collective, from `NCCL_ALGO`.
+    algos: Rules<Algo>,
+    /// Allowed protocols per collective, from `NCCL_PROTO`.
+    protos: Rules<Proto>,
 }
 
 impl Planner {
     pub(crate) fn new(transport: &str, algo: Option<&str>, proto: Option<&str>) -> Result<Planner> {
-        let mut rules = Vec::new();
-        if let Some(spec) = algo {
-            for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-                let (key, list) = match part.split_once(':') {
-                    Some((k, l)) => (k.trim().to_ascii_lowercase(), l),
-                    None => ("*".to_string(), part),
-                };
-                let (exclude, list) = match list.trim().strip_prefix('^') {
-                    Some(rest) => (true, rest),
-                    None => (false, list),
-                };
-                let mut named = Vec::new();
-                for a in list.split(',') {
-                    match Algo::parse(a) {
-                        Some(x) => named.push(x),
-                        // NCCL's other algorithms (CollNet, NVLS, PAT) do not apply
-                        // to host memory; ignore them as NCCL ignores unavailable ones.
-                        None if ["collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"]
-                            .contains(&a.trim().to_ascii_lowercase().as_str()) => {}
-                        None => {
-                            return Err(Error::InvalidArgument(format!(
-                                "NCCL_ALGO={spec:?}: unknown algorithm {a:?}"
-                            )))
-                        }
-                    }
-                }
-                let allowed = if exclude {
-                    ALGOS.into_iter().filter(|a| !named.contains(a)).collect()
-                } else {
-                    named
-                };
-                rules.push((key, allowed));
-            }
-        }
-        let proto = proto.map(|p| p.to_ascii_lowercase()).unwrap_or_default();
-        let (exclude, list) = match proto.strip_prefix('^') {
-            Some(rest) => (true, rest.to_string()),
-            None => (false, proto.clone()),
-        };
-        let names_ll = list.split(',').any(|p| p.trim() == "ll");
-        let allow_direct = proto.is_empty() || (names_ll != exclude);
-        let force_direct = !exclude && names_ll && !list.split(',').any(|p| p.trim() != "ll");
         Ok(Planner {
             model: Model::for_transport(transport),
-            rules,
-            allow_direct,
-            force_direct,
+            algos: algo.map(spec::algo_rules).transpose()?.unwrap_or_default(),
+            protos: proto.map(spec::proto_rules).transpose()?.unwrap_or_default(),
         })
     }
 
     fn allowed(&self, coll: Coll) -> Vec<Algo> {
         let key = coll.algo_key();
-        let rule = self
-            .rules
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .or_else(|| self.rules.iter().rev().find(|(k, _)| k == "*"));
-        let mut algos = match rule {
-            Some((_, a)) if !a.is_empty() => a.clone(),
-            _ => ALGOS.to_vec(),
-        };
-        if !self.allow_direct {
+        let mut algos = spec::rule_for(&self.algos, key).unwrap_or(&ALGOS).to_vec();
+        let protos = spec::rule_for(&self.protos, key).unwrap_or(&spec::PROTOS);
+        // LL is the direct path; Simple (and LL128, which counts as it) the others.
+        let ll = protos.contains(&Proto::Ll);
+        let pipelined = protos.contains(&Proto::Simple) || protos.contains(&Proto::Ll128);
+        if !ll {
             algos.retain(|a| *a != Algo::Direct);
         }
-        if self.force_direct && algos.contains(&Algo::Direct) {
+        if !pipelined && algos.contains(&Algo::Direct) {
             algos = vec![Algo::Direct];
         }
         if algos.is_empty() {

@@ -133,6 +133,83 @@ fn nccl_proto() {
     assert_eq!(ll.all_reduce_algo(4, 1 << 20), Algo::Direct);
     let not_ll = Planner::new("Socket", None, Some("^LL")).unwrap();
     assert_ne!(not_ll.all_reduce_algo(4, 8), Algo::Direct);
+    // Only LL left by an exclusion forces the direct path too.
+    let only_ll = Planner::new("Socket", None, Some("^simple,LL128")).unwrap();
+    assert_eq!(only_ll.all_reduce_algo(4, 1 << 20), Algo::Direct);
+}
+
+#[test]
+fn nccl_proto_ll128_counts_as_simple() {
+    let f32 = DataType::Float32;
+    let ag = |p: &Planner| p.plan(Coll::AllGather { send_count: 64 }, 4, 1, f32, 1024);
+    let default = Planner::new("SHM", None, None).unwrap();
+    // Excluding LL128 leaves every path as it was, the direct one included.
+    for spec in ["^LL128", "ll,ll128,simple", "LL,Simple", "allreduce:^LL128"] {
+        let p = Planner::new("SHM", None, Some(spec)).unwrap();
+        assert_eq!(p.all_reduce_algo(4, 8), Algo::Direct, "{spec}");
+        assert_eq!(ag(&p), ag(&default), "{spec}");
+        assert_eq!(ag(&p), schedule::all_gather_direct(4, 1, 64), "{spec}");
+    }
+    // LL128 alone or with Simple: as Simple alone, no direct path.
+    for spec in ["LL128", "Simple,LL128", "^LL"] {
+        let p = Planner::new("SHM", None, Some(spec)).unwrap();
+        assert_ne!(p.all_reduce_algo(4, 8), Algo::Direct, "{spec}");
+        assert_eq!(ag(&p), schedule::all_gather(4, 1, 64, 1024), "{spec}");
+    }
+    // LL with LL128 keeps both kinds, as LL with Simple does.
+    let p = Planner::new("SHM", None, Some("LL,LL128")).unwrap();
+    assert_eq!(p.all_reduce_algo(4, 8), Algo::Direct);
+    assert_eq!(p.all_reduce_algo(4, 64 << 20), Algo::Ring);
+}
+
+#[test]
+fn nccl_proto_per_collective() {
+    let f32 = DataType::Float32;
+    let p = Planner::new("SHM", None, Some("allgather:Simple;allreduce:LL")).unwrap();
+    assert_eq!(
+        p.plan(Coll::AllGather { send_count: 64 }, 4, 1, f32, 1024),
+        schedule::all_gather(4, 1, 64, 1024)
+    );
+    assert_eq!(p.all_reduce_algo(4, 1 << 20), Algo::Direct);
+    // A collective's own part overrides the global list.
+    let p = Planner::new("SHM", None, Some("Simple;allreduce:LL,Simple")).unwrap();
+    assert_eq!(p.all_reduce_algo(4, 8), Algo::Direct);
+    assert_eq!(
+        p.plan(Coll::ReduceScatter { recv_count: 16 }, 4, 1, f32, 1024),
+        schedule::reduce_scatter(4, 1, 16, 1024)
+    );
+}
+
+#[test]
+fn bad_algo_and_proto_are_errors_naming_the_variable_and_value() {
+    for (algo, proto, var, bad) in [
+        (None, Some("bogus"), "NCCL_PROTO", "bogus"),
+        (None, Some("LL,bogus"), "NCCL_PROTO", "bogus"),
+        (None, Some("LL256"), "NCCL_PROTO", "LL256"),
+        (None, Some("LL,"), "NCCL_PROTO", "LL,"),
+        (None, Some("^"), "NCCL_PROTO", "^"),
+        (None, Some("^LL,LL128,Simple"), "NCCL_PROTO", "^LL,LL128,Simple"),
+        (None, Some("allreduce:"), "NCCL_PROTO", "allreduce:"),
+        (None, Some("allreduc:LL"), "NCCL_PROTO", "allreduc"),
+        (None, Some("allreduce:ring"), "NCCL_PROTO", "ring"),
+        (Some("allreduce:bogus"), None, "NCCL_ALGO", "bogus"),
+        (Some("sendrecv:ring"), None, "NCCL_ALGO", "sendrecv"),
+        (Some("^ring,tree,direct,hd"), None, "NCCL_ALGO", "^ring"),
+        (Some("ring,,tree"), None, "NCCL_ALGO", "ring,,tree"),
+    ] {
+        let e = Planner::new("Socket", algo, proto).unwrap_err().to_string();
+        assert!(e.contains(var) && e.contains(bad), "{algo:?} {proto:?}: {e}");
+        assert_eq!(
+            check(algo, proto).unwrap_err().to_string(),
+            e,
+            "the config check says the same"
+        );
+    }
+    let e = Planner::new("Socket", None, Some("bogus")).unwrap_err().to_string();
+    assert!(e.contains("LL, LL128, Simple"), "lists the valid names: {e}");
+    for proto in ["LL", "ll128", "SIMPLE", " LL , Simple ", "^LL128", "allgather:^LL;LL"] {
+        check(None, Some(proto)).unwrap();
+    }
 }
 
 #[test]
