@@ -64,6 +64,51 @@ pub use transport_tcp::AddrFamily;
 /// the smaller of the two sizes, as fast.
 pub const OVERSUBSCRIBED_BUFFSIZE: usize = 2 << 20;
 
+/// Every variable [`Config::from_lookup`] reads (the `NCCL_IB_*` ones
+/// through `transport_verbs::VerbsOptions`).
+pub const VARS: &[&str] = &[
+    "NCCL_DEBUG",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_COMM_ID",
+    "NCCL_BUFFSIZE",
+    "NCCL_STEPS",
+    "NCCL_TIMEOUT",
+    "NCCL_BOOTSTRAP_TIMEOUT",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NET",
+    "NCCL_IB_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_SHM_USE_CMA",
+    "NCCL_SHM_DIRECT_REDUCE",
+    "NCCL_SHM_CMA_SPLIT",
+    "NCCL_SHM_CMA_MIN_BYTES",
+    "NCCL_SHM_CMA_MAX_BYTES",
+    "NCCL_SHM_NEAR_RING_BYTES",
+    "NCCL_SHM_FAR_STREAM_BYTES",
+    "NCCL_SHM_FAR_RING_BYTES",
+    "NCCL_SHM_APART_NS",
+    "NCCL_SHM_STREAM_RING_BYTES",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_SHM_ZERO_COPY_MIN_BYTES",
+    "NCCL_SOCKET_SNDBUF",
+    "NCCL_SOCKET_SPLICE_MIN_BYTES",
+    "NCCL_SOCKET_SPLICE_MAX_BYTES",
+    "NCCL_IB_HCA",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_TC",
+    "NCCL_IB_SL",
+    "NCCL_IB_QPS_PER_CONNECTION",
+];
+
 /// All `NCCL_*` settings, parsed once.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -198,10 +243,23 @@ impl Default for Config {
 impl Config {
     /// Reads every `NCCL_*` variable from the process environment.
     pub fn from_env() -> Result<Config> {
-        Config::from_lookup(|k| std::env::var(k).ok())
+        Config::from_os_lookup(|k| std::env::var_os(k))
     }
 
-    /// Reads settings through `get` (for tests and embedders).
+    /// As [`Config::from_lookup`], for values that need not be UTF-8 (the
+    /// environment's): one that is not is an error, not an unset variable.
+    fn from_os_lookup(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Config> {
+        for var in VARS {
+            if let Some(v) = get(var).filter(|v| v.to_str().is_none()) {
+                return Err(bad(var, &v.to_string_lossy(), "UTF-8 text"));
+            }
+        }
+        Config::from_lookup(|k| get(k).and_then(|v| v.into_string().ok()))
+    }
+
+    /// Reads settings through `get` (for tests and embedders). Unset,
+    /// empty and blank variables keep their defaults (as NCCL's); any other
+    /// value that is not valid is an error naming the variable.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let d = Config::default();
         let text = |k: &str| {
@@ -212,16 +270,55 @@ impl Config {
         let algo = text("NCCL_ALGO");
         let proto = text("NCCL_PROTO");
         crate::plan::check(algo.as_deref(), proto.as_deref())?;
+        let net = text("NCCL_NET");
+        if let Some(v) = net.as_deref() {
+            if !["ib", "socket"].contains(&v.to_ascii_lowercase().as_str()) {
+                return Err(bad("NCCL_NET", v, "IB or Socket"));
+            }
+        }
+        let socket_ifname = text("NCCL_SOCKET_IFNAME");
+        if let Some(v) = socket_ifname.as_deref() {
+            check_ifname(v)?;
+        }
+        let comm_id = text("NCCL_COMM_ID");
+        if let Some(v) = comm_id.as_deref() {
+            check_host_port(v)?;
+        }
+        if let Some(v) = text("NCCL_IB_HCA") {
+            transport_verbs::HcaFilter::parse(&v).map_err(|e| {
+                Error::InvalidArgument(format!("NCCL_IB_HCA={v:?} is not valid: {e}"))
+            })?;
+        }
+        let splice_min = num(
+            &text,
+            "NCCL_SOCKET_SPLICE_MIN_BYTES",
+            d.socket_splice_min_bytes,
+            0..=usize::MAX,
+        )?;
+        let splice_max = num(
+            &text,
+            "NCCL_SOCKET_SPLICE_MAX_BYTES",
+            d.socket_splice_max_bytes,
+            0..=usize::MAX,
+        )?;
+        // 0 means never; otherwise a minimum above the maximum splices nothing.
+        if splice_min > splice_max && splice_min != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "NCCL_SOCKET_SPLICE_MIN_BYTES={splice_min} exceeds \
+                 NCCL_SOCKET_SPLICE_MAX_BYTES={splice_max}: nothing would be spliced \
+                 (0 turns splicing off)"
+            )));
+        }
         Ok(Config {
             debug: text("NCCL_DEBUG"),
-            socket_ifname: text("NCCL_SOCKET_IFNAME"),
+            socket_ifname,
             socket_family: match text("NCCL_SOCKET_FAMILY").as_deref() {
                 None => None,
                 Some("AF_INET") | Some("4") | Some("ipv4") => Some(AddrFamily::V4),
                 Some("AF_INET6") | Some("6") | Some("ipv6") => Some(AddrFamily::V6),
                 Some(v) => return Err(bad("NCCL_SOCKET_FAMILY", v, "AF_INET or AF_INET6")),
             },
-            comm_id: text("NCCL_COMM_ID"),
+            comm_id,
             buffsize: num(&text, "NCCL_BUFFSIZE", d.buffsize, 4096..=(1 << 30))?,
             oversubscribed_buffsize: num(
                 &text,
@@ -236,7 +333,7 @@ impl Config {
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
             algo,
             proto,
-            net: text("NCCL_NET"),
+            net,
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
             shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
@@ -295,9 +392,9 @@ impl Config {
                 d.zero_copy_min_bytes,
                 0..=usize::MAX,
             )?,
-            socket_buf_bytes: match text("NCCL_SOCKET_SNDBUF").as_deref() {
+            socket_buf_bytes: match text("NCCL_SOCKET_SNDBUF").map(|v| v.parse::<usize>()) {
                 // 0: the kernel's buffer autotuning (`TcpOptions`).
-                Some("0") => 0,
+                Some(Ok(0)) => 0,
                 _ => num(
                     &text,
                     "NCCL_SOCKET_SNDBUF",
@@ -305,18 +402,8 @@ impl Config {
                     4096..=(1 << 30),
                 )?,
             },
-            socket_splice_min_bytes: num(
-                &text,
-                "NCCL_SOCKET_SPLICE_MIN_BYTES",
-                d.socket_splice_min_bytes,
-                0..=usize::MAX,
-            )?,
-            socket_splice_max_bytes: num(
-                &text,
-                "NCCL_SOCKET_SPLICE_MAX_BYTES",
-                d.socket_splice_max_bytes,
-                0..=usize::MAX,
-            )?,
+            socket_splice_min_bytes: splice_min,
+            socket_splice_max_bytes: splice_max,
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
         })
@@ -365,10 +452,61 @@ fn num(
 fn secs(text: &impl Fn(&str) -> Option<String>, var: &str, default: Duration) -> Result<Duration> {
     match text(var) {
         None => Ok(default),
+        // At least a millisecond: a shorter deadline expires before any reply.
         Some(v) => match v.parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() && s < 1e9 => Ok(Duration::from_secs_f64(s)),
-            _ => Err(bad(var, &v, "a positive number of seconds")),
+            Ok(s) if (1e-3..1e9).contains(&s) => Ok(Duration::from_secs_f64(s)),
+            _ => Err(bad(var, &v, "a number of seconds from 0.001 to 1e9")),
         },
+    }
+}
+
+/// Longest interface name Linux allows (`IFNAMSIZ` less the NUL).
+const IFNAME_MAX: usize = 15;
+
+/// Checks an `NCCL_SOCKET_IFNAME` list (`^` excludes, `=` exact, commas
+/// between names): at least one name, each one that some interface could
+/// have (no blanks or control characters, at most [`IFNAME_MAX`] bytes;
+/// a `:port` suffix, as NCCL's list syntax allows, is ignored).
+fn check_ifname(v: &str) -> Result<()> {
+    let want = "a comma-separated list of interface names or prefixes (^ excludes, = exact), \
+                each 1 to 15 characters without blanks";
+    let list = v.strip_prefix('^').unwrap_or(v);
+    let list = list.strip_prefix('=').unwrap_or(list);
+    let mut names = 0;
+    for name in list.split(',').map(|n| n.split(':').next().unwrap_or("").trim()) {
+        let ok = name.len() <= IFNAME_MAX
+            && !name.contains('/')
+            && name.chars().all(|c| !c.is_whitespace() && !c.is_control());
+        if !ok {
+            return Err(bad("NCCL_SOCKET_IFNAME", v, want));
+        }
+        names += usize::from(!name.is_empty());
+    }
+    match names {
+        0 => Err(bad("NCCL_SOCKET_IFNAME", v, want)),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the form of `NCCL_COMM_ID`: `host:port` or `[ipv6]:port`, a
+/// port in 1..=65535 (the host is resolved when the id is made).
+fn check_host_port(v: &str) -> Result<()> {
+    let want = "host:port or [IPv6]:port with a port in 1..=65535";
+    let ok = match v.starts_with('[') {
+        true => v
+            .parse::<std::net::SocketAddrV6>()
+            .is_ok_and(|a| a.port() != 0),
+        false => v.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c != ':' && !c.is_whitespace() && !c.is_control())
+                && port.parse::<u16>().is_ok_and(|p| p != 0)
+        }),
+    };
+    match ok {
+        true => Ok(()),
+        false => Err(bad("NCCL_COMM_ID", v, want)),
     }
 }
 
@@ -381,105 +519,4 @@ fn flag(text: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|k| m.get(k).cloned())
-    }
-
-    #[test]
-    fn defaults_and_overrides() {
-        let c = cfg(&[]).unwrap();
-        assert_eq!(c.buffsize, 4 << 20);
-        assert_eq!(c.slot_bytes(), 512 << 10);
-        assert_eq!(c.slot_bytes_for(false), 512 << 10);
-        assert_eq!(c.slot_bytes_for(true), 256 << 10, "oversubscribed: 2 MiB");
-        let set = cfg(&[("NCCL_BUFFSIZE", "8388608")]).unwrap();
-        assert_eq!(
-            set.slot_bytes_for(true),
-            1 << 20,
-            "NCCL_BUFFSIZE rules both"
-        );
-        let c = cfg(&[
-            ("NCCL_BUFFSIZE", "1048576"),
-            ("NCCL_TIMEOUT", "2.5"),
-            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
-        ])
-        .unwrap();
-        assert_eq!(c.buffsize, 1 << 20);
-        assert_eq!(c.timeout, Duration::from_millis(2500));
-        assert_eq!(c.socket_family, Some(AddrFamily::V6));
-        assert!(c.shm_use_cma);
-        assert_eq!(c.shm_cma_max_bytes, 2 << 20);
-        assert!(c.shm_direct_reduce);
-        assert!(c.shm_cma_split);
-        assert!(!cfg(&[("NCCL_SHM_CMA_SPLIT", "0")]).unwrap().shm_cma_split);
-        assert_eq!(c.shm_apart_ns, 600);
-        assert_eq!(cfg(&[("NCCL_SHM_APART_NS", "0")]).unwrap().shm_apart_ns, 0);
-        assert!(cfg(&[("NCCL_SHM_APART_NS", "soon")]).is_err());
-        assert!(c.local_register);
-        assert_eq!(c.zero_copy_min_bytes, 32 << 10);
-        let c2 = cfg(&[
-            ("NCCL_LOCAL_REGISTER", "0"),
-            ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),
-        ])
-        .unwrap();
-        assert!(!c2.local_register);
-        assert_eq!(c2.zero_copy_min_bytes, 1);
-        assert!(
-            !cfg(&[("NCCL_SHM_DIRECT_REDUCE", "0")])
-                .unwrap()
-                .shm_direct_reduce
-        );
-        let c = cfg(&[
-            ("NCCL_SHM_USE_CMA", "0"),
-            ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
-            ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
-            ("NCCL_SHM_NEAR_RING_BYTES", "0"),
-            ("NCCL_SHM_STREAM_RING_BYTES", "0"),
-        ])
-        .unwrap();
-        assert_eq!(c.shm_near_ring_bytes, 0);
-        assert_eq!(c.shm_stream_ring_bytes, Some(usize::MAX));
-        assert_eq!(Config::default().shm_stream_ring_bytes, None);
-        assert_eq!(Config::default().shm_near_ring_bytes, 1 << 20);
-        assert_eq!(Config::default().shm_far_stream_bytes, 16 << 10);
-        assert_eq!(
-            cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "0")])
-                .unwrap()
-                .shm_far_stream_bytes,
-            0
-        );
-        assert!(cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "-1")]).is_err());
-        assert_eq!(Config::default().shm_far_ring_bytes, 64 << 10);
-        assert_eq!(
-            cfg(&[("NCCL_SHM_FAR_RING_BYTES", "0")])
-                .unwrap()
-                .shm_far_ring_bytes,
-            0
-        );
-        assert!(!c.shm_use_cma);
-        assert_eq!(c.shm_cma_min_bytes, 4096);
-        assert_eq!(c.shm_cma_max_bytes, 65536);
-        assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
-        assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
-        let sndbuf = |v| cfg(&[("NCCL_SOCKET_SNDBUF", v)]).map(|c| c.socket_buf_bytes);
-        assert_eq!(sndbuf("0").unwrap(), 0, "the kernel's autotuning");
-        assert_eq!(sndbuf("65536").unwrap(), 65536);
-        assert!(sndbuf("100").is_err());
-    }
-
-    #[test]
-    fn bad_values_name_the_variable() {
-        let e = cfg(&[("NCCL_BUFFSIZE", "lots")]).unwrap_err().to_string();
-        assert!(e.contains("NCCL_BUFFSIZE"), "{e}");
-        assert!(cfg(&[("NCCL_SHM_DISABLE", "yes")]).is_err());
-        assert!(cfg(&[("NCCL_TIMEOUT", "-1")]).is_err());
-    }
-}
+mod tests;

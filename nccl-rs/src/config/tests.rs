@@ -1,0 +1,409 @@
+use super::*;
+use std::collections::HashMap;
+
+fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::from_lookup(|k| m.get(k).cloned())
+}
+
+#[test]
+fn defaults_and_overrides() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(c.buffsize, 4 << 20);
+    assert_eq!(c.slot_bytes(), 512 << 10);
+    assert_eq!(c.slot_bytes_for(false), 512 << 10);
+    assert_eq!(c.slot_bytes_for(true), 256 << 10, "oversubscribed: 2 MiB");
+    let set = cfg(&[("NCCL_BUFFSIZE", "8388608")]).unwrap();
+    assert_eq!(
+        set.slot_bytes_for(true),
+        1 << 20,
+        "NCCL_BUFFSIZE rules both"
+    );
+    let c = cfg(&[
+        ("NCCL_BUFFSIZE", "1048576"),
+        ("NCCL_TIMEOUT", "2.5"),
+        ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+    ])
+    .unwrap();
+    assert_eq!(c.buffsize, 1 << 20);
+    assert_eq!(c.timeout, Duration::from_millis(2500));
+    assert_eq!(c.socket_family, Some(AddrFamily::V6));
+    assert!(c.shm_use_cma);
+    assert_eq!(c.shm_cma_max_bytes, 2 << 20);
+    assert!(c.shm_direct_reduce);
+    assert!(c.shm_cma_split);
+    assert!(!cfg(&[("NCCL_SHM_CMA_SPLIT", "0")]).unwrap().shm_cma_split);
+    assert_eq!(c.shm_apart_ns, 600);
+    assert_eq!(cfg(&[("NCCL_SHM_APART_NS", "0")]).unwrap().shm_apart_ns, 0);
+    assert!(cfg(&[("NCCL_SHM_APART_NS", "soon")]).is_err());
+    assert!(c.local_register);
+    assert_eq!(c.zero_copy_min_bytes, 32 << 10);
+    let c2 = cfg(&[
+        ("NCCL_LOCAL_REGISTER", "0"),
+        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),
+    ])
+    .unwrap();
+    assert!(!c2.local_register);
+    assert_eq!(c2.zero_copy_min_bytes, 1);
+    assert!(
+        !cfg(&[("NCCL_SHM_DIRECT_REDUCE", "0")])
+            .unwrap()
+            .shm_direct_reduce
+    );
+    let c = cfg(&[
+        ("NCCL_SHM_USE_CMA", "0"),
+        ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
+        ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
+        ("NCCL_SHM_NEAR_RING_BYTES", "0"),
+        ("NCCL_SHM_STREAM_RING_BYTES", "0"),
+    ])
+    .unwrap();
+    assert_eq!(c.shm_near_ring_bytes, 0);
+    assert_eq!(c.shm_stream_ring_bytes, Some(usize::MAX));
+    assert_eq!(Config::default().shm_stream_ring_bytes, None);
+    assert_eq!(Config::default().shm_near_ring_bytes, 1 << 20);
+    assert_eq!(Config::default().shm_far_stream_bytes, 16 << 10);
+    assert_eq!(
+        cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "0")])
+            .unwrap()
+            .shm_far_stream_bytes,
+        0
+    );
+    assert!(cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "-1")]).is_err());
+    assert_eq!(Config::default().shm_far_ring_bytes, 64 << 10);
+    assert_eq!(
+        cfg(&[("NCCL_SHM_FAR_RING_BYTES", "0")])
+            .unwrap()
+            .shm_far_ring_bytes,
+        0
+    );
+    assert!(!c.shm_use_cma);
+    assert_eq!(c.shm_cma_min_bytes, 4096);
+    assert_eq!(c.shm_cma_max_bytes, 65536);
+    assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
+    assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
+    let sndbuf = |v| cfg(&[("NCCL_SOCKET_SNDBUF", v)]).map(|c| c.socket_buf_bytes);
+    assert_eq!(sndbuf("0").unwrap(), 0, "the kernel's autotuning");
+    assert_eq!(sndbuf("65536").unwrap(), 65536);
+    assert!(sndbuf("100").is_err());
+}
+
+#[test]
+fn bad_values_name_the_variable() {
+    let e = cfg(&[("NCCL_BUFFSIZE", "lots")]).unwrap_err().to_string();
+    assert!(e.contains("NCCL_BUFFSIZE"), "{e}");
+    assert!(cfg(&[("NCCL_SHM_DISABLE", "yes")]).is_err());
+    assert!(cfg(&[("NCCL_TIMEOUT", "-1")]).is_err());
+}
+
+/// Values no numeric variable takes: not a number, negative, fractional,
+/// past `u64`, with a unit, two numbers.
+const NOT_A_COUNT: &[&str] = &[
+    "lots",
+    "-1",
+    "1.5",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "4K",
+    "1 2",
+];
+
+/// `(variable, values it rejects)`, for every variable `Config` reads;
+/// each is rejected alone with an error naming the variable.
+fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
+    let count = |extra: &[&'static str]| [NOT_A_COUNT, extra].concat();
+    let flag = || vec!["yes", "true", "on", "2", "-1", "01", "1.0"];
+    let secs = || {
+        vec![
+            "soon", "-1", "0", "1e-12", "0.0001", "inf", "NaN", "1e9", "1e400", "10s",
+        ]
+    };
+    vec![
+        (
+            "NCCL_SOCKET_IFNAME",
+            vec![
+                ",",
+                ",,",
+                "^",
+                "=",
+                "^=",
+                "eth0 eth1",
+                "eth0,en o1",
+                "averyverylongname0",
+                "eth/0",
+                "eth0,\u{1}",
+            ],
+        ),
+        (
+            "NCCL_SOCKET_FAMILY",
+            vec!["AF_UNIX", "inet", "5", "af_inet6x"],
+        ),
+        (
+            "NCCL_COMM_ID",
+            vec![
+                "host",
+                ":5000",
+                "host:",
+                "host:0",
+                "host:65536",
+                "host:-1",
+                "host:port",
+                "::1:5000",
+                "[::1]",
+                "[::1]:0",
+                "[nothex]:80",
+                "a b:80",
+            ],
+        ),
+        (
+            "NCCL_RS_JOB_SECRET",
+            vec![
+                "xyz",
+                "0123456789abcdef0123456789abcde",
+                "0123456789abcdef0123456789abcdef0",
+                "g123456789abcdef0123456789abcdef",
+            ],
+        ),
+        ("NCCL_BUFFSIZE", count(&["0", "4095", "1073741825"])),
+        ("NCCL_STEPS", count(&["0", "1", "65"])),
+        ("NCCL_TIMEOUT", secs()),
+        ("NCCL_BOOTSTRAP_TIMEOUT", secs()),
+        ("NCCL_NSOCKS_PERTHREAD", count(&["0", "65"])),
+        ("NCCL_SOCKET_NTHREADS", count(&["0", "17"])),
+        (
+            "NCCL_ALGO",
+            vec![
+                "bogus",
+                "ring,",
+                "allreduc:ring",
+                "^ring,tree,direct,hd",
+                "allreduce:",
+                "LL128",
+            ],
+        ),
+        (
+            "NCCL_PROTO",
+            vec![
+                "bogus",
+                "LL256",
+                "LL,",
+                "^",
+                "^LL,LL128,Simple",
+                "allreduc:LL",
+                "allreduce:ring",
+                "Simple;broadcast:",
+            ],
+        ),
+        ("NCCL_NET", vec!["bogus", "IBext", "Socket,IB"]),
+        ("NCCL_IB_DISABLE", flag()),
+        ("NCCL_SHM_DISABLE", flag()),
+        ("NCCL_SHM_USE_CMA", flag()),
+        ("NCCL_SHM_DIRECT_REDUCE", flag()),
+        ("NCCL_SHM_CMA_SPLIT", flag()),
+        ("NCCL_LOCAL_REGISTER", flag()),
+        ("NCCL_SHM_CMA_MIN_BYTES", count(&[])),
+        ("NCCL_SHM_CMA_MAX_BYTES", count(&[])),
+        ("NCCL_SHM_NEAR_RING_BYTES", count(&[])),
+        ("NCCL_SHM_FAR_STREAM_BYTES", count(&[])),
+        ("NCCL_SHM_FAR_RING_BYTES", count(&[])),
+        ("NCCL_SHM_APART_NS", count(&["4294967296"])),
+        ("NCCL_SHM_STREAM_RING_BYTES", count(&[])),
+        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", count(&[])),
+        ("NCCL_SOCKET_SNDBUF", count(&["100", "4095", "1073741825"])),
+        // Above the default maximum (1 MiB): nothing would be spliced.
+        ("NCCL_SOCKET_SPLICE_MIN_BYTES", count(&["1048577"])),
+        // Below the default minimum (256 KiB), likewise.
+        ("NCCL_SOCKET_SPLICE_MAX_BYTES", count(&["0", "1000"])),
+        (
+            "NCCL_IB_HCA",
+            vec!["mlx5_0:x", "mlx5_0:256", "mlx5_0:1,mlx5_1:-1"],
+        ),
+        ("NCCL_IB_GID_INDEX", vec!["x", "65536", "-", "-x", "1.5"]),
+        ("NCCL_IB_ADDR_FAMILY", vec!["AF_UNIX", "ipv4", "AF_INET4"]),
+        (
+            "NCCL_IB_ADDR_RANGE",
+            vec!["10.0.0.0/33", "banana", "10.0.0.0", "fd00::/129"],
+        ),
+        ("NCCL_IB_ROCE_VERSION_NUM", vec!["0", "3", "x", "-1"]),
+        ("NCCL_IB_TIMEOUT", vec!["0", "32", "x", "-1"]),
+        ("NCCL_IB_RETRY_CNT", vec!["8", "x", "-1"]),
+        ("NCCL_IB_TC", vec!["256", "x", "-1"]),
+        ("NCCL_IB_SL", vec!["16", "x"]),
+        ("NCCL_IB_QPS_PER_CONNECTION", vec!["0", "129", "x"]),
+    ]
+}
+
+/// Variables whose odd values NCCL documents as accepted, with what they
+/// then mean (every variable also takes an empty value as unset; see
+/// `empty_values_are_unset`).
+fn lenient() -> Vec<(&'static str, &'static str, fn(&Config) -> bool)> {
+    vec![
+        // NCCL logs at its default level for a level it does not know.
+        ("NCCL_DEBUG", "bogus", |c| {
+            crate::logging::level_for(c.debug.as_deref()) == crate::logging::level_for(None)
+        }),
+        // A negative GID index: NCCL picks one.
+        ("NCCL_IB_GID_INDEX", "-1", |c| c.ib.gid_index.is_none()),
+        // NCCL ignores algorithms that are not available.
+        ("NCCL_ALGO", "NVLS,ring", |c| {
+            c.algo.as_deref() == Some("NVLS,ring")
+        }),
+        // LL128 counts as Simple (see `plan`).
+        ("NCCL_PROTO", "^LL128", |c| {
+            c.proto.as_deref() == Some("^LL128")
+        }),
+        // An `NCCL_IB_HCA` name that no device has selects nothing, at init.
+        ("NCCL_IB_HCA", "nosuchdev", |c| {
+            c.ib.hca.as_deref() == Some("nosuchdev")
+        }),
+    ]
+}
+
+#[test]
+fn every_bad_value_is_rejected_naming_the_variable() {
+    let mut rows = 0;
+    for (var, values) in rejected() {
+        if !VARS.contains(&var) {
+            continue; // a variable another change adds
+        }
+        for v in values {
+            let e = match cfg(&[(var, v)]) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{var}={v:?} was accepted"),
+            };
+            assert!(e.contains(var), "{var}={v:?}: {e}");
+            rows += 1;
+        }
+    }
+    assert!(rows > 200, "{rows} rows");
+}
+
+#[test]
+fn lenient_values_have_the_documented_meaning() {
+    for (var, v, means) in lenient() {
+        let c = cfg(&[(var, v)]).unwrap_or_else(|e| panic!("{var}={v:?}: {e}"));
+        assert!(means(&c), "{var}={v:?}");
+    }
+    // NCCL clamps the sockets per connection to 64 (`MAX_SOCKETS`).
+    let c = cfg(&[
+        ("NCCL_NSOCKS_PERTHREAD", "64"),
+        ("NCCL_SOCKET_NTHREADS", "16"),
+    ])
+    .unwrap();
+    assert_eq!(
+        crate::comm::tcp_options(&c).nsocks,
+        transport_tcp::MAX_SOCKS
+    );
+}
+
+#[test]
+fn empty_values_are_unset() {
+    let unset = format!("{:?}", cfg(&[]).unwrap());
+    for var in VARS {
+        for v in ["", " ", " \t\n"] {
+            let c = cfg(&[(var, v)]).unwrap_or_else(|e| panic!("{var}={v:?}: {e}"));
+            assert_eq!(format!("{c:?}"), unset, "{var}={v:?}");
+        }
+    }
+}
+
+#[test]
+fn the_tables_cover_every_variable_read() {
+    let asked = std::cell::RefCell::new(Vec::<String>::new());
+    Config::from_lookup(|k| {
+        asked.borrow_mut().push(k.to_string());
+        None
+    })
+    .unwrap();
+    let mut asked = asked.into_inner();
+    asked.sort();
+    asked.dedup();
+    let mut vars: Vec<String> = VARS.iter().map(|v| v.to_string()).collect();
+    vars.sort();
+    assert_eq!(asked, vars, "VARS lists what from_lookup reads");
+    let tabled: Vec<&str> = rejected()
+        .into_iter()
+        .map(|(v, _)| v)
+        .chain(lenient().into_iter().map(|(v, _, _)| v))
+        .collect();
+    for var in VARS {
+        assert!(tabled.contains(var), "{var} has no row");
+    }
+}
+
+#[test]
+fn splice_bounds_that_splice_nothing_name_both_variables() {
+    let e = cfg(&[
+        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4096"),
+        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "4095"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("NCCL_SOCKET_SPLICE_MIN_BYTES") && e.contains("NCCL_SOCKET_SPLICE_MAX_BYTES"),
+        "{e}"
+    );
+    let off = cfg(&[
+        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "0"),
+        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "0"),
+    ])
+    .unwrap();
+    assert_eq!(
+        off.socket_splice_min_bytes, 0,
+        "0: never, whatever the maximum"
+    );
+    let both = cfg(&[
+        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4194304"),
+        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "8388608"),
+    ])
+    .unwrap();
+    assert_eq!(both.socket_splice_min_bytes, 4 << 20);
+}
+
+#[test]
+fn good_values_of_the_checked_forms_pass() {
+    for (var, v) in [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("NCCL_SOCKET_IFNAME", "^docker,lo"),
+        ("NCCL_SOCKET_IFNAME", "=eth0,eth1,"),
+        ("NCCL_SOCKET_IFNAME", "veth"),
+        ("NCCL_SOCKET_IFNAME", "enp0s31f6:1"),
+        ("NCCL_COMM_ID", "127.0.0.1:29500"),
+        ("NCCL_COMM_ID", "node-7.cluster:1"),
+        ("NCCL_COMM_ID", "[::1]:65535"),
+        ("NCCL_COMM_ID", "[fe80::1%2]:5000"),
+        ("NCCL_NET", "ib"),
+        ("NCCL_NET", "Socket"),
+        ("NCCL_PROTO", "LL,LL128,Simple"),
+        ("NCCL_PROTO", "allreduce:^LL128;allgather:Simple"),
+        ("NCCL_ALGO", "allreduce:tree;broadcast:ring"),
+        ("NCCL_TIMEOUT", "0.001"),
+        ("NCCL_SOCKET_SNDBUF", "00"),
+        ("NCCL_IB_HCA", "=mlx5_0:1,mlx5_1"),
+    ] {
+        cfg(&[(var, v)]).unwrap_or_else(|e| panic!("{var}={v:?}: {e}"));
+    }
+    assert_eq!(
+        cfg(&[("NCCL_SOCKET_SNDBUF", "00")])
+            .unwrap()
+            .socket_buf_bytes,
+        0,
+        "0 however written: the kernel's autotuning"
+    );
+}
+
+#[test]
+fn values_that_are_not_utf8_are_errors_naming_the_variable() {
+    use std::os::unix::ffi::OsStringExt;
+    let e = Config::from_os_lookup(|k| {
+        (k == "NCCL_PROTO").then(|| std::ffi::OsString::from_vec(vec![b'L', 0xff]))
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("NCCL_PROTO") && e.contains("UTF-8"), "{e}");
+    let ok = Config::from_os_lookup(|k| (k == "NCCL_PROTO").then(|| "LL".into())).unwrap();
+    assert_eq!(ok.proto.as_deref(), Some("LL"));
+}
