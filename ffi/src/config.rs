@@ -43,16 +43,20 @@ pub(crate) fn from_env() -> FfiResult<CommSettings> {
 /// `NCCL_COMM_BLOCKING`: `Some(bool)` if set. It overrides the config's
 /// `blocking`, as in NCCL.
 fn env_blocking() -> FfiResult<Option<bool>> {
-    match std::env::var("NCCL_COMM_BLOCKING")
-        .ok()
-        .as_deref()
-        .map(str::trim)
-    {
-        None | Some("") => Ok(None),
+    blocking_from(std::env::var_os("NCCL_COMM_BLOCKING"))
+}
+
+/// Parses an `NCCL_COMM_BLOCKING` value; unset or blank: `None`. A value
+/// that is not UTF-8 is an error, not an unset variable.
+fn blocking_from(v: Option<std::ffi::OsString>) -> FfiResult<Option<bool>> {
+    let Some(v) = v else { return Ok(None) };
+    match v.to_str().map(str::trim) {
+        Some("") => Ok(None),
         Some("0") => Ok(Some(false)),
         Some("1") => Ok(Some(true)),
-        Some(v) => Err(invalid(format!(
-            "NCCL_COMM_BLOCKING={v:?} is not valid: expected 0 or 1"
+        _ => Err(invalid(format!(
+            "NCCL_COMM_BLOCKING={:?} is not valid: expected 0 or 1",
+            v.to_string_lossy()
         ))),
     }
 }
@@ -216,6 +220,27 @@ mod tests {
         // SAFETY: as above.
         let s = unsafe { apply(base(), &c) }.unwrap();
         assert_eq!(s.name.as_deref(), Some("ignored: beyond size"));
+    }
+
+    #[test]
+    fn nccl_comm_blocking_rejects_garbage_naming_it() {
+        use std::os::unix::ffi::OsStringExt;
+        let of = |v: &str| blocking_from(Some(v.into()));
+        assert_eq!(of("0").unwrap(), Some(false));
+        assert_eq!(of(" 1 ").unwrap(), Some(true));
+        assert_eq!(of("").unwrap(), None, "empty: unset");
+        assert_eq!(blocking_from(None).unwrap(), None);
+        let bad = [
+            Some("yes".into()),
+            Some("2".into()),
+            Some("-1".into()),
+            Some("true".into()),
+            Some(std::ffi::OsString::from_vec(vec![b'1', 0xff])),
+        ];
+        for v in bad {
+            let e = format!("{:?}", blocking_from(v.clone()).unwrap_err());
+            assert!(e.contains("NCCL_COMM_BLOCKING"), "{v:?}: {e}");
+        }
     }
 
     #[test]
