@@ -169,6 +169,8 @@ impl Core {
         op: RedOp,
         bufs: CallBufs,
     ) -> Result<()> {
+        // Lines logged on this thread during the call name this rank.
+        let _rank = crate::logging::OpRank::enter(self.rank);
         self.check_usable()?;
         self.seq += 1;
         let label = OpLabel::Coll {
@@ -245,6 +247,7 @@ impl Core {
         what: OpLabel,
         bufs: CallBufs,
     ) -> Result<()> {
+        let _rank = crate::logging::OpRank::enter(self.rank);
         self.check_usable()?;
         let Core {
             rank,

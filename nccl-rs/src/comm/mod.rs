@@ -127,6 +127,7 @@ impl Communicator {
         net: Arc<dyn Net>,
     ) -> Result<Communicator> {
         check_rank(nranks, rank)?;
+        crate::logging::set_process_rank(rank);
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
         let local = connect::colocated(&mut boot, rank)?;
