@@ -143,6 +143,11 @@ pub(crate) fn connect_mesh(
             }
         }
         if missing.is_empty() {
+            // One INFO line per peer, as NCCL's connection lines: which
+            // transport carries this pair (both directions use the same).
+            for p in (0..n).filter(|&p| p != rank) {
+                tracing::info!(rank, "Connected rank {rank} <-> {p} via {}", via(&*net(p)));
+            }
             return Ok((send, recv));
         }
         if Instant::now() > deadline {
@@ -154,5 +159,14 @@ pub(crate) fn connect_mesh(
             });
         }
         std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// How a connection line names a transport: `SHM`, or `NET/<name>` for a
+/// network (`NET/Socket`, `NET/IB`), as NCCL's do.
+fn via(net: &dyn Net) -> String {
+    match net.properties().name.as_str() {
+        "SHM" => "SHM".to_string(),
+        other => format!("NET/{other}"),
     }
 }

@@ -15,7 +15,7 @@ use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{Call, CallBufs, Engine, OpLabel, Placement, SendStaging};
 use crate::error::{Error, Result};
-use crate::plan::{Coll, Planner};
+use crate::plan::{Choice, Coll, Planner};
 use crate::schedule::{self, Schedule};
 use crate::transport::NetError;
 use std::collections::VecDeque;
@@ -73,6 +73,8 @@ pub(crate) struct Core {
     /// Ranks talk over sockets: broadcast in [`SOCKET_BROADCAST_CHUNK_BYTES`]
     /// chunks.
     pub(crate) socket_broadcast: bool,
+    /// The (collective, algorithm) pairs already named at INFO.
+    logged: Vec<(&'static str, Choice)>,
 }
 
 impl Core {
@@ -96,6 +98,7 @@ impl Core {
             zero_copy: None,
             staging: SendStaging::default(),
             socket_broadcast: false,
+            logged: Vec::new(),
         }
     }
 
@@ -146,18 +149,48 @@ impl Core {
             return self.cache.remove(i);
         }
         let (n, r) = (self.nranks, self.rank);
-        let sched = Arc::new(match shape {
-            Shape::Chunked(chunk) => self.planner.plan(coll, n, r, dtype, chunk),
-            Shape::DirectAllGather => self.planner.plan_direct_all_gather(coll, n, r)?,
+        let (sched, choice) = match shape {
+            Shape::Chunked(chunk) => (
+                self.planner.plan(coll, n, r, dtype, chunk),
+                self.planner.choice(coll, n, dtype),
+            ),
+            Shape::DirectAllGather => (
+                self.planner.plan_direct_all_gather(coll, n, r)?,
+                Choice::DIRECT,
+            ),
             Shape::InPlaceAllToAll(chunk) => match coll {
-                Coll::AllToAll { count } => schedule::all_to_all_in_place(n, r, count, chunk),
+                Coll::AllToAll { count } => (
+                    schedule::all_to_all_in_place(n, r, count, chunk),
+                    Choice::PAIRWISE,
+                ),
                 _ => return None,
             },
-        });
+        };
+        self.log_choice(coll, choice);
+        let sched = Arc::new(sched);
         if self.cache.len() >= CACHED_SCHEDULES {
             self.cache.pop_front();
         }
         Some((key, sched))
+    }
+
+    /// Names the algorithm of `coll` at INFO the first time this
+    /// communicator runs it: a line per (collective, algorithm), not per
+    /// call or size, so the log says what ran without flooding.
+    fn log_choice(&mut self, coll: Coll, choice: Choice) {
+        let key = (coll.nccl_name(), choice);
+        if self.logged.contains(&key) {
+            return;
+        }
+        self.logged.push(key);
+        tracing::info!(
+            rank = self.rank,
+            "{}: algorithm {}, protocol {}, {} ranks",
+            key.0,
+            choice.algo,
+            choice.proto,
+            self.nranks
+        );
     }
 
     /// Plans and runs one collective on raw buffers: the one path of every

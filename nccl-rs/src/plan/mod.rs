@@ -336,5 +336,8 @@ impl Planner {
     }
 }
 
+mod choice;
+pub(crate) use choice::Choice;
+
 #[cfg(test)]
 mod tests;
