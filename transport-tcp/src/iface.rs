@@ -209,14 +209,31 @@ pub fn find_interfaces(
             all.iter().map(|f| f.name.as_str()).collect::<Vec<_>>()
         );
     } else {
-        tracing::info!(
-            spec = spec.unwrap_or(""),
-            ?family,
-            "NET/Socket: interfaces {}",
-            list.join(" ")
-        );
+        let text = format!("NET/Socket: interfaces {}", list.join(" "));
+        if first_time(&text) {
+            tracing::info!(spec = spec.unwrap_or(""), ?family, "{text}");
+        }
     }
     Ok(chosen)
+}
+
+/// Whether this process logs `line` for the first time. Interfaces are
+/// chosen again by every communicator and by the bootstrap, always alike:
+/// the outcome is logged once per process (a different outcome, e.g. under
+/// another `NCCL_SOCKET_IFNAME`, is logged too).
+pub(crate) fn first_time(line: &str) -> bool {
+    use std::sync::Mutex;
+    /// Distinct lines remembered; more than a process sees in practice.
+    const MAX: usize = 64;
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if seen.iter().any(|s| s == line) {
+        return false;
+    }
+    if seen.len() < MAX {
+        seen.push(line.to_string());
+    }
+    true
 }
 
 #[cfg(test)]

@@ -228,12 +228,13 @@ impl TcpNet {
             )));
         };
         let speed_mbps = link_speed(&first.name);
-        tracing::info!(
+        let line = format!(
             "NET/Socket: using {}:{} ({} Mb/s)",
-            first.name,
-            first.addr,
-            speed_mbps
+            first.name, first.addr, speed_mbps
         );
+        if iface::first_time(&line) {
+            tracing::info!("{line}");
+        }
         Ok(TcpNet {
             opts,
             ip: first.addr,
