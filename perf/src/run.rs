@@ -55,8 +55,7 @@ pub fn perf_main(coll: Collective) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(msg) => {
-            eprintln!("{prog}: {msg}");
-            eprint!("{}", usage(&prog));
+            eprint_whole(&format!("{prog}: {msg}\n{}", usage(&prog)));
             return ExitCode::from(2);
         }
     };
@@ -65,7 +64,7 @@ pub fn perf_main(coll: Collective) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("{prog}: {e}");
+            eprint_whole(&format!("{prog}: {e}\n"));
             ExitCode::FAILURE
         }
     }
@@ -137,8 +136,15 @@ fn launch(coll: Collective, prog: &str, args: &Args) -> AnyResult<bool> {
 /// Prints the error and ends the process at once: the other ranks of this
 /// process may be blocked in a collective with the failed one.
 fn fail(prog: &str, msg: &str) -> ! {
-    eprintln!("{prog}: {msg}");
+    eprint_whole(&format!("{prog}: {msg}\n"));
     std::process::exit(1)
+}
+
+/// Writes `text` to stderr in one `write`: `eprintln!` writes each piece
+/// separately, and ranks sharing a terminal interleaved mid-line.
+fn eprint_whole(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// Runs one rank; on error prints it and exits the process.

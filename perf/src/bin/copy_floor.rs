@@ -384,7 +384,9 @@ fn main() {
         _ => parse(&argv).and_then(|a| run(&a)),
     };
     if let Err(e) = res {
-        eprintln!("copy_floor: {e}");
+        // One write: a server it started may share the terminal.
+        let line = format!("copy_floor: {e}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         std::process::exit(1);
     }
 }
