@@ -32,7 +32,7 @@ fn get_unique_id(out: *mut ncclUniqueId) -> FfiResult<ncclResult_t> {
     // so only rank 0's init starts the root there (see `init_rank`), as
     // NCCL does. Otherwise the root starts here, in the caller's process.
     let id = match &settings.core.comm_id {
-        Some(addr) => UniqueId::from_addr_str(addr),
+        Some(addr) => UniqueId::from_rendezvous(addr, &settings.core),
         None => UniqueId::new(&settings.core),
     };
     let id = id.map_err(|source| Error::Bootstrap { rank: 0, source })?;
@@ -69,7 +69,7 @@ unsafe fn init_rank(
     let uid = UniqueId::from_bytes(&id_bytes(id))
         .map_err(|source| Error::Bootstrap { rank: r, source })?;
     if r == 0 {
-        start_comm_id_root(&settings, &uid)
+        start_comm_id_root(&settings, &uid, n)
             .map_err(|source| Error::Bootstrap { rank: r, source })?;
     }
     let shared = CommShared::new(settings, Some((r, n)), crate::device::current_device());
@@ -84,13 +84,14 @@ unsafe fn init_rank(
 fn start_comm_id_root(
     settings: &config::CommSettings,
     id: &UniqueId,
+    nranks: usize,
 ) -> Result<(), nccl_rs::error::BootstrapError> {
     let Some(addr) = &settings.core.comm_id else {
         return Ok(());
     };
-    let env_id = UniqueId::from_addr_str(addr)?;
+    let env_id = UniqueId::from_rendezvous(addr, &settings.core)?;
     if env_id == *id {
-        id.start_root(&settings.core)?;
+        id.start_root_for_job(&settings.core, nranks)?;
     }
     Ok(())
 }

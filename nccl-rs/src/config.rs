@@ -6,6 +6,7 @@
 //! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
 //! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
 //! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
+//! | `NCCL_RS_JOB_SECRET` (ours) | `job_secret` | none: 32 hex digits every rank of a job rendezvousing at a fixed address (`NCCL_COMM_ID`, `MASTER_ADDR`) presents to the root; `ncclrun` makes one per job. Without it that rendezvous is unauthenticated (all-zero secret) |
 //! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each); 2 MiB when all ranks share one host and outnumber its CPUs (`oversubscribed_buffsize`) |
 //! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
 //! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
@@ -71,6 +72,7 @@ pub const VARS: &[&str] = &[
     "NCCL_SOCKET_IFNAME",
     "NCCL_SOCKET_FAMILY",
     "NCCL_COMM_ID",
+    "NCCL_RS_JOB_SECRET",
     "NCCL_BUFFSIZE",
     "NCCL_STEPS",
     "NCCL_TIMEOUT",
@@ -120,6 +122,9 @@ pub struct Config {
     pub socket_family: Option<AddrFamily>,
     /// `NCCL_COMM_ID`: `host:port` where rank 0 runs the bootstrap root.
     pub comm_id: Option<String>,
+    /// `NCCL_RS_JOB_SECRET`: the secret ranks present to a root at a fixed
+    /// rendezvous address (the id of `ncclGetUniqueId` carries its own).
+    pub job_secret: Option<[u8; 16]>,
     /// `NCCL_BUFFSIZE`: staging bytes per connection.
     pub buffsize: usize,
     /// Staging bytes per connection of a communicator whose ranks all share
@@ -208,6 +213,7 @@ impl Default for Config {
             socket_ifname: None,
             socket_family: None,
             comm_id: None,
+            job_secret: None,
             buffsize: 4 << 20,
             oversubscribed_buffsize: OVERSUBSCRIBED_BUFFSIZE,
             steps: 8,
@@ -238,6 +244,18 @@ impl Default for Config {
             ib: transport_verbs::VerbsOptions::default(),
         }
     }
+}
+
+/// 32 hex digits as 16 bytes.
+fn parse_secret(v: &str) -> Option<[u8; 16]> {
+    if v.len() != 32 || !v.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 impl Config {
@@ -289,6 +307,12 @@ impl Config {
                 Error::InvalidArgument(format!("NCCL_IB_HCA={v:?} is not valid: {e}"))
             })?;
         }
+        let job_secret = match text("NCCL_RS_JOB_SECRET") {
+            None => None,
+            Some(v) => Some(
+                parse_secret(&v).ok_or_else(|| bad("NCCL_RS_JOB_SECRET", &v, "32 hex digits"))?,
+            ),
+        };
         let splice_min = num(
             &text,
             "NCCL_SOCKET_SPLICE_MIN_BYTES",
@@ -319,6 +343,7 @@ impl Config {
                 Some(v) => return Err(bad("NCCL_SOCKET_FAMILY", v, "AF_INET or AF_INET6")),
             },
             comm_id,
+            job_secret,
             buffsize: num(&text, "NCCL_BUFFSIZE", d.buffsize, 4096..=(1 << 30))?,
             oversubscribed_buffsize: num(
                 &text,

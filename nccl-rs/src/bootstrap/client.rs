@@ -39,6 +39,7 @@ impl Bootstrap {
     ) -> Result<Bootstrap, BootstrapError> {
         let deadline = Instant::now() + timeout;
         let what = format!("joining the root at {} as rank {rank} of {nranks}", id.addr);
+        super::root::announce_size(id.addr, nranks);
         // Retry until the deadline: the root may not be up yet, or may have
         // shed this connection under a flood of strangers.
         let stream = loop {
@@ -51,7 +52,10 @@ impl Bootstrap {
             }
             match Self::hello(id, rank, nranks, left) {
                 Ok(s) => break s,
-                Err(e @ BootstrapError::Rejected(_)) => return Err(e),
+                Err(e @ BootstrapError::Rejected(_)) => {
+                    super::root::wait_ended(id.addr, left);
+                    return Err(e);
+                }
                 Err(e) => {
                     tracing::debug!("bootstrap: {what}: {e}; retrying");
                     std::thread::sleep(Duration::from_millis(20).min(left));

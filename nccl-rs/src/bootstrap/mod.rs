@@ -1,13 +1,26 @@
 //! Bootstrap: the 128-byte [`UniqueId`], rendezvous through the root, and the
 //! out-of-band all-gather and barrier used during init.
 //!
-//! The id carries the root's address and a random 16-byte secret. Every rank
+//! The id carries the root's address and a 16-byte secret. Every rank
 //! proves it knows the secret in its hello; the root drops connections that
-//! do not. This is authentication against strays and mistakes (a second job
-//! on the same port, a port scanner), not encryption: anyone who can read an
-//! id, or the traffic, can join. With `NCCL_COMM_ID` or `MASTER_ADDR`, no id
-//! is passed around and the secret is all zeros.
+//! do not. This is authentication against strays, mistakes and strangers on
+//! the network (a second job on the same port, a port scanner, a crafted
+//! hello), not encryption: anyone who can read an id, the environment of a
+//! rank, or the traffic, can join.
+//!
+//! Where the secret comes from:
+//! - `ncclGetUniqueId` / [`UniqueId::new`]: random, passed inside the id.
+//! - `NCCL_COMM_ID` or `MASTER_ADDR`/`MASTER_PORT` (no id is passed around):
+//!   `NCCL_RS_JOB_SECRET` (32 hex digits, the same on every rank; `ncclrun`
+//!   makes one per job), else all zeros. With all zeros anyone who reaches
+//!   the port can send a well-formed hello. The root still bounds every count
+//!   by the job size rank 0 gave, refuses hellos for another size, and
+//!   refuses the whole job, naming both addresses, when a rank is claimed
+//!   twice, so a stranger can make the job fail clearly but cannot crash
+//!   rank 0, join it, or make it hang.
 
+mod admission;
+mod admission_script;
 mod client;
 mod monitor;
 mod msg;
@@ -44,7 +57,7 @@ impl UniqueId {
     /// on `NCCL_COMM_ID` if set.
     pub fn new(config: &Config) -> Result<UniqueId, BootstrapError> {
         if let Some(comm_id) = &config.comm_id {
-            let id = UniqueId::from_addr_str(comm_id)?;
+            let id = UniqueId::from_rendezvous(comm_id, config)?;
             id.start_root(config)?;
             return Ok(id);
         }
@@ -57,7 +70,7 @@ impl UniqueId {
         let mut secret = [0u8; 16];
         getrandom::getrandom(&mut secret)
             .map_err(|e| BootstrapError::BadId(format!("no randomness: {e}")))?;
-        root::spawn(listener, secret, config.bootstrap_timeout)
+        root::spawn(listener, secret, config.bootstrap_timeout, None)
             .map_err(|e| io("start root thread".into(), e))?;
         Ok(UniqueId { addr, secret })
     }
@@ -76,12 +89,35 @@ impl UniqueId {
         })
     }
 
+    /// The id of a fixed rendezvous address (`NCCL_COMM_ID`,
+    /// `MASTER_ADDR:MASTER_PORT`) with the job secret of `config`
+    /// (`NCCL_RS_JOB_SECRET`; all zeros without it).
+    pub fn from_rendezvous(hostport: &str, config: &Config) -> Result<UniqueId, BootstrapError> {
+        let id = UniqueId::from_addr_str(hostport)?;
+        Ok(UniqueId {
+            secret: config.job_secret.unwrap_or([0; 16]),
+            ..id
+        })
+    }
+
     /// Binds this id's address and starts the root there (rank 0 of a job
-    /// started with a fixed root address).
+    /// started with a fixed root address). The job size is taken from the
+    /// first rank of this process that joins; prefer
+    /// [`UniqueId::start_root_for_job`] where the size is known.
     pub fn start_root(&self, config: &Config) -> Result<(), BootstrapError> {
+        self.bind_root(config, None)
+    }
+
+    /// As [`UniqueId::start_root`] for a job of `nranks`: the root refuses
+    /// every hello that claims another size from the start.
+    pub fn start_root_for_job(&self, config: &Config, nranks: usize) -> Result<(), BootstrapError> {
+        self.bind_root(config, Some(nranks))
+    }
+
+    fn bind_root(&self, config: &Config, nranks: Option<usize>) -> Result<(), BootstrapError> {
         let listener = TcpListener::bind(self.addr)
             .map_err(|e| io(format!("bind root on {}", self.addr), e))?;
-        root::spawn(listener, self.secret, config.bootstrap_timeout)
+        root::spawn(listener, self.secret, config.bootstrap_timeout, nranks)
             .map_err(|e| io("start root thread".into(), e))
     }
 
@@ -153,6 +189,11 @@ impl UniqueId {
         b.resize(UNIQUE_ID_BYTES, 0);
         UniqueId::from_bytes(&b)
     }
+}
+
+/// Fuzzing: drives the root's admission with a script of events.
+pub(crate) fn fuzz_admission(data: &[u8]) {
+    admission_script::run(data);
 }
 
 /// Fuzzing: decodes a hello.

@@ -74,7 +74,7 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
                             ranks[r].addr,
                             String::from_utf8_lossy(body)
                         );
-                        broadcast_abort(&mut ranks, msg::ABORT_REMOTE, &text, Some(r));
+                        broadcast_abort(done, &mut ranks, msg::ABORT_REMOTE, &text, Some(r));
                     }
                     msg::MISMATCH if inquiry.is_none() && !aborted => {
                         if let Some((seq, desc)) = parse_seq(body) {
@@ -111,7 +111,7 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
                     "rank {r} ({}) closed its bootstrap connection without leaving: the process died or was killed",
                     ranks[r].addr
                 );
-                broadcast_abort(&mut ranks, msg::ABORT_REMOTE, &text, None);
+                broadcast_abort(done, &mut ranks, msg::ABORT_REMOTE, &text, None);
             }
         }
         if let Some(q) = &inquiry {
@@ -119,7 +119,7 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
             if q.answers.len() >= alive || q.started.elapsed() > OPINFO_WAIT {
                 let text = describe_mismatch(q, ranks.len());
                 aborted = true;
-                broadcast_abort(&mut ranks, msg::ABORT_MISMATCH, &text, None);
+                broadcast_abort(done, &mut ranks, msg::ABORT_MISMATCH, &text, None);
                 inquiry = None;
             }
         }
@@ -174,8 +174,15 @@ fn describe_mismatch(q: &Inquiry, n: usize) -> String {
     text
 }
 
-fn broadcast_abort(ranks: &mut [Rank], kind: u8, text: &str, skip: Option<usize>) {
-    warn!("bootstrap root: aborting the job: {text}");
+fn broadcast_abort(
+    done: &super::root::Done,
+    ranks: &mut [Rank],
+    kind: u8,
+    text: &str,
+    skip: Option<usize>,
+) {
+    // INFO: each rank reports the failure itself; this line would repeat it.
+    info!("bootstrap root: aborting the job: {text}");
     let mut body = vec![kind];
     body.extend_from_slice(text.as_bytes());
     let f = frame(msg::ABORT, &body);
@@ -184,6 +191,8 @@ fn broadcast_abort(ranks: &mut [Rank], kind: u8, text: &str, skip: Option<usize>
             send(rank, &f);
         }
     }
+    // Every live rank has been told; exiting need wait for none of them.
+    super::root::set_aborted(done);
 }
 
 fn send(rank: &mut Rank, payload: &[u8]) {

@@ -1,18 +1,67 @@
-//! The bootstrap root: a thread in rank 0's process that admits ranks that
-//! prove they know the unique id's secret, then hands them to the monitor
-//! (`monitor.rs`).
+//! The bootstrap root: a thread in rank 0's process that admits the job's
+//! ranks (the rules are in `admission.rs`; this file does the socket I/O),
+//! then hands them to the monitor (`monitor.rs`).
 //!
 //! Strangers — wrong secret, garbage, oversized or truncated frames, slow
-//! trickles — are dropped with a WARN line. Each costs at most one hello's
-//! worth of memory and [`HELLO_DEADLINE`] of time, and at most
-//! [`MAX_PENDING`] are held at once, so they cannot disturb the job.
+//! trickles, hostile counts — are dropped. Each costs at most one hello's
+//! worth of memory and `HELLO_DEADLINE` of time, at most `MAX_PENDING`
+//! are held at once (`admission.rs`), and their WARN lines are rate-limited, so they cannot
+//! disturb the job or flood its log.
 
-use super::wire::{secrets_equal, write_frame, Hello, HELLO_LEN};
+use super::admission::{Action, Admission, Key, HELLO_DEADLINE};
+use super::wire::write_frame;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Most connections accepted before open ones are read again.
+const ACCEPT_BATCH: usize = 16;
+/// WARN lines about refused or dropped connections printed one by one
+/// before they are only counted (a flood must not flood the log).
+const WARN_BURST: u32 = 8;
+/// How often the count of unprinted refusals is printed.
+const WARN_SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// What a root shares with the ranks of its process.
+#[derive(Default)]
+pub(crate) struct RootShared {
+    state: Mutex<RootState>,
+    cv: Condvar,
+}
+
+struct RootState {
+    /// Ranks still connected (`usize::MAX` before all joined, 0 finished).
+    remaining: usize,
+    /// The job failed and every rank was told: nobody is worth waiting for.
+    aborted: bool,
+    /// Admission failed (a rank was claimed twice): the root only refuses.
+    refused: bool,
+    /// The job size a rank of this process announced.
+    size: Option<usize>,
+}
+
+impl Default for RootState {
+    fn default() -> Self {
+        RootState {
+            remaining: usize::MAX,
+            aborted: false,
+            refused: false,
+            size: None,
+        }
+    }
+}
+
+/// A root's shared state.
+pub(crate) type Done = Arc<RootShared>;
+
+impl RootShared {
+    fn lock(&self) -> MutexGuard<'_, RootState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// Marks the root finished (and forgets it) when its thread ends.
 struct Finish(Done, Option<SocketAddr>);
@@ -28,30 +77,20 @@ impl Drop for Finish {
         set_remaining(&self.0, 0);
     }
 }
-use tracing::{debug, warn};
-
-/// How long an unauthenticated connection may take to send its hello.
-pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(5);
-/// Most unauthenticated connections held at once.
-pub(crate) const MAX_PENDING: usize = 256;
-/// Most connections accepted before pending hellos are read again.
-const ACCEPT_BATCH: usize = 16;
-
-struct Pending {
-    stream: TcpStream,
-    peer: SocketAddr,
-    buf: Vec<u8>,
-    since: Instant,
-}
-
-/// How many ranks are still connected to a root (`usize::MAX` before all
-/// joined, 0 when it finished), shared with waiters in this process.
-pub(crate) type Done = Arc<(Mutex<usize>, Condvar)>;
 
 /// Live rank clients in this process, per root address.
 fn local_clients() -> &'static Mutex<HashMap<SocketAddr, usize>> {
     static LOCAL: OnceLock<Mutex<HashMap<SocketAddr, usize>>> = OnceLock::new();
     LOCAL.get_or_init(Default::default)
+}
+
+/// The root at `addr`, if it runs in this process.
+fn local_root(addr: SocketAddr) -> Option<Done> {
+    running()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&addr)
+        .cloned()
 }
 
 /// Counts a rank client of the root at `addr` in this process (`delta` ±1).
@@ -63,25 +102,62 @@ pub(crate) fn count_local_client(addr: SocketAddr, delta: isize) {
         m.remove(&addr);
     }
     drop(m);
-    if let Some(done) = running()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&addr)
-    {
-        done.1.notify_all();
+    if let Some(done) = local_root(addr) {
+        done.cv.notify_all();
+    }
+}
+
+/// A rank of this process joins the root at `addr` (if it runs here) as
+/// part of a job of `nranks`: the root takes that as the job size, since
+/// this process is the one that started it (rank 0's).
+pub(crate) fn announce_size(addr: SocketAddr, nranks: usize) {
+    if let Some(done) = local_root(addr) {
+        let mut g = done.lock();
+        if g.size.is_none() {
+            g.size = Some(nranks);
+        }
+    }
+}
+
+/// If the root at `addr` runs in this process and refused the job, waits
+/// (at most `timeout`) for its thread to end, so that the ranks of other
+/// processes still hear the refusal from it rather than finding the port
+/// closed when this process exits.
+pub(crate) fn wait_ended(addr: SocketAddr, timeout: Duration) {
+    let Some(done) = local_root(addr) else {
+        return;
+    };
+    let deadline = Instant::now() + timeout;
+    let mut g = done.lock();
+    while g.refused && g.remaining != 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        g = done
+            .cv
+            .wait_timeout(g, left.min(Duration::from_millis(50)))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }
 
 /// Publishes how many ranks are still connected.
 pub(crate) fn set_remaining(done: &Done, n: usize) {
-    let mut g = done.0.lock().unwrap_or_else(|p| p.into_inner());
-    if *g != n {
-        *g = n;
-        done.1.notify_all();
+    let mut g = done.lock();
+    if g.remaining != n {
+        g.remaining = n;
+        done.cv.notify_all();
     }
 }
 
-/// Roots running in this process, by address, with their "finished" flags.
+/// The job was aborted and every rank told: waiters stop waiting.
+pub(crate) fn set_aborted(done: &Done) {
+    done.lock().aborted = true;
+    done.cv.notify_all();
+}
+
+/// Roots running in this process, by address.
 fn running() -> &'static Mutex<HashMap<SocketAddr, Done>> {
     static ROOTS: OnceLock<Mutex<HashMap<SocketAddr, Done>>> = OnceLock::new();
     ROOTS.get_or_init(Default::default)
@@ -91,17 +167,13 @@ fn running() -> &'static Mutex<HashMap<SocketAddr, Done>> {
 /// until every rank of other processes has left it, so that ranks still
 /// finishing their last operation keep their health channel when this
 /// process exits. Ranks in this process (threads) are not waited for: they
-/// keep the process alive themselves.
+/// keep the process alive themselves. Once the job is aborted, every rank
+/// has been told, so nobody is waited for: a stopped rank that never leaves
+/// must not hold this process.
 pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
-    let Some(done) = running()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&addr)
-        .cloned()
-    else {
+    let Some(done) = local_root(addr) else {
         return;
     };
-    let (remaining, cv) = &*done;
     let local = || {
         local_clients()
             .lock()
@@ -111,27 +183,31 @@ pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
             .unwrap_or(0)
     };
     let deadline = Instant::now() + timeout;
-    let mut g = remaining.lock().unwrap_or_else(|p| p.into_inner());
-    while *g != usize::MAX && *g > local() {
+    let mut g = done.lock();
+    while !g.aborted && g.remaining != usize::MAX && g.remaining > local() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return;
         }
-        g = cv
+        g = done
+            .cv
             .wait_timeout(g, left.min(Duration::from_millis(50)))
             .unwrap_or_else(|p| p.into_inner())
             .0;
     }
 }
 
-/// Starts the root thread on `listener`.
+/// Starts the root thread on `listener`; `size` is the job size when the
+/// caller (rank 0) knows it already.
 pub(crate) fn spawn(
     listener: TcpListener,
     secret: [u8; 16],
     timeout: Duration,
+    size: Option<usize>,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    let done: Done = Arc::new((Mutex::new(usize::MAX), Condvar::new()));
+    let done: Done = Arc::default();
+    done.lock().size = size;
     if let Ok(addr) = listener.local_addr() {
         running()
             .lock()
@@ -142,38 +218,132 @@ pub(crate) fn spawn(
         .name("nccl-bootstrap-root".into())
         .spawn(move || {
             let _finish = Finish(done.clone(), listener.local_addr().ok());
-            let addr = listener.local_addr().ok();
-            match admit(&listener, &secret, timeout) {
-                Some(ranks) => {
-                    drop(listener);
-                    super::monitor::serve(ranks, &done);
-                }
-                None => warn!(
-                    ?addr,
-                    "bootstrap root: not every rank joined within {timeout:?}; giving up"
-                ),
+            if let Some(ranks) = admit(&listener, secret, timeout, &done) {
+                drop(listener);
+                super::monitor::serve(ranks, &done);
             }
         })?;
     Ok(())
 }
 
-/// Accepts connections until every rank has joined; `None` on timeout.
-fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option<Vec<TcpStream>> {
-    let deadline = Instant::now() + timeout;
-    let mut ranks: Vec<Option<TcpStream>> = Vec::new();
-    let mut pending: Vec<Pending> = Vec::new();
-    loop {
-        if !ranks.is_empty() && ranks.iter().all(Option::is_some) {
-            return Some(ranks.into_iter().map(|s| s.expect("all joined")).collect());
+/// Prints the first few refusals, then only counts them.
+struct WarnLimiter {
+    printed: u32,
+    unprinted: u64,
+    last: String,
+    since: Instant,
+}
+
+impl WarnLimiter {
+    fn new() -> Self {
+        WarnLimiter {
+            printed: 0,
+            unprinted: 0,
+            last: String::new(),
+            since: Instant::now(),
         }
-        if Instant::now() > deadline {
-            return None;
+    }
+
+    fn warn(&mut self, what: &str, why: &str) {
+        if self.printed < WARN_BURST {
+            self.printed += 1;
+            warn!("bootstrap root: {what}: {why}");
+        } else {
+            self.unprinted += 1;
+            self.last = why.to_string();
+            self.flush(false);
         }
+    }
+
+    fn flush(&mut self, now: bool) {
+        if self.unprinted > 0 && (now || self.since.elapsed() >= WARN_SUMMARY_EVERY) {
+            warn!(
+                "bootstrap root: {} more connections dropped or refused (latest: {})",
+                self.unprinted, self.last
+            );
+            self.unprinted = 0;
+            self.since = Instant::now();
+        }
+    }
+}
+
+/// The root's side of admission: sockets in, [`Admission`] decides.
+struct Admitter<'a> {
+    adm: Admission,
+    conns: HashMap<Key, TcpStream>,
+    next_key: Key,
+    ranks: Option<Vec<TcpStream>>,
+    warns: WarnLimiter,
+    done: &'a Done,
+}
+
+impl Admitter<'_> {
+    fn apply(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Drop { key, why } => {
+                    self.conns.remove(&key);
+                    self.warns.warn("dropping a connection", &why);
+                }
+                Action::Refuse { key, why } => {
+                    if self.adm.failure().is_some() {
+                        self.done.lock().refused = true;
+                    }
+                    if let Some(mut s) = self.conns.remove(&key) {
+                        let _ = reply(&mut s, format!("ERR {why}").as_bytes());
+                    }
+                    self.warns.warn("refusing", &why);
+                }
+                Action::Admit(keys) => {
+                    let mut ranks = Vec::with_capacity(keys.len());
+                    for key in keys {
+                        let Some(mut s) = self.conns.remove(&key) else {
+                            continue;
+                        };
+                        // A rank that cannot take its OK is found gone by
+                        // the monitor, which tells every other rank.
+                        let _ = reply(&mut s, b"OK");
+                        let _ = s.set_nodelay(true);
+                        let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
+                        ranks.push(s);
+                    }
+                    self.ranks = Some(ranks);
+                }
+            }
+        }
+    }
+
+    /// Reads what `key` has sent; true if anything happened.
+    fn read(&mut self, key: Key) -> bool {
+        let mut tmp = [0u8; 64];
+        let Some(s) = self.conns.get_mut(&key) else {
+            return false;
+        };
+        let got = match s.read(&mut tmp) {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                return false
+            }
+            Err(_) => None,
+        };
+        let actions = match got {
+            Some(n) => self.adm.data(key, &tmp[..n]),
+            None => {
+                self.conns.remove(&key);
+                self.adm.closed(key)
+            }
+        };
+        self.apply(actions);
+        true
+    }
+
+    fn accept(&mut self, listener: &TcpListener) -> bool {
         let mut moved = false;
         // Accept a bounded batch, then serve reads, so a flood of idle
         // connections cannot starve the ranks' hellos. A new connection is
-        // read at once: a rank's hello is usually already there, so it joins
-        // before any eviction can pick it.
+        // read at once: a rank's hello is usually already there, so it is
+        // held before any eviction can pick it.
         for _ in 0..ACCEPT_BATCH {
             let Ok((stream, peer)) = listener.accept() else {
                 break;
@@ -182,129 +352,86 @@ fn admit(listener: &TcpListener, secret: &[u8; 16], timeout: Duration) -> Option
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
-            let mut p = Pending {
-                stream,
-                peer,
-                buf: Vec::with_capacity(4 + HELLO_LEN),
-                since: Instant::now(),
-            };
-            match read_hello(&mut p) {
-                Ok(Some(hello)) => {
-                    if let Err(why) = join(&mut ranks, p.stream, &hello, secret) {
-                        warn!(peer = %p.peer, rank = hello.rank, "bootstrap root: refusing: {why}");
-                    }
-                    continue;
-                }
-                Err(why) => {
-                    warn!(peer = %p.peer, "bootstrap root: dropping a connection: {why}");
-                    continue;
-                }
-                Ok(None) => {}
-            }
-            if pending.len() >= MAX_PENDING {
-                // Evict the connection that has shown the least: the oldest
-                // of those with the fewest bytes.
-                let least = pending.iter().map(|p| p.buf.len()).min().unwrap_or(0);
-                let victim = pending
-                    .iter()
-                    .position(|p| p.buf.len() == least)
-                    .unwrap_or(0);
-                let old = pending.remove(victim);
-                warn!(peer = %old.peer, "bootstrap root: dropping an unauthenticated connection (too many pending)");
-            }
-            pending.push(p);
+            let key = self.next_key;
+            self.next_key += 1;
+            self.conns.insert(key, stream);
+            let actions = self.adm.connect(key, peer, Instant::now());
+            self.apply(actions);
+            self.read(key);
         }
-        let mut i = 0;
-        while i < pending.len() {
-            match read_hello(&mut pending[i]) {
-                Ok(None) if pending[i].since.elapsed() < HELLO_DEADLINE => i += 1,
-                Ok(None) => {
-                    let p = pending.swap_remove(i);
-                    warn!(peer = %p.peer, "bootstrap root: dropping a connection that sent no hello within {HELLO_DEADLINE:?}");
-                }
-                Err(why) => {
-                    let p = pending.swap_remove(i);
-                    warn!(peer = %p.peer, "bootstrap root: dropping a connection: {why}");
-                    moved = true;
-                }
-                Ok(Some(hello)) => {
-                    let p = pending.swap_remove(i);
-                    if let Err(why) = join(&mut ranks, p.stream, &hello, secret) {
-                        warn!(peer = %p.peer, rank = hello.rank, "bootstrap root: refusing: {why}");
-                    } else {
-                        debug!(peer = %p.peer, rank = hello.rank, "bootstrap root: rank joined");
-                    }
-                    moved = true;
-                }
+        moved
+    }
+}
+
+/// Answers a connection and leaves it blocking.
+fn reply(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_write_timeout(Some(HELLO_DEADLINE))?;
+    write_frame(s, msg)
+}
+
+/// Accepts connections until every rank has joined; `None` on timeout or
+/// when admission failed.
+fn admit(
+    listener: &TcpListener,
+    secret: [u8; 16],
+    timeout: Duration,
+    done: &Done,
+) -> Option<Vec<TcpStream>> {
+    let deadline = Instant::now() + timeout;
+    let size = done.lock().size;
+    let mut a = Admitter {
+        adm: Admission::new(secret, size),
+        conns: HashMap::new(),
+        next_key: 0,
+        ranks: None,
+        warns: WarnLimiter::new(),
+        done,
+    };
+    loop {
+        if a.adm.size().is_none() {
+            if let Some(n) = a.done.lock().size {
+                let actions = a.adm.set_size(n);
+                a.apply(actions);
             }
         }
+        if let Some(ranks) = a.ranks.take() {
+            a.warns.flush(true);
+            info!(nranks = ranks.len(), "bootstrap root: every rank joined");
+            return Some(ranks);
+        }
+        if a.adm.failure_told() {
+            a.warns.flush(true);
+            warn!(
+                "bootstrap root: the job was refused: {}",
+                a.adm.failure().unwrap_or_default()
+            );
+            return None;
+        }
+        if Instant::now() > deadline {
+            a.warns.flush(true);
+            match a.adm.failure() {
+                Some(why) => warn!("bootstrap root: the job was refused: {why}"),
+                None => {
+                    let held = a.adm.held_ranks();
+                    let size = a.adm.size().map_or("?".into(), |n| n.to_string());
+                    warn!(
+                        "bootstrap root: not every rank joined within {timeout:?}: ranks {held:?} of {size} did; giving up"
+                    );
+                }
+            }
+            return None;
+        }
+        let mut moved = a.accept(listener);
+        for key in a.adm.open_keys() {
+            moved |= a.read(key);
+        }
+        let actions = a.adm.tick(Instant::now());
+        moved |= !actions.is_empty();
+        a.apply(actions);
+        a.warns.flush(false);
         if !moved {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// Reads what is available of a hello frame; `Ok(Some)` once complete.
-fn read_hello(p: &mut Pending) -> Result<Option<Hello>, String> {
-    let want = 4 + HELLO_LEN;
-    let mut tmp = [0u8; 64];
-    while p.buf.len() < want {
-        let room = (want - p.buf.len()).min(tmp.len());
-        match p.stream.read(&mut tmp[..room]) {
-            Ok(0) => return Err("closed before finishing its hello".into()),
-            Ok(n) => p.buf.extend_from_slice(&tmp[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        if p.buf.len() >= 4 {
-            let len = u32::from_le_bytes(p.buf[..4].try_into().expect("4 bytes")) as usize;
-            if len != HELLO_LEN {
-                return Err(format!("not a hello (frame length {len})"));
-            }
-        }
-    }
-    Hello::decode(&p.buf[4..]).map(Some)
-}
-
-fn join(
-    ranks: &mut Vec<Option<TcpStream>>,
-    mut stream: TcpStream,
-    h: &Hello,
-    secret: &[u8; 16],
-) -> Result<(), String> {
-    if !secrets_equal(&h.secret, secret) {
-        return Err("wrong secret (not part of this job)".into());
-    }
-    let reply = |s: &mut TcpStream, msg: &[u8]| {
-        s.set_nonblocking(false)
-            .and_then(|_| s.set_write_timeout(Some(HELLO_DEADLINE)))
-            .and_then(|_| write_frame(s, msg))
-    };
-    let problem = if h.nranks == 0 || h.rank >= h.nranks {
-        Some(format!("rank {} of {} is out of range", h.rank, h.nranks))
-    } else if !ranks.is_empty() && ranks.len() != h.nranks as usize {
-        Some(format!(
-            "rank {} says the job has {} ranks; others said {}",
-            h.rank,
-            h.nranks,
-            ranks.len()
-        ))
-    } else if ranks.get(h.rank as usize).is_some_and(Option::is_some) {
-        Some(format!("rank {} joined twice", h.rank))
-    } else {
-        None
-    };
-    if let Some(why) = problem {
-        let _ = reply(&mut stream, format!("ERR {why}").as_bytes());
-        return Err(why);
-    }
-    if ranks.is_empty() {
-        ranks.resize_with(h.nranks as usize, || None);
-    }
-    reply(&mut stream, b"OK").map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    ranks[h.rank as usize] = Some(stream);
-    Ok(())
 }

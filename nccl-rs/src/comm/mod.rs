@@ -266,9 +266,9 @@ impl Communicator {
             rank: env.rank,
             source,
         };
-        let id = UniqueId::from_addr_str(&root).map_err(bad)?;
+        let id = UniqueId::from_rendezvous(&root, config).map_err(bad)?;
         if env.rank == 0 {
-            id.start_root(config).map_err(bad)?;
+            id.start_root_for_job(config, env.size).map_err(bad)?;
         }
         Communicator::init(&id, env.size, env.rank, config)
     }

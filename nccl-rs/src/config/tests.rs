@@ -142,6 +142,17 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
             vec!["AF_UNIX", "inet", "5", "af_inet6x"],
         ),
         (
+            "NCCL_RS_JOB_SECRET",
+            vec![
+                "secret",
+                "00112233445566778899aabbccddeef",
+                "00112233445566778899aabbccddeeff0",
+                "0x112233445566778899aabbccddeeff",
+                "00112233445566778899aabbccddeegg",
+                "00112233445566778899aabbccdd\u{e9}e",
+            ],
+        ),
+        (
             "NCCL_COMM_ID",
             vec![
                 "host",
@@ -236,10 +247,13 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
     ]
 }
 
+/// `(variable, value, what the value means)`.
+type Lenient = (&'static str, &'static str, fn(&Config) -> bool);
+
 /// Variables whose odd values NCCL documents as accepted, with what they
 /// then mean (every variable also takes an empty value as unset; see
 /// `empty_values_are_unset`).
-fn lenient() -> Vec<(&'static str, &'static str, fn(&Config) -> bool)> {
+fn lenient() -> Vec<Lenient> {
     vec![
         // NCCL logs at its default level for a level it does not know.
         ("NCCL_DEBUG", "bogus", |c| {
@@ -371,6 +385,8 @@ fn good_values_of_the_checked_forms_pass() {
         ("NCCL_SOCKET_IFNAME", "=eth0,eth1,"),
         ("NCCL_SOCKET_IFNAME", "veth"),
         ("NCCL_SOCKET_IFNAME", "enp0s31f6:1"),
+        ("NCCL_RS_JOB_SECRET", "00112233445566778899aabbccddeeff"),
+        ("NCCL_RS_JOB_SECRET", "00112233445566778899AABBCCDDEEFF"),
         ("NCCL_COMM_ID", "127.0.0.1:29500"),
         ("NCCL_COMM_ID", "node-7.cluster:1"),
         ("NCCL_COMM_ID", "[::1]:65535"),
@@ -406,4 +422,15 @@ fn values_that_are_not_utf8_are_errors_naming_the_variable() {
     assert!(e.contains("NCCL_PROTO") && e.contains("UTF-8"), "{e}");
     let ok = Config::from_os_lookup(|k| (k == "NCCL_PROTO").then(|| "LL".into())).unwrap();
     assert_eq!(ok.proto.as_deref(), Some("LL"));
+}
+
+#[test]
+fn a_job_secret_is_read_as_its_bytes() {
+    let c = cfg(&[("NCCL_RS_JOB_SECRET", "000102030405060708090a0b0c0d0eFF")]).unwrap();
+    let mut want = [0u8; 16];
+    for (i, b) in want.iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    want[15] = 0xff;
+    assert_eq!(c.job_secret, Some(want));
 }
