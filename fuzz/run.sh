@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(bootstrap_hello bootstrap_frames unique_id config_values tcp_handle verbs_wire shm_handle)
+[ ${#targets[@]} -gt 0 ] || targets=(bootstrap_hello bootstrap_admission bootstrap_frames unique_id config_values tcp_handle verbs_wire shm_handle)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
 if [ "${FUZZ_SMOKE:-0}" = 1 ]; then

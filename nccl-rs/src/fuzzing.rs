@@ -9,6 +9,14 @@ pub fn bootstrap_hello(data: &[u8]) {
     let _ = crate::bootstrap::fuzz_hello(data);
 }
 
+/// Drives the bootstrap root's admission (connections, bytes, closes,
+/// clock steps, rank 0's job size) with `data` read as a script, checking
+/// its invariants: no connection answered twice, no job admitted at a size
+/// other than rank 0's, bounded state for any number of strangers.
+pub fn bootstrap_admission(data: &[u8]) {
+    crate::bootstrap::fuzz_admission(data);
+}
+
 /// Splits a byte stream into bootstrap frames and decodes each as the root
 /// and the ranks do (kinds, gather replies, sequence frames).
 pub fn bootstrap_frames(data: &[u8]) {
