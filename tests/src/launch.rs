@@ -26,6 +26,51 @@ pub fn free_port() -> u16 {
         .unwrap_or(29500)
 }
 
+/// Where rank `r`'s `what` ("out", "err") of a launch on `port` is captured.
+pub fn log_path(port: u16, r: usize, what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "nccl-rs-test-{}-{port}-{r}.{what}",
+        std::process::id()
+    ))
+}
+
+/// Starts rank `r` of `n` of `program args` with torchrun-style variables
+/// for a root on `127.0.0.1:port`, plus `extra_env`; its stdout and stderr
+/// go to [`log_path`].
+pub fn spawn_rank(
+    program: &str,
+    args: &[&str],
+    (r, n): (usize, usize),
+    port: u16,
+    extra_env: &[(&str, String)],
+) -> Child {
+    let out = std::fs::File::create(log_path(port, r, "out")).expect("create log");
+    let err = std::fs::File::create(log_path(port, r, "err")).expect("create log");
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("RANK", r.to_string())
+        .env("WORLD_SIZE", n.to_string())
+        .env("LOCAL_RANK", r.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn rank process")
+}
+
+/// Reads and removes rank `r`'s captured `what`.
+pub fn take_log(port: u16, r: usize, what: &str) -> String {
+    let p = log_path(port, r, what);
+    let s = std::fs::read_to_string(&p).unwrap_or_default();
+    let _ = std::fs::remove_file(p);
+    s
+}
+
 /// Runs `program args` as `n` ranks with torchrun-style variables plus
 /// `extra_env`, and waits at most `deadline`. Panics on timeout after
 /// killing every child.
@@ -37,32 +82,9 @@ pub fn run_ranks(
     deadline: Duration,
 ) -> Vec<RankOutput> {
     let port = free_port();
-    let log = |r: usize, what: &str| -> PathBuf {
-        std::env::temp_dir().join(format!(
-            "nccl-rs-test-{}-{port}-{r}.{what}",
-            std::process::id()
-        ))
-    };
+    let log = |r: usize, what: &str| log_path(port, r, what);
     let mut children: Vec<Child> = (0..n)
-        .map(|r| {
-            let out = std::fs::File::create(log(r, "out")).expect("create log");
-            let err = std::fs::File::create(log(r, "err")).expect("create log");
-            let mut cmd = Command::new(program);
-            cmd.args(args)
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", n.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("NCCL_SOCKET_IFNAME", "lo")
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err);
-            for (k, v) in extra_env {
-                cmd.env(k, v);
-            }
-            cmd.spawn().expect("spawn rank process")
-        })
+        .map(|r| spawn_rank(program, args, (r, n), port, extra_env))
         .collect();
     let start = Instant::now();
     let mut codes: Vec<Option<Option<i32>>> = vec![None; n];
@@ -90,19 +112,11 @@ pub fn run_ranks(
         std::thread::sleep(Duration::from_millis(20));
     }
     (0..n)
-        .map(|rank| {
-            let read = |what| {
-                let p = log(rank, what);
-                let s = std::fs::read_to_string(&p).unwrap_or_default();
-                let _ = std::fs::remove_file(p);
-                s
-            };
-            RankOutput {
-                rank,
-                code: codes[rank].flatten(),
-                stdout: read("out"),
-                stderr: read("err"),
-            }
+        .map(|rank| RankOutput {
+            rank,
+            code: codes[rank].flatten(),
+            stdout: take_log(port, rank, "out"),
+            stderr: take_log(port, rank, "err"),
         })
         .collect()
 }

@@ -2,13 +2,14 @@
 //! killed mid-collective, and mismatched collectives. Real processes over
 //! TCP on loopback; every run has an outer deadline.
 
-use nccl_tests_suite::launch::run_ranks;
-use std::time::Duration;
+use nccl_tests_suite::launch::{free_port, run_ranks, spawn_rank, take_log};
+use std::time::{Duration, Instant};
+
+/// One scenario at a time: each picks a free rendezvous port, and two
+/// picking at once could collide (each takes well under a second).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn results(fault: &str, bad: usize, n: usize) -> Vec<(usize, bool, u64, String)> {
-    // One scenario at a time: each picks a free rendezvous port, and two
-    // picking at once could collide (each takes well under a second).
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let worker = env!("CARGO_BIN_EXE_fault_worker");
     let env = [
@@ -105,4 +106,73 @@ fn no_fault_no_error() {
     let res = results("none", 0, 3);
     assert_eq!(res.len(), 3);
     assert!(res.iter().all(|r| r.1), "{res:?}");
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(") ")?.1.to_string();
+            after.chars().next()
+        })
+        .is_some_and(|c| c == 'T' || c == 't')
+}
+
+/// 4 ranks launched torchrun-style (no ncclrun), `NCCL_TIMEOUT=5`, rank 2
+/// stopped by SIGSTOP in a loop of all-reduces: every other rank, rank 0
+/// with the bootstrap root included, fails naming rank 2 and exits within
+/// `NCCL_TIMEOUT` + 5 s of the stop (rank 0 waited 120 s for the stopped
+/// rank to leave the root before).
+#[test]
+fn a_stopped_rank_does_not_hold_the_others_exit() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 4;
+    const BAD: usize = 2;
+    let port = free_port();
+    let env = [
+        ("FAULT", "stop".to_string()),
+        ("FAULT_RANK", BAD.to_string()),
+        ("NCCL_TIMEOUT", "5".to_string()),
+    ];
+    let mut children: Vec<_> = (0..N)
+        .map(|r| spawn_rank(env!("CARGO_BIN_EXE_fault_worker"), &[], (r, N), port, &env))
+        .collect();
+    let start = Instant::now();
+    let mut stopped_at = None;
+    let mut exited: Vec<Option<Duration>> = vec![None; N];
+    while exited.iter().enumerate().any(|(r, e)| r != BAD && e.is_none()) {
+        if stopped_at.is_none() && stopped(children[BAD].id()) {
+            stopped_at = Some(Instant::now());
+        }
+        for (r, c) in children.iter_mut().enumerate() {
+            if r != BAD && exited[r].is_none() && c.try_wait().unwrap().is_some() {
+                let since = stopped_at.map(|t| t.elapsed()).unwrap_or_default();
+                exited[r] = Some(since);
+            }
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let logs: Vec<(String, String)> = (0..N)
+        .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
+        .collect();
+    assert!(stopped_at.is_some(), "rank {BAD} never stopped: {logs:#?}");
+    for r in (0..N).filter(|&r| r != BAD) {
+        let took = exited[r].unwrap_or_else(|| panic!("rank {r} never exited: {logs:#?}"));
+        assert!(
+            took <= Duration::from_secs(10),
+            "rank {r} exited {took:?} after rank {BAD} stopped (limit NCCL_TIMEOUT + 5 s)"
+        );
+        let (out, err) = &logs[r];
+        let line = out.lines().find(|l| l.starts_with("RESULT ")).unwrap_or_default();
+        assert!(line.contains(" err "), "rank {r}: {line}\n{err}");
+        assert!(line.contains(&format!("rank {BAD}")), "rank {r} does not name rank {BAD}: {line}");
+    }
 }
