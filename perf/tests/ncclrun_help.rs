@@ -32,6 +32,7 @@ fn help_names_the_environment_binding_grace_and_exit_codes() {
         "LOCAL_WORLD_SIZE=",
         "MASTER_ADDR=127.0.0.1",
         "MASTER_PORT=",
+        "NCCL_RS_JOB_SECRET",
         "--bind core|none",
         "one CPU",
         "unbound",

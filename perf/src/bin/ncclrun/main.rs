@@ -91,6 +91,8 @@ fn help() -> String {
          \x20 LOCAL_WORLD_SIZE=N  the same as WORLD_SIZE\n\
          \x20 MASTER_ADDR={MASTER_ADDR}\n\
          \x20 MASTER_PORT=P       a port that was free when ncclrun started, the same for all\n\
+         \x20 NCCL_RS_JOB_SECRET  32 random hex digits, the same for all (unless ncclrun's\n\
+         \x20                    environment has one): only ranks that present it may join\n\
          and without these variables of other launchers (Open MPI, PMI, Slurm,\n\
          torchrun), so that they cannot win over RANK and WORLD_SIZE:\n\
          {foreign}\n\
@@ -310,6 +312,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // One secret per job keeps strangers out of the rendezvous; a secret
+    // already in the environment is the caller's choice and is inherited.
+    let secret = match std::env::var_os("NCCL_RS_JOB_SECRET") {
+        Some(_) => None,
+        None => match job_secret() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("ncclrun: cannot make a job secret: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let cpus = bind::allowed_cpus();
     let start = Instant::now();
     let mut running: Vec<(usize, Child)> = Vec::with_capacity(opts.n);
@@ -324,6 +338,9 @@ fn main() -> ExitCode {
             .env("LOCAL_WORLD_SIZE", opts.n.to_string())
             .env("MASTER_ADDR", MASTER_ADDR)
             .env("MASTER_PORT", port.to_string());
+        if let Some(secret) = &secret {
+            cmd.env("NCCL_RS_JOB_SECRET", secret);
+        }
         for v in FOREIGN {
             cmd.env_remove(v);
         }
@@ -454,4 +471,12 @@ mod tests {
         }
         assert!(h.contains(&format!("{} s", GRACE.as_secs())));
     }
+}
+
+/// 16 bytes from the kernel's random source, as 32 hex digits.
+fn job_secret() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
