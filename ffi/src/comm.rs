@@ -19,7 +19,7 @@ use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
 use nccl_rs::comm::AbortHandle;
 use nccl_rs::{Communicator, DataType, Error, UniqueId};
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// One collective call, with NCCL's argument meanings.
@@ -83,6 +83,15 @@ struct Status {
     error: Option<Failure>,
 }
 
+/// A thread inside a call on a communicator (see [`CommShared::enter_call`]).
+pub(crate) struct InCall<'a>(&'a CommShared);
+
+impl Drop for InCall<'_> {
+    fn drop(&mut self) {
+        self.0.threads_in_calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What an `ncclComm_t` stands for.
 pub(crate) struct CommShared {
     pub(crate) settings: CommSettings,
@@ -98,6 +107,8 @@ pub(crate) struct CommShared {
     ready: AtomicBool,
     closed: AtomicBool,
     finalized: AtomicBool,
+    /// Threads inside a blocking call on this communicator right now.
+    threads_in_calls: AtomicUsize,
     status: Mutex<Status>,
     idle: Condvar,
     ops: Mutex<RedOps>,
@@ -127,6 +138,7 @@ impl CommShared {
             ready: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
+            threads_in_calls: AtomicUsize::new(0),
             status: Mutex::default(),
             idle: Condvar::new(),
             ops: Mutex::default(),
@@ -268,6 +280,18 @@ impl CommShared {
 
     pub(crate) fn mark_finalized(&self) {
         self.finalized.store(true, Ordering::Release);
+    }
+
+    /// Counts the calling thread as inside a call on this communicator
+    /// until the guard drops.
+    pub(crate) fn enter_call(&self) -> InCall<'_> {
+        self.threads_in_calls.fetch_add(1, Ordering::AcqRel);
+        InCall(self)
+    }
+
+    /// How many threads are inside a blocking call on this communicator.
+    pub(crate) fn threads_in_calls(&self) -> usize {
+        self.threads_in_calls.load(Ordering::Acquire)
     }
 
     /// Stops operations in flight and later ones (`ncclCommAbort`).

@@ -97,6 +97,14 @@ fn run_here(comm: &CommShared, batch: Vec<Work>, calls: usize) -> FfiResult<()> 
 type Batch = (Arc<CommShared>, Vec<Work>, usize);
 
 fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
+    // Held until this thread's blocking calls return: ncclCommDestroy from
+    // another thread meanwhile is refused rather than left to wait.
+    let comms: Vec<Arc<CommShared>> = list
+        .iter()
+        .filter(|(c, _, _)| c.blocking())
+        .map(|(c, _, _)| c.clone())
+        .collect();
+    let _in_calls: Vec<_> = comms.iter().map(|c| c.enter_call()).collect();
     let mut first: Option<Error> = None;
     let mut in_progress = false;
     let mut blocking = Vec::new();

@@ -47,6 +47,15 @@ fn destroy(comm: ncclComm_t, abort: bool) -> FfiResult<ncclResult_t> {
             "this thread's open group has calls on comm; end the group first",
         ));
     }
+    // NCCL lets one thread at a time operate a communicator; destroying it
+    // under another thread's call would wait for that call's timeout.
+    if !abort && shared.threads_in_calls() > 0 {
+        return Err(usage(
+            "ncclCommDestroy: another thread is inside a call on this communicator \
+             (NCCL allows one thread at a time on a communicator); let it return first, \
+             or call ncclCommAbort to stop it",
+        ));
+    }
     let shared = release(comm)?;
     if abort {
         shared.abort();
