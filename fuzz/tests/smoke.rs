@@ -15,13 +15,14 @@ fn tcp_handle(data: &[u8]) {
     }
 }
 
-const TARGETS: [(&str, Target); 6] = [
+const TARGETS: [(&str, Target); 7] = [
     ("bootstrap_hello", nccl_rs::fuzzing::bootstrap_hello),
     ("bootstrap_admission", nccl_rs::fuzzing::bootstrap_admission),
     ("bootstrap_frames", nccl_rs::fuzzing::bootstrap_frames),
     ("unique_id", nccl_rs::fuzzing::unique_id),
     ("config_values", nccl_rs::fuzzing::config_values),
     ("tcp_handle", tcp_handle),
+    ("shm_handle", nccl_rs::fuzzing::shm_handle),
 ];
 
 /// splitmix64.
