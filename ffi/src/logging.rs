@@ -12,8 +12,7 @@
 //!   Rust modules whose INFO/TRACE events are shown; warnings always are.
 //!   Default: `INIT,BOOTSTRAP,ENV`, as NCCL.
 
-use std::sync::{Mutex, Once};
-use tracing_subscriber::EnvFilter;
+use std::sync::Once;
 
 /// Starts logging once per process.
 pub(crate) fn init() {
@@ -32,17 +31,9 @@ pub(crate) fn init() {
         let level = level(std::env::var("NCCL_DEBUG").ok().as_deref());
         let directives = std::env::var("RUST_LOG")
             .unwrap_or_else(|_| filter(level, subsys.as_deref().unwrap_or("INIT,BOOTSTRAP,ENV")));
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(EnvFilter::new(directives))
-            .with_target(true);
-        let opened = file.as_deref().map(|f| std::fs::File::create(file_name(f)));
-        let _ = match opened {
-            Some(Ok(f)) => builder
-                .with_ansi(false)
-                .with_writer(Mutex::new(f))
-                .try_init(),
-            _ => builder.with_writer(std::io::stderr).try_init(),
-        };
+        // A file that cannot be created leaves the lines on stderr.
+        let file = file.and_then(|f| std::fs::File::create(file_name(&f)).ok());
+        nccl_rs::init_logging_to(Some(directives), file);
     });
 }
 

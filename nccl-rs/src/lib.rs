@@ -56,4 +56,4 @@ pub use config::Config;
 pub use datatype::{DataType, Element, RedOp};
 pub use error::{Error, Result};
 pub use hostmem::ShmBuffer;
-pub use logging::init_logging;
+pub use logging::{init_logging, init_logging_to};

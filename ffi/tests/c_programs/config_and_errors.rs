@@ -47,4 +47,14 @@ fn debug_file_gets_the_log() {
         text.contains("ncclCommShrink is not implemented"),
         "log file:\n{text}"
     );
+    // NCCL's line form in the file too, and no colour codes.
+    for line in text.lines() {
+        let (head, _) = line
+            .split_once(" NCCL ")
+            .unwrap_or_else(|| panic!("not an NCCL line: {line:?}"));
+        let (who, rank) = head.split_once(" [").expect("host:pid:tid [rank]");
+        assert_eq!(who.split(':').count(), 3, "{line:?}");
+        assert!(rank.ends_with(']'), "{line:?}");
+        assert!(!line.contains('\u{1b}'), "{line:?}");
+    }
 }

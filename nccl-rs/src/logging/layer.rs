@@ -17,6 +17,8 @@ use tracing_subscriber::registry::LookupSpan;
 /// Where the lines go.
 pub(crate) enum Out {
     Stderr,
+    /// A file (`NCCL_DEBUG_FILE`), one `write` per line.
+    File(Mutex<std::fs::File>),
     /// A buffer (the tests read it).
     #[cfg(test)]
     Buffer(std::sync::Arc<Mutex<Vec<u8>>>),
@@ -26,6 +28,10 @@ impl Out {
     fn write(&self, bytes: &[u8]) {
         match self {
             Out::Stderr => line::write_stderr(bytes),
+            Out::File(f) => {
+                use std::io::Write;
+                let _ = f.lock().unwrap_or_else(|p| p.into_inner()).write_all(bytes);
+            }
             #[cfg(test)]
             Out::Buffer(b) => b
                 .lock()

@@ -96,30 +96,50 @@ pub(crate) fn version() -> String {
 /// set, overrides the filter. Calling it again does nothing; if the program
 /// already installed a subscriber, that one is kept.
 pub fn init_logging() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| install(None, None));
+}
+
+/// As [`init_logging`], with the `tracing` filter `directives` (as
+/// `RUST_LOG` takes them) in place of the one `NCCL_DEBUG` gives, and the
+/// lines written to `file` instead of stderr when there is one (the C
+/// library's `NCCL_DEBUG_SUBSYS` and `NCCL_DEBUG_FILE`). The lines keep
+/// their NCCL form. Does nothing if a subscriber is already installed.
+pub fn init_logging_to(directives: Option<String>, file: Option<std::fs::File>) {
+    install(directives, file);
+}
+
+fn install(directives: Option<String>, file: Option<std::fs::File>) {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let verbosity = Verbosity::parse(std::env::var("NCCL_DEBUG").ok().as_deref());
-        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| verbosity.filter().to_string());
-        rank::set_launcher(crate::launch::LaunchEnv::detect().map(|e| e.rank));
-        let layer = layer::NcclLayer {
-            out: layer::Out::Stderr,
-            ansi: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-            verbosity,
-            version_shown: &VERSION_SHOWN,
-            warned: Default::default(),
-        };
-        let installed = tracing_subscriber::registry()
-            .with(tracing_subscriber::EnvFilter::new(filter))
-            .with(layer)
-            .try_init()
-            .is_ok();
-        if installed {
-            INSTALLED.store(verbosity as u8 + 1, Ordering::Relaxed);
-        }
-    });
+    let verbosity = Verbosity::parse(std::env::var("NCCL_DEBUG").ok().as_deref());
+    let filter = directives
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| verbosity.filter().to_string());
+    rank::set_launcher(crate::launch::LaunchEnv::detect().map(|e| e.rank));
+    let (out, ansi) = match file {
+        Some(f) => (layer::Out::File(std::sync::Mutex::new(f)), false),
+        None => (
+            layer::Out::Stderr,
+            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        ),
+    };
+    let layer = layer::NcclLayer {
+        out,
+        ansi,
+        verbosity,
+        version_shown: &VERSION_SHOWN,
+        warned: Default::default(),
+    };
+    let installed = tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::new(filter))
+        .with(layer)
+        .try_init()
+        .is_ok();
+    if installed {
+        INSTALLED.store(verbosity as u8 + 1, Ordering::Relaxed);
+    }
 }
 
 /// Our layer's verbosity, if our layer is the one installed.
