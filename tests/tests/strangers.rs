@@ -111,6 +111,31 @@ fn delay_file(port: u16) -> std::path::PathBuf {
     p
 }
 
+/// Starts rank 0 (with `delayed`, its root listens but its own join waits
+/// for `ROOT_DELAY_FILE`), lets `strangers` reach the root, then lets rank 0
+/// join and starts the other ranks. Returns each rank's result and what
+/// `strangers` returned.
+fn job_after<T>(
+    env: &[(&str, String)],
+    delayed: bool,
+    strangers: impl FnOnce(u16) -> T,
+    deadline: Duration,
+) -> (Vec<(bool, String, String)>, T) {
+    let port = free_port();
+    let delay = delay_file(port);
+    let mut env = env.to_vec();
+    if delayed {
+        env.push(("ROOT_DELAY_FILE", delay.display().to_string()));
+    }
+    let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
+    let got = strangers(port);
+    std::fs::write(&delay, b"go").unwrap();
+    children.extend((1..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
+    let res = finish(children, port, deadline);
+    let _ = std::fs::remove_file(&delay);
+    (res, got)
+}
+
 /// The crash repro: before the real ranks, a stranger sends well-formed,
 /// zero-secret hellos claiming 2^32-1 and 50,000,000 ranks, and 300 more
 /// connect with garbage. Rank 0's root either knows the size from its
@@ -121,25 +146,24 @@ fn delay_file(port: u16) -> std::path::PathBuf {
 fn crafted_hellos_are_refused_and_the_job_completes() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for delayed in [true, false] {
-        let port = free_port();
-        let delay = delay_file(port);
-        let mut env = vec![("FAULT", "none".to_string())];
-        if delayed {
-            env.push(("ROOT_DELAY_FILE", delay.display().to_string()));
-        }
-        let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
-        let huge = Stranger::send(port, &hello([0; 16], 0, u32::MAX));
-        let large = Stranger::send(port, &hello([0; 16], 1, 50_000_000));
-        let flood: Vec<TcpStream> = (0..300)
-            .map(|_| {
-                let mut s = connect(port);
-                let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
-                s
-            })
-            .collect();
-        std::fs::write(&delay, b"go").unwrap();
-        children.extend((1..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
-        let res = finish(children, port, Duration::from_secs(90));
+        let env = [("FAULT", "none".to_string())];
+        let (res, (huge, large, flood)) = job_after(
+            &env,
+            delayed,
+            |port| {
+                let huge = Stranger::send(port, &hello([0; 16], 0, u32::MAX));
+                let large = Stranger::send(port, &hello([0; 16], 1, 50_000_000));
+                let flood: Vec<TcpStream> = (0..300)
+                    .map(|_| {
+                        let mut s = connect(port);
+                        let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
+                        s
+                    })
+                    .collect();
+                (huge, large, flood)
+            },
+            Duration::from_secs(90),
+        );
         for (r, (ok, why, err)) in res.iter().enumerate() {
             assert!(ok, "delayed={delayed}: rank {r} failed: {why}\n{err}");
         }
@@ -157,7 +181,6 @@ fn crafted_hellos_are_refused_and_the_job_completes() {
             res[0].2
         );
         drop(flood);
-        let _ = std::fs::remove_file(&delay);
     }
 }
 
@@ -167,20 +190,16 @@ fn crafted_hellos_are_refused_and_the_job_completes() {
 #[test]
 fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let port = free_port();
-    let delay = delay_file(port);
-    let env = [
-        ("FAULT", "none".to_string()),
-        ("ROOT_DELAY_FILE", delay.display().to_string()),
-    ];
     let start = Instant::now();
-    let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
-    let stranger = Stranger::send(port, &hello([0; 16], 1, N as u32));
-    let stranger_addr = stranger.addr();
-    std::fs::write(&delay, b"go").unwrap();
-    children.extend((1..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
-    let res = finish(children, port, Duration::from_secs(60));
+    let env = [("FAULT", "none".to_string())];
+    let (res, stranger) = job_after(
+        &env,
+        true,
+        |port| Stranger::send(port, &hello([0; 16], 1, N as u32)),
+        Duration::from_secs(60),
+    );
     let took = start.elapsed();
+    let stranger_addr = stranger.addr();
     for (r, (ok, why, err)) in res.iter().enumerate() {
         assert!(!ok, "rank {r} should have been refused");
         assert!(why.contains("rank 1 was claimed twice"), "rank {r}: {why}\n{err}");
@@ -190,7 +209,6 @@ fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
     }
     assert!(stranger.answer().contains("claimed twice"));
     assert!(took < Duration::from_secs(30), "took {took:?}");
-    let _ = std::fs::remove_file(&delay);
 }
 
 /// With a job secret, the same stranger is dropped unanswered and the job
@@ -198,21 +216,18 @@ fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
 #[test]
 fn with_a_job_secret_a_strangers_claim_is_dropped() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let port = free_port();
-    let delay = delay_file(port);
     let env = [
         ("FAULT", "none".to_string()),
-        ("ROOT_DELAY_FILE", delay.display().to_string()),
         ("NCCL_RS_JOB_SECRET", "00112233445566778899aabbccddeeff".to_string()),
     ];
-    let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
-    let stranger = Stranger::send(port, &hello([0; 16], 1, N as u32));
-    std::fs::write(&delay, b"go").unwrap();
-    children.extend((1..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
-    let res = finish(children, port, Duration::from_secs(90));
+    let (res, stranger) = job_after(
+        &env,
+        true,
+        |port| Stranger::send(port, &hello([0; 16], 1, N as u32)),
+        Duration::from_secs(90),
+    );
     for (r, (ok, why, err)) in res.iter().enumerate() {
         assert!(ok, "rank {r} failed: {why}\n{err}");
     }
     assert_eq!(stranger.answer(), "");
-    let _ = std::fs::remove_file(&delay);
 }

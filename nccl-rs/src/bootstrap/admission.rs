@@ -9,9 +9,10 @@
 //!   most one hello's bytes.
 //! - A hello without the job's secret is dropped without an answer.
 //! - The job size is what rank 0's own call said (given at start, or by a
-//!   rank in the root's process before its hello). Until then, the first
-//!   authenticated hello proposes it; every count and index a peer sends is
-//!   checked against it before use, and nothing is allocated by it.
+//!   rank in the root's process before its hello). Every count and index a
+//!   peer sends is checked against it before use, and nothing is allocated
+//!   by it. Until it is known, hellos are held by the size they claim, and
+//!   a size for which every rank has claimed is the job.
 //! - Admitted ranks are held, unanswered, until every rank has joined; then
 //!   all are answered `OK` together. So a refusal never strands a rank that
 //!   was already told to go on.
@@ -57,7 +58,6 @@ struct PendingConn {
 struct Held {
     key: Key,
     peer: SocketAddr,
-    nranks: u32,
 }
 
 /// The admission state of one root.
@@ -66,8 +66,8 @@ pub(crate) struct Admission {
     /// The job size from rank 0's own call, once known.
     size: Option<usize>,
     pending: BTreeMap<Key, PendingConn>,
-    /// Authenticated ranks waiting for the rest, by rank.
-    held: BTreeMap<u32, Held>,
+    /// Authenticated ranks waiting for the rest, by (claimed size, rank).
+    held: BTreeMap<(u32, u32), Held>,
     /// Why admission failed; answers every later authenticated hello.
     failed: Option<String>,
     /// Ranks that were given that answer.
@@ -116,7 +116,7 @@ impl Admission {
 
     /// Ranks admitted so far (held until the rest arrive).
     pub(crate) fn held_ranks(&self) -> Vec<u32> {
-        self.held.keys().copied().collect()
+        self.held.keys().map(|&(_, r)| r).collect()
     }
 
     /// Connections the I/O layer must keep reading: pending and held.
@@ -135,24 +135,26 @@ impl Admission {
             return Vec::new();
         }
         self.size = Some(n);
-        let wrong: Vec<u32> = self
+        let wrong: Vec<(u32, u32)> = self
             .held
-            .iter()
-            .filter(|(_, h)| h.nranks as usize != n)
-            .map(|(&r, _)| r)
+            .keys()
+            .filter(|&&(claim, _)| claim as usize != n)
+            .copied()
             .collect();
         let mut out = Vec::new();
-        for r in wrong {
-            let h = self.held.remove(&r).expect("listed");
+        for (claim, r) in wrong {
+            let h = self.held.remove(&(claim, r)).expect("listed");
             out.push(Action::Refuse {
                 key: h.key,
                 why: format!(
-                    "rank {r} ({}) says the job has {} ranks; rank 0 says {n}",
-                    h.peer, h.nranks
+                    "rank {r} ({}) says the job has {claim} ranks; rank 0 says {n}",
+                    h.peer
                 ),
             });
         }
-        self.complete(&mut out);
+        if let Ok(n) = u32::try_from(n) {
+            self.complete(n, &mut out);
+        }
         out
     }
 
@@ -195,13 +197,13 @@ impl Admission {
         if bytes.is_empty() {
             return out;
         }
-        if let Some(r) = self.held_rank_of(key) {
-            let h = self.held.remove(&r).expect("found");
+        if let Some(at) = self.held_at(key) {
+            let h = self.held.remove(&at).expect("found");
             out.push(Action::Drop {
                 key,
                 why: format!(
-                    "rank {r} ({}) sent more after its hello; dropping it",
-                    h.peer
+                    "rank {} ({}) sent more after its hello; dropping it",
+                    at.1, h.peer
                 ),
             });
             return out;
@@ -249,8 +251,8 @@ impl Admission {
     /// `key` closed (or failed). A held rank that leaves frees its place.
     pub(crate) fn closed(&mut self, key: Key) -> Vec<Action> {
         self.pending.remove(&key);
-        if let Some(r) = self.held_rank_of(key) {
-            self.held.remove(&r);
+        if let Some(at) = self.held_at(key) {
+            self.held.remove(&at);
         }
         Vec::new()
     }
@@ -275,11 +277,11 @@ impl Admission {
             .collect()
     }
 
-    fn held_rank_of(&self, key: Key) -> Option<u32> {
+    fn held_at(&self, key: Key) -> Option<(u32, u32)> {
         self.held
             .iter()
             .find(|(_, h)| h.key == key)
-            .map(|(&r, _)| r)
+            .map(|(&at, _)| at)
     }
 
     fn hello(&mut self, key: Key, peer: SocketAddr, h: &Hello, out: &mut Vec<Action>) {
@@ -305,17 +307,11 @@ impl Admission {
             return;
         }
         let (rank, nranks) = (h.rank, h.nranks);
-        // The size against which this hello is checked: rank 0's, else the
-        // one the held ranks proposed.
-        let size = self
-            .size
-            .or_else(|| self.held.values().next().map(|o| o.nranks as usize));
         let problem = if nranks == 0 || rank >= nranks {
             Some(format!("{peer}: rank {rank} of {nranks} is out of range"))
-        } else if let Some(n) = size.filter(|&n| n != nranks as usize) {
-            let whose = if self.size.is_some() { "rank 0 says" } else { "others said" };
+        } else if let Some(n) = self.size.filter(|&n| n != nranks as usize) {
             Some(format!(
-                "rank {rank} ({peer}) says the job has {nranks} ranks; {whose} {n}"
+                "rank {rank} ({peer}) says the job has {nranks} ranks; rank 0 says {n}"
             ))
         } else {
             None
@@ -324,7 +320,7 @@ impl Admission {
             out.push(refuse(why));
             return;
         }
-        if let Some(first) = self.held.get(&rank) {
+        if let Some(first) = self.held.get(&(nranks, rank)) {
             let mut why = format!(
                 "rank {rank} was claimed twice: by {} and by {peer}; refusing the job",
                 first.peer
@@ -336,7 +332,7 @@ impl Admission {
             }
             self.failed = Some(why.clone());
             self.told.insert(rank);
-            self.told.extend(self.held.keys());
+            self.told.extend(self.held.keys().map(|&(_, r)| r));
             for (_, h) in std::mem::take(&mut self.held) {
                 out.push(Action::Refuse {
                     key: h.key,
@@ -346,20 +342,30 @@ impl Admission {
             out.push(refuse(why));
             return;
         }
-        self.held.insert(rank, Held { key, peer, nranks });
-        self.complete(out);
+        self.held.insert((nranks, rank), Held { key, peer });
+        self.complete(nranks, out);
     }
 
-    fn complete(&mut self, out: &mut Vec<Action>) {
-        let size = self
-            .size
-            .or_else(|| self.held.values().next().map(|h| h.nranks as usize));
-        if size.is_some_and(|n| n == self.held.len()) {
+    /// Admits the ranks that claimed a job of `n` once all `n` have.
+    /// Claims of other sizes (strangers', while rank 0's is not known) are
+    /// refused then.
+    fn complete(&mut self, n: u32, out: &mut Vec<Action>) {
+        if self.held.range((n, 0)..=(n, u32::MAX)).count() == n as usize {
             self.admitted = true;
-            let keys = std::mem::take(&mut self.held)
-                .into_values()
-                .map(|h| h.key)
-                .collect();
+            let mut keys = Vec::with_capacity(n as usize);
+            for ((claim, r), h) in std::mem::take(&mut self.held) {
+                if claim == n {
+                    keys.push(h.key);
+                } else {
+                    out.push(Action::Refuse {
+                        key: h.key,
+                        why: format!(
+                            "rank {r} ({}) says the job has {claim} ranks; it has {n}",
+                            h.peer
+                        ),
+                    });
+                }
+            }
             // Unauthenticated leftovers have no business once the job is in.
             for (key, p) in std::mem::take(&mut self.pending) {
                 out.push(Action::Drop {

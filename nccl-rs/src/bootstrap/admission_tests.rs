@@ -124,15 +124,21 @@ fn sizes_and_ranks_out_of_range_are_refused() {
     }
 }
 
+/// Before rank 0 gives the size, claims are held by the size they claim:
+/// a stranger's claim turns no real rank away, and the size every rank
+/// claimed is the job.
 #[test]
-fn unknown_size_follows_the_first_claim() {
+fn unknown_size_admits_the_size_every_rank_claimed() {
     let now = Instant::now();
-    let mut a = Admission::new(S, None);
-    assert!(send(&mut a, 1, &frame(S, 1, 2), now).is_empty());
-    let out = send(&mut a, 2, &frame(S, 0, 3), now);
-    assert!(refused(&out)[0].1.contains("says the job has 3 ranks; others said 2"));
-    let out = send(&mut a, 3, &frame(S, 0, 2), now);
-    assert_eq!(admitted(&out), Some(vec![3, 1]));
+    let mut a = Admission::new(Z, None);
+    assert!(send(&mut a, 1, &frame(Z, 0, u32::MAX), now).is_empty());
+    assert!(send(&mut a, 2, &frame(Z, 1, 2), now).is_empty());
+    assert!(send(&mut a, 3, &frame(Z, 1, 50_000_000), now).is_empty());
+    let out = send(&mut a, 4, &frame(Z, 0, 2), now);
+    assert_eq!(admitted(&out), Some(vec![4, 2]));
+    let r = refused(&out);
+    assert_eq!(r.iter().map(|(k, _)| *k).collect::<Vec<_>>(), vec![3, 1]);
+    assert!(r[1].1.contains("4294967295 ranks; it has 2"), "{}", r[1].1);
 }
 
 #[test]

@@ -61,6 +61,24 @@ impl RootShared {
     fn lock(&self) -> MutexGuard<'_, RootState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Waits while `wait(state)` holds, at most `timeout`.
+    fn wait_while(&self, timeout: Duration, wait: impl Fn(&RootState) -> bool) {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.lock();
+        while wait(&g) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            // Bounded slices: `local` counts change without a notify.
+            g = self
+                .cv
+                .wait_timeout(g, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
 }
 
 /// Marks the root finished (and forgets it) when its thread ends.
@@ -124,21 +142,8 @@ pub(crate) fn announce_size(addr: SocketAddr, nranks: usize) {
 /// processes still hear the refusal from it rather than finding the port
 /// closed when this process exits.
 pub(crate) fn wait_ended(addr: SocketAddr, timeout: Duration) {
-    let Some(done) = local_root(addr) else {
-        return;
-    };
-    let deadline = Instant::now() + timeout;
-    let mut g = done.lock();
-    while g.refused && g.remaining != 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        g = done
-            .cv
-            .wait_timeout(g, left.min(Duration::from_millis(50)))
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
+    if let Some(done) = local_root(addr) {
+        done.wait_while(timeout, |g| g.refused && g.remaining != 0);
     }
 }
 
@@ -182,19 +187,9 @@ pub(crate) fn wait_finished(addr: SocketAddr, timeout: Duration) {
             .copied()
             .unwrap_or(0)
     };
-    let deadline = Instant::now() + timeout;
-    let mut g = done.lock();
-    while !g.aborted && g.remaining != usize::MAX && g.remaining > local() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        g = done
-            .cv
-            .wait_timeout(g, left.min(Duration::from_millis(50)))
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
-    }
+    done.wait_while(timeout, |g| {
+        !g.aborted && g.remaining != usize::MAX && g.remaining > local()
+    });
 }
 
 /// Starts the root thread on `listener`; `size` is the job size when the
@@ -313,6 +308,17 @@ impl Admitter<'_> {
         }
     }
 
+    /// Takes the job size a rank of this process announced, if admission
+    /// does not know it yet.
+    fn sync_size(&mut self) {
+        if self.adm.size().is_none() {
+            if let Some(n) = self.done.lock().size {
+                let actions = self.adm.set_size(n);
+                self.apply(actions);
+            }
+        }
+    }
+
     /// Reads what `key` has sent; true if anything happened.
     fn read(&mut self, key: Key) -> bool {
         let mut tmp = [0u8; 64];
@@ -328,7 +334,12 @@ impl Admitter<'_> {
             Err(_) => None,
         };
         let actions = match got {
-            Some(n) => self.adm.data(key, &tmp[..n]),
+            Some(n) => {
+                // A rank of this process announces the size before it
+                // sends its hello: take it first, so the hello is judged by it.
+                self.sync_size();
+                self.adm.data(key, &tmp[..n])
+            }
             None => {
                 self.conns.remove(&key);
                 self.adm.closed(key)
@@ -389,12 +400,7 @@ fn admit(
         done,
     };
     loop {
-        if a.adm.size().is_none() {
-            if let Some(n) = a.done.lock().size {
-                let actions = a.adm.set_size(n);
-                a.apply(actions);
-            }
-        }
+        a.sync_size();
         if let Some(ranks) = a.ranks.take() {
             a.warns.flush(true);
             info!(nranks = ranks.len(), "bootstrap root: every rank joined");
