@@ -210,68 +210,63 @@ fn perf_tool_timeout_flag_sets_the_operation_timeout() {
     assert_eq!(st.code(), Some(137));
 }
 
-/// Shell ranks, no communicator: each tier of the rule once.
+/// Shell ranks, no communicator: each tier of the rule once. Rows: ranks,
+/// ncclrun options, each rank's shell script, the verdict line, the exit
+/// status, the shortest time the run may take, the longest past the grace.
 #[test]
 fn blame_order_with_shell_ranks() {
-    // Ranks 0 and 2 exit 3 at once; rank 1 dies of SIGSEGV a little later,
-    // within the grace: the crash is blamed, and ncclrun exits 128 + 11.
-    let mut c = ncclrun(3);
-    c.args([
-        "sh",
-        "-c",
-        "if [ $RANK = 1 ]; then sleep 0.5; kill -SEGV $$; fi; exit 3",
-    ]);
-    let (st, err) = start(c).finish(GRACE + SLACK);
-    assert_eq!(
-        verdict(&err),
-        "ncclrun: job failed: rank 1 killed by signal 11 (SIGSEGV); ranks 0, 2 exited with status 3",
-        "{err}"
-    );
-    assert_eq!(st.code(), Some(139));
-
-    // Rank 2 stops itself, the others exit 1: after the grace the stopped
-    // rank is killed and blamed.
-    let mut c = ncclrun(3);
-    c.args([
-        "sh",
-        "-c",
-        "if [ $RANK = 2 ]; then kill -STOP $$; fi; exit 1",
-    ]);
-    let t = Instant::now();
-    let (st, err) = start(c).finish(GRACE + SLACK);
-    assert_eq!(
-        verdict(&err),
-        "ncclrun: job failed: rank 2 stopped (SIGSTOP) and did not exit; ranks 0, 1 exited with status 1",
-        "{err}"
-    );
-    assert_eq!(st.code(), Some(137));
-    assert!(t.elapsed() >= GRACE);
-
-    // Rank 1 exits 4; the others wait (as for a peer in rendezvous) and are
-    // killed after the grace, but the rank that failed is the one named.
-    let mut c = ncclrun(3);
-    c.args([
-        "sh",
-        "-c",
-        "if [ $RANK = 1 ]; then exit 4; fi; exec sleep 100",
-    ]);
-    let (st, err) = start(c).finish(GRACE + SLACK);
-    assert_eq!(
-        verdict(&err),
-        "ncclrun: job failed: rank 1 exited with status 4; ranks 0, 2 did not exit (killed by ncclrun)",
-        "{err}"
-    );
-    assert_eq!(st.code(), Some(4));
-
-    // --timeout with a stopped rank: exit 124, and the stopped rank named.
-    let mut c = ncclrun(2);
-    c.args(["--timeout", "1", "sh", "-c"])
-        .arg("if [ $RANK = 0 ]; then kill -STOP $$; fi; exec sleep 100");
-    let (st, err) = start(c).finish(Duration::from_secs(1) + SLACK);
-    assert_eq!(
-        verdict(&err),
-        "ncclrun: job timed out after 1s: rank 0 stopped (SIGSTOP) and did not exit; rank 1 did not exit (killed by ncclrun)",
-        "{err}"
-    );
-    assert_eq!(st.code(), Some(124));
+    let table: [(usize, &[&str], &str, &str, i32, Duration, Duration); 4] = [
+        // Ranks 0 and 2 exit 3 at once; rank 1 dies of SIGSEGV a little
+        // later, within the grace: the crash is blamed, exit 128 + 11.
+        (
+            3,
+            &[],
+            "if [ $RANK = 1 ]; then sleep 0.5; kill -SEGV $$; fi; exit 3",
+            "ncclrun: job failed: rank 1 killed by signal 11 (SIGSEGV); ranks 0, 2 exited with status 3",
+            139,
+            Duration::ZERO,
+            GRACE + SLACK,
+        ),
+        // Rank 2 stops itself, the others exit 1: after the grace the
+        // stopped rank is killed and blamed.
+        (
+            3,
+            &[],
+            "if [ $RANK = 2 ]; then kill -STOP $$; fi; exit 1",
+            "ncclrun: job failed: rank 2 stopped (SIGSTOP) and did not exit; ranks 0, 1 exited with status 1",
+            137,
+            GRACE,
+            GRACE + SLACK,
+        ),
+        // Rank 1 exits 4; the others wait (as for a peer in rendezvous) and
+        // are killed after the grace, but the rank that failed is named.
+        (
+            3,
+            &[],
+            "if [ $RANK = 1 ]; then exit 4; fi; exec sleep 100",
+            "ncclrun: job failed: rank 1 exited with status 4; ranks 0, 2 did not exit (killed by ncclrun)",
+            4,
+            Duration::ZERO,
+            GRACE + SLACK,
+        ),
+        // --timeout with a stopped rank: exit 124, the stopped rank named.
+        (
+            2,
+            &["--timeout", "1"],
+            "if [ $RANK = 0 ]; then kill -STOP $$; fi; exec sleep 100",
+            "ncclrun: job timed out after 1s: rank 0 stopped (SIGSTOP) and did not exit; rank 1 did not exit (killed by ncclrun)",
+            124,
+            Duration::ZERO,
+            Duration::from_secs(1) + SLACK,
+        ),
+    ];
+    for (n, opts, script, want, code, at_least, within) in table {
+        let mut c = ncclrun(n);
+        c.args(opts).args(["sh", "-c", script]);
+        let t = Instant::now();
+        let (st, err) = start(c).finish(within);
+        assert_eq!(verdict(&err), want, "{err}");
+        assert_eq!(st.code(), Some(code), "{want}");
+        assert!(t.elapsed() >= at_least, "{want}: {:?}", t.elapsed());
+    }
 }
