@@ -164,6 +164,7 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
         .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
         .collect();
     assert!(stopped_at.is_some(), "rank {BAD} never stopped: {logs:#?}");
+    println!("exit after rank {BAD} stopped: {exited:?}");
     for r in (0..N).filter(|&r| r != BAD) {
         let took = exited[r].unwrap_or_else(|| panic!("rank {r} never exited: {logs:#?}"));
         assert!(
