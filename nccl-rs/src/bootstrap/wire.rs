@@ -54,11 +54,16 @@ pub(crate) struct FrameBuf {
 }
 
 impl FrameBuf {
-    /// Reads everything available without blocking (the stream must be in
-    /// non-blocking mode). Returns `Ok(true)` at end of stream.
+    /// Reads what is available without blocking (the stream must be in
+    /// non-blocking mode), up to one largest frame beyond what is
+    /// unconsumed: a peer that floods cannot grow the buffer further until
+    /// its frames are taken. Returns `Ok(true)` at end of stream.
     pub(crate) fn fill(&mut self, r: &mut impl Read) -> io::Result<bool> {
         let mut tmp = [0u8; 16 * 1024];
         loop {
+            if self.buf.len() - self.start >= 4 + MAX_FRAME {
+                return Ok(false);
+            }
             match r.read(&mut tmp) {
                 Ok(0) => return Ok(true),
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
@@ -211,6 +216,14 @@ mod tests {
         let mut bad = FrameBuf::default();
         bad.fill(&mut &[0u8, 0, 0, 0][..]).unwrap();
         assert!(bad.next_frame().is_err());
+    }
+
+    #[test]
+    fn a_flood_fills_at_most_one_largest_frame() {
+        let flood = vec![0u8; 4 + MAX_FRAME + (1 << 20)];
+        let mut fb = FrameBuf::default();
+        assert!(!fb.fill(&mut &flood[..]).unwrap());
+        assert!(fb.buf.len() < 4 + MAX_FRAME + 16 * 1024);
     }
 
     #[test]
