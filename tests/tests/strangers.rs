@@ -82,7 +82,9 @@ fn finish(mut children: Vec<Child>, port: u16, deadline: Duration) -> Vec<(bool,
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                let logs: Vec<String> = (0..N).map(|r| take_log(port, r, "err")).collect();
+                let logs: Vec<(String, String)> = (0..N)
+                    .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
+                    .collect();
                 panic!("ranks did not finish within {deadline:?}: {logs:#?}");
             }
             std::thread::sleep(Duration::from_millis(20));
