@@ -60,6 +60,15 @@ impl Stranger {
         self.0.local_addr().unwrap().to_string()
     }
 
+    /// The root's first reply frame.
+    fn reply(&mut self) -> String {
+        let mut len = [0u8; 4];
+        self.0.read_exact(&mut len).unwrap();
+        let mut b = vec![0u8; u32::from_le_bytes(len).min(4096) as usize];
+        self.0.read_exact(&mut b).unwrap();
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
     /// The root's reply, or "" if it closed without one.
     fn answer(mut self) -> String {
         let mut b = Vec::new();
@@ -186,31 +195,74 @@ fn crafted_hellos_are_refused_and_the_job_completes() {
     }
 }
 
-/// A stranger claims rank 1 before the real one: the root refuses the
-/// whole job, and every rank (and the stranger) hears why, naming both
-/// addresses, within seconds instead of timing out blaming something else.
+/// Each rank's error names a second claim of rank 1 by the stranger at
+/// `stranger` and by another address.
+fn all_name_the_duplicate(res: &[(bool, String, String)], stranger: &str) {
+    for (r, (ok, why, err)) in res.iter().enumerate() {
+        assert!(!ok, "rank {r} should have failed");
+        assert!(why.contains("rank 1 was claimed twice"), "rank {r}: {why}\n{err}");
+        assert!(why.contains(stranger), "rank {r}: {why}");
+        assert_eq!(why.matches("127.0.0.1:").count(), 2, "rank {r}: {why}");
+        assert!(why.contains("NCCL_RS_JOB_SECRET"), "rank {r}: {why}");
+    }
+}
+
+/// Waits (at most 30 s) for `c` to exit.
+fn exited(c: &mut Child) {
+    let start = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(30), "rank never exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A stranger claims rank 1, then the real rank 1 claims it while the job
+/// is still joining: the root refuses the whole job, and every rank (and
+/// the stranger) hears why, naming both addresses, at once.
 #[test]
 fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let start = Instant::now();
-    let env = [("FAULT", "none".to_string())];
-    let (res, stranger) = job_after(
-        &env,
-        true,
-        |port| Stranger::send(port, &hello([0; 16], 1, N as u32)),
-        Duration::from_secs(60),
-    );
-    let took = start.elapsed();
-    let stranger_addr = stranger.addr();
-    for (r, (ok, why, err)) in res.iter().enumerate() {
-        assert!(!ok, "rank {r} should have been refused");
-        assert!(why.contains("rank 1 was claimed twice"), "rank {r}: {why}\n{err}");
-        assert!(why.contains(&stranger_addr), "rank {r}: {why}");
-        assert_eq!(why.matches("127.0.0.1:").count(), 2, "rank {r}: {why}");
-        assert!(why.contains("NCCL_RS_JOB_SECRET"), "rank {r}: {why}");
-    }
+    let port = free_port();
+    let delay = delay_file(port);
+    let env = [
+        ("FAULT", "none".to_string()),
+        ("ROOT_DELAY_FILE", delay.display().to_string()),
+    ];
+    let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
+    let stranger = Stranger::send(port, &hello([0; 16], 1, N as u32));
+    children.push(spawn_rank(worker(), &[], (1, N), port, &env));
+    exited(&mut children[1]);
+    std::fs::write(&delay, b"go").unwrap();
+    children.extend((2..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
+    let res = finish(children, port, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&delay);
+    all_name_the_duplicate(&res, &stranger.addr());
     assert!(stranger.answer().contains("claimed twice"));
-    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
+}
+
+/// The stranger's claim of rank 1 completes the job before the real rank 1
+/// arrives (it took rank 1's place). When the real one claims it during
+/// init, the job is aborted on every rank naming both addresses, instead of
+/// waiting for the silent stranger until NCCL_BOOTSTRAP_TIMEOUT.
+#[test]
+fn a_late_claim_of_an_admitted_rank_aborts_the_job() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    let port = free_port();
+    let env = [("FAULT", "none".to_string())];
+    let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
+    let mut stranger = Stranger::send(port, &hello([0; 16], 1, N as u32));
+    children.extend((2..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
+    assert_eq!(stranger.reply(), "OK", "the stranger was admitted as rank 1");
+    children.insert(1, spawn_rank(worker(), &[], (1, N), port, &env));
+    let res = finish(children, port, Duration::from_secs(60));
+    all_name_the_duplicate(&res, &stranger.addr());
+    for (r, (_, why, _)) in res.iter().enumerate() {
+        assert!(why.contains("aborting the job"), "rank {r}: {why}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
 }
 
 /// With a job secret, the same stranger is dropped unanswered and the job

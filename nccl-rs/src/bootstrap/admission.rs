@@ -20,6 +20,9 @@
 //!   held rank and the claimant are refused with a message naming both
 //!   addresses, and later hellos get the same answer. With the all-zero
 //!   secret a stranger can cause this, and the message says how to stop it.
+//! - While the job initialises (until every rank has spoken to the root), a
+//!   claim of a rank that was admitted means one of the two is an impostor
+//!   that came first: the job must be aborted, naming both addresses.
 
 use super::wire::{secrets_equal, Hello, HELLO_LEN};
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +47,9 @@ pub(crate) enum Action {
     Drop { key: Key, why: String },
     /// Answer `ERR why`, then close.
     Refuse { key: Key, why: String },
+    /// Answer `ERR why`, close, and abort the admitted job with `why`: a
+    /// rank of it was claimed again.
+    Impostor { key: Key, why: String },
     /// Every rank joined: answer `OK` to each and hand them, in rank order,
     /// to the monitor.
     Admit(Vec<Key>),
@@ -72,6 +78,8 @@ pub(crate) struct Admission {
     failed: Option<String>,
     /// Ranks that were given that answer.
     told: BTreeSet<u32>,
+    /// The admitted ranks' addresses, in rank order (empty before).
+    admitted_peers: Vec<SocketAddr>,
     admitted: bool,
 }
 
@@ -85,6 +93,7 @@ impl Admission {
             held: BTreeMap::new(),
             failed: None,
             told: BTreeSet::new(),
+            admitted_peers: Vec::new(),
             admitted: false,
         }
     }
@@ -303,7 +312,16 @@ impl Admission {
             return;
         }
         if self.admitted {
-            out.push(refuse("every rank has already joined this job".into()));
+            let claimed = (h.nranks as usize == self.admitted_peers.len())
+                .then(|| self.admitted_peers.get(h.rank as usize))
+                .flatten();
+            out.push(match claimed {
+                Some(first) => Action::Impostor {
+                    key,
+                    why: duplicate(&self.secret, h.rank, *first, peer, "aborting the job"),
+                },
+                None => refuse("every rank has already joined this job".into()),
+            });
             return;
         }
         let (rank, nranks) = (h.rank, h.nranks);
@@ -321,15 +339,7 @@ impl Admission {
             return;
         }
         if let Some(first) = self.held.get(&(nranks, rank)) {
-            let mut why = format!(
-                "rank {rank} was claimed twice: by {} and by {peer}; refusing the job",
-                first.peer
-            );
-            if self.secret == [0; 16] {
-                why.push_str(
-                    " (the rendezvous has no secret: set the same NCCL_RS_JOB_SECRET on every rank, as ncclrun does, to keep strangers out)",
-                );
-            }
+            let why = duplicate(&self.secret, rank, first.peer, peer, "refusing the job");
             self.failed = Some(why.clone());
             self.told.insert(rank);
             self.told.extend(self.held.keys().map(|&(_, r)| r));
@@ -356,6 +366,7 @@ impl Admission {
             for ((claim, r), h) in std::mem::take(&mut self.held) {
                 if claim == n {
                     keys.push(h.key);
+                    self.admitted_peers.push(h.peer);
                 } else {
                     out.push(Action::Refuse {
                         key: h.key,
@@ -376,6 +387,23 @@ impl Admission {
             out.push(Action::Admit(keys));
         }
     }
+}
+
+/// The answer to a second claim of `rank`.
+fn duplicate(
+    secret: &[u8; 16],
+    rank: u32,
+    first: SocketAddr,
+    second: SocketAddr,
+    verdict: &str,
+) -> String {
+    let mut why = format!("rank {rank} was claimed twice: by {first} and by {second}; {verdict}");
+    if *secret == [0; 16] {
+        why.push_str(
+            " (the rendezvous has no secret: set the same NCCL_RS_JOB_SECRET on every rank, as ncclrun does, to keep strangers out)",
+        );
+    }
+    why
 }
 
 #[cfg(test)]

@@ -113,6 +113,10 @@ pub(crate) fn run(data: &[u8]) {
                 Action::Drop { key, .. } | Action::Refuse { key, .. } => {
                     assert!(live.remove(key), "action on a connection not open: {a:?}");
                 }
+                Action::Impostor { key, .. } => {
+                    assert!(admitted_once, "an impostor before admission");
+                    assert!(live.remove(key), "action on a connection not open: {a:?}");
+                }
                 Action::Admit(keys) => {
                     assert!(!admitted_once, "admitted twice");
                     assert!(adm.failure().is_none(), "admitted after failing");

@@ -234,8 +234,6 @@ fn a_hello_in_pieces_joins() {
         assert!(a.data(1, std::slice::from_ref(b)).is_empty());
     }
     assert_eq!(admitted(&a.data(1, &f[f.len() - 1..])), Some(vec![1]));
-    let out = send(&mut a, 2, &frame(S, 0, 1), now);
-    assert!(refused(&out)[0].1.contains("already joined"));
 }
 
 /// Ranks refused before rank 0 gave the size still count as told once it
@@ -253,4 +251,29 @@ fn a_failed_admission_ends_once_every_rank_is_told() {
     assert!(!a.failure_told());
     assert_eq!(refused(&send(&mut a, 13, &frame(Z, 3, 4), now)).len(), 1);
     assert!(a.failure_told());
+}
+
+/// After admission, a claim of an admitted rank of the same job means one
+/// of the two took the other's place: the job is to be aborted, naming both.
+/// Other hellos are only refused.
+#[test]
+fn a_late_claim_of_an_admitted_rank_aborts_the_job() {
+    let now = Instant::now();
+    let mut a = Admission::new(Z, Some(2));
+    assert!(send(&mut a, 5, &frame(Z, 1, 2), now).is_empty());
+    assert_eq!(admitted(&send(&mut a, 1, &frame(Z, 0, 2), now)), Some(vec![1, 5]));
+    let out = send(&mut a, 7, &frame(Z, 1, 2), now);
+    match out.as_slice() {
+        [Action::Impostor { key: 7, why }] => {
+            assert!(why.contains("rank 1 was claimed twice"), "{why}");
+            assert!(why.contains(&peer(5).to_string()), "{why}");
+            assert!(why.contains(&peer(7).to_string()), "{why}");
+            assert!(why.contains("aborting the job"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for other in [frame(Z, 1, 3), frame(Z, 2, 2)] {
+        let out = send(&mut a, 8, &other, now);
+        assert!(refused(&out)[0].1.contains("already joined"), "{out:?}");
+    }
 }

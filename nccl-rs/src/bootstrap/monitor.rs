@@ -33,7 +33,11 @@ struct Inquiry {
     answers: BTreeMap<usize, String>,
 }
 
-pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
+pub(crate) fn serve(
+    streams: Vec<TcpStream>,
+    done: &super::root::Done,
+    late: super::root::Late<'_>,
+) {
     info!(nranks = streams.len(), "bootstrap root: all ranks joined");
     let mut ranks: Vec<Rank> = streams
         .into_iter()
@@ -53,6 +57,10 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
         })
         .collect();
     let mut gather: Vec<Option<Vec<u8>>> = vec![None; ranks.len()];
+    // The listener stays open until every rank has spoken (init's first
+    // all-gather): a late claim of an admitted rank in that time aborts.
+    let mut late = Some(late);
+    let mut spoke = vec![false; ranks.len()];
     let mut aborted = false;
     let mut inquiry: Option<Inquiry> = None;
     while ranks.iter().any(|r| !r.gone) {
@@ -63,6 +71,7 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
         wait_readable(&ranks, Duration::from_millis(100));
         for r in 0..ranks.len() {
             for f in read_frames(&mut ranks[r]) {
+                spoke[r] = true;
                 let (kind, body) = (f[0], &f[1..]);
                 match kind {
                     msg::GATHER => gather[r] = Some(body.to_vec()),
@@ -101,6 +110,17 @@ pub(crate) fn serve(streams: Vec<TcpStream>, done: &super::root::Done) {
                     }
                     _ => {}
                 }
+            }
+        }
+        if let Some(l) = late.as_mut() {
+            if let Some(text) = l.poll() {
+                if !aborted {
+                    aborted = true;
+                    broadcast_abort(done, &mut ranks, msg::ABORT_REMOTE, &text, None);
+                }
+            }
+            if aborted || spoke.iter().all(|&s| s) {
+                late = None;
             }
         }
         // Ranks that vanished without a BYE died.

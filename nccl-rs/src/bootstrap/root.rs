@@ -213,9 +213,9 @@ pub(crate) fn spawn(
         .name("nccl-bootstrap-root".into())
         .spawn(move || {
             let _finish = Finish(done.clone(), listener.local_addr().ok());
-            if let Some(ranks) = admit(&listener, secret, timeout, &done) {
-                drop(listener);
-                super::monitor::serve(ranks, &done);
+            let mut a = Admitter::new(secret, &done);
+            if let Some(ranks) = admit(&listener, &mut a, timeout) {
+                super::monitor::serve(ranks, &done, Late { listener, a });
             }
         })?;
     Ok(())
@@ -263,22 +263,65 @@ impl WarnLimiter {
 }
 
 /// The root's side of admission: sockets in, [`Admission`] decides.
-struct Admitter<'a> {
+pub(crate) struct Admitter<'a> {
     adm: Admission,
     conns: HashMap<Key, TcpStream>,
     next_key: Key,
     ranks: Option<Vec<TcpStream>>,
+    /// Why the admitted job must be aborted: a rank of it claimed again.
+    impostor: Option<String>,
     warns: WarnLimiter,
     done: &'a Done,
 }
 
-impl Admitter<'_> {
+/// The root's listener while the admitted job initialises: a late claim of
+/// an admitted rank aborts the job (one of the two claimants came first
+/// and took the real rank's place).
+pub(crate) struct Late<'a> {
+    listener: TcpListener,
+    a: Admitter<'a>,
+}
+
+impl Late<'_> {
+    /// Serves late connections without blocking; the text to abort the job
+    /// with if one claimed an admitted rank.
+    pub(crate) fn poll(&mut self) -> Option<String> {
+        self.a.accept(&self.listener);
+        for key in self.a.adm.open_keys() {
+            self.a.read(key);
+        }
+        let actions = self.a.adm.tick(Instant::now());
+        self.a.apply(actions);
+        self.a.impostor.take()
+    }
+}
+
+impl<'a> Admitter<'a> {
+    fn new(secret: [u8; 16], done: &'a Done) -> Self {
+        let size = done.lock().size;
+        Admitter {
+            adm: Admission::new(secret, size),
+            conns: HashMap::new(),
+            next_key: 0,
+            ranks: None,
+            impostor: None,
+            warns: WarnLimiter::new(),
+            done,
+        }
+    }
+
     fn apply(&mut self, actions: Vec<Action>) {
         for a in actions {
             match a {
                 Action::Drop { key, why } => {
                     self.conns.remove(&key);
                     self.warns.warn("dropping a connection", &why);
+                }
+                Action::Impostor { key, why } => {
+                    if let Some(mut s) = self.conns.remove(&key) {
+                        let _ = reply(&mut s, format!("ERR {why}").as_bytes());
+                    }
+                    self.impostor.get_or_insert(why);
                 }
                 Action::Refuse { key, why } => {
                     if self.adm.failure().is_some() {
@@ -383,22 +426,8 @@ fn reply(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
 
 /// Accepts connections until every rank has joined; `None` on timeout or
 /// when admission failed.
-fn admit(
-    listener: &TcpListener,
-    secret: [u8; 16],
-    timeout: Duration,
-    done: &Done,
-) -> Option<Vec<TcpStream>> {
+fn admit(listener: &TcpListener, a: &mut Admitter<'_>, timeout: Duration) -> Option<Vec<TcpStream>> {
     let deadline = Instant::now() + timeout;
-    let size = done.lock().size;
-    let mut a = Admitter {
-        adm: Admission::new(secret, size),
-        conns: HashMap::new(),
-        next_key: 0,
-        ranks: None,
-        warns: WarnLimiter::new(),
-        done,
-    };
     loop {
         a.sync_size();
         if let Some(ranks) = a.ranks.take() {
