@@ -70,7 +70,10 @@ fn destroy_under_a_blocked_collective_is_refused_and_abort_unblocks_it() {
     assert_eq!(unsafe { ncclCommAbort(c0.0) }, ncclResult_t::Success);
     let (rc, took) = blocked.join().expect("the blocked thread");
     assert_ne!(rc, ncclResult_t::Success);
-    assert!(took < Duration::from_secs(10), "the all-reduce ended after {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the all-reduce ended after {took:?}"
+    );
     // SAFETY: a live handle.
     assert_eq!(unsafe { ncclCommDestroy(comms[1]) }, ncclResult_t::Success);
 }

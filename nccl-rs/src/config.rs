@@ -498,7 +498,10 @@ fn check_ifname(v: &str) -> Result<()> {
     let list = v.strip_prefix('^').unwrap_or(v);
     let list = list.strip_prefix('=').unwrap_or(list);
     let mut names = 0;
-    for name in list.split(',').map(|n| n.split(':').next().unwrap_or("").trim()) {
+    for name in list
+        .split(',')
+        .map(|n| n.split(':').next().unwrap_or("").trim())
+    {
         let ok = name.len() <= IFNAME_MAX
             && !name.contains('/')
             && name.chars().all(|c| !c.is_whitespace() && !c.is_control());

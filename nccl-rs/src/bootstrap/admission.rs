@@ -172,7 +172,12 @@ impl Admission {
     pub(crate) fn connect(&mut self, key: Key, peer: SocketAddr, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         if self.pending.len() >= MAX_PENDING {
-            let least = self.pending.values().map(|p| p.buf.len()).min().unwrap_or(0);
+            let least = self
+                .pending
+                .values()
+                .map(|p| p.buf.len())
+                .min()
+                .unwrap_or(0);
             let victim = self
                 .pending
                 .iter()

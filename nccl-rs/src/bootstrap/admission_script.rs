@@ -49,7 +49,8 @@ pub(crate) fn run(data: &[u8]) {
     let mut next: Key = 0;
     let mut live: BTreeSet<Key> = BTreeSet::new();
     let mut admitted_once = false;
-    let pick = |live: &BTreeSet<Key>, b: u8| live.iter().nth(b as usize % live.len().max(1)).copied();
+    let pick =
+        |live: &BTreeSet<Key>, b: u8| live.iter().nth(b as usize % live.len().max(1)).copied();
     while let Some(op) = s.byte() {
         let out = match op % 7 {
             0 => {

@@ -97,7 +97,11 @@ fn a_hostile_size_before_rank_zero_registers_is_refused_then() {
     let out = a.set_size(4);
     let r = refused(&out);
     assert_eq!(r.len(), 1);
-    assert!(r[0].1.contains("4294967295 ranks; rank 0 says 4"), "{}", r[0].1);
+    assert!(
+        r[0].1.contains("4294967295 ranks; rank 0 says 4"),
+        "{}",
+        r[0].1
+    );
     for rank in 0..4 {
         let out = send(&mut a, 10 + rank as Key, &frame(Z, rank, 4), now);
         assert!(refused(&out).is_empty(), "{out:?}");
@@ -261,7 +265,10 @@ fn a_late_claim_of_an_admitted_rank_aborts_the_job() {
     let now = Instant::now();
     let mut a = Admission::new(Z, Some(2));
     assert!(send(&mut a, 5, &frame(Z, 1, 2), now).is_empty());
-    assert_eq!(admitted(&send(&mut a, 1, &frame(Z, 0, 2), now)), Some(vec![1, 5]));
+    assert_eq!(
+        admitted(&send(&mut a, 1, &frame(Z, 0, 2), now)),
+        Some(vec![1, 5])
+    );
     let out = send(&mut a, 7, &frame(Z, 1, 2), now);
     match out.as_slice() {
         [Action::Impostor { key: 7, why }] => {

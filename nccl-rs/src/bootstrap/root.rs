@@ -426,7 +426,11 @@ fn reply(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
 
 /// Accepts connections until every rank has joined; `None` on timeout or
 /// when admission failed.
-fn admit(listener: &TcpListener, a: &mut Admitter<'_>, timeout: Duration) -> Option<Vec<TcpStream>> {
+fn admit(
+    listener: &TcpListener,
+    a: &mut Admitter<'_>,
+    timeout: Duration,
+) -> Option<Vec<TcpStream>> {
     let deadline = Instant::now() + timeout;
     loop {
         a.sync_size();

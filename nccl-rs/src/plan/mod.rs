@@ -217,7 +217,10 @@ impl Planner {
         Ok(Planner {
             model: Model::for_transport(transport),
             algos: algo.map(spec::algo_rules).transpose()?.unwrap_or_default(),
-            protos: proto.map(spec::proto_rules).transpose()?.unwrap_or_default(),
+            protos: proto
+                .map(spec::proto_rules)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 

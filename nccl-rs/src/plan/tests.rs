@@ -188,7 +188,12 @@ fn bad_algo_and_proto_are_errors_naming_the_variable_and_value() {
         (None, Some("LL256"), "NCCL_PROTO", "LL256"),
         (None, Some("LL,"), "NCCL_PROTO", "LL,"),
         (None, Some("^"), "NCCL_PROTO", "^"),
-        (None, Some("^LL,LL128,Simple"), "NCCL_PROTO", "^LL,LL128,Simple"),
+        (
+            None,
+            Some("^LL,LL128,Simple"),
+            "NCCL_PROTO",
+            "^LL,LL128,Simple",
+        ),
         (None, Some("allreduce:"), "NCCL_PROTO", "allreduce:"),
         (None, Some("allreduc:LL"), "NCCL_PROTO", "allreduc"),
         (None, Some("allreduce:ring"), "NCCL_PROTO", "ring"),
@@ -198,16 +203,31 @@ fn bad_algo_and_proto_are_errors_naming_the_variable_and_value() {
         (Some("ring,,tree"), None, "NCCL_ALGO", "ring,,tree"),
     ] {
         let e = Planner::new("Socket", algo, proto).unwrap_err().to_string();
-        assert!(e.contains(var) && e.contains(bad), "{algo:?} {proto:?}: {e}");
+        assert!(
+            e.contains(var) && e.contains(bad),
+            "{algo:?} {proto:?}: {e}"
+        );
         assert_eq!(
             check(algo, proto).unwrap_err().to_string(),
             e,
             "the config check says the same"
         );
     }
-    let e = Planner::new("Socket", None, Some("bogus")).unwrap_err().to_string();
-    assert!(e.contains("LL, LL128, Simple"), "lists the valid names: {e}");
-    for proto in ["LL", "ll128", "SIMPLE", " LL , Simple ", "^LL128", "allgather:^LL;LL"] {
+    let e = Planner::new("Socket", None, Some("bogus"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("LL, LL128, Simple"),
+        "lists the valid names: {e}"
+    );
+    for proto in [
+        "LL",
+        "ll128",
+        "SIMPLE",
+        " LL , Simple ",
+        "^LL128",
+        "allgather:^LL;LL",
+    ] {
         check(None, Some(proto)).unwrap();
     }
 }
