@@ -116,6 +116,20 @@ fn signal(pid: u32, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
+/// `all_reduce_perf` arguments for a run that lasts until a rank stops.
+const ENDLESS_ALL_REDUCE: [&str; 10] = [
+    "-b",
+    "8",
+    "-e",
+    "8",
+    "-w",
+    "1",
+    "-c",
+    "0",
+    "-n",
+    "1000000000",
+];
+
 fn ncclrun(n: usize) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ncclrun"));
     c.args(["-n", &n.to_string()]);
@@ -139,18 +153,7 @@ fn stopped_rank_is_named_not_the_first_to_exit() {
     let timeout = Duration::from_secs(5);
     let mut c = ncclrun(4);
     c.arg(env!("CARGO_BIN_EXE_all_reduce_perf"))
-        .args([
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-w",
-            "1",
-            "-c",
-            "0",
-            "-n",
-            "1000000000",
-        ])
+        .args(ENDLESS_ALL_REDUCE)
         .env("NCCL_TIMEOUT", "5")
         .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
         .env("NCCL_SOCKET_IFNAME", "lo");
@@ -182,18 +185,7 @@ fn stopped_rank_is_named_not_the_first_to_exit() {
 fn perf_tool_timeout_flag_sets_the_operation_timeout() {
     let mut c = ncclrun(2);
     c.arg(env!("CARGO_BIN_EXE_all_reduce_perf"))
-        .args([
-            "-b",
-            "8",
-            "-e",
-            "8",
-            "-w",
-            "1",
-            "-c",
-            "0",
-            "-n",
-            "1000000000",
-        ])
+        .args(ENDLESS_ALL_REDUCE)
         .args(["-T", "3"])
         .env_remove("NCCL_TIMEOUT")
         .env("NCCL_BOOTSTRAP_TIMEOUT", "60")

@@ -71,6 +71,18 @@ pub fn take_log(port: u16, r: usize, what: &str) -> String {
     s
 }
 
+/// Kills and reaps every child, then reads and removes the `n` ranks'
+/// captured (stdout, stderr) of a launch on `port`.
+pub fn kill_and_take_logs(children: &mut [Child], port: u16, n: usize) -> Vec<(String, String)> {
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    (0..n)
+        .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
+        .collect()
+}
+
 /// Runs `program args` as `n` ranks with torchrun-style variables plus
 /// `extra_env`, and waits at most `deadline`. Panics on timeout after
 /// killing every child.

@@ -2,7 +2,7 @@
 //! killed mid-collective, and mismatched collectives. Real processes over
 //! TCP on loopback; every run has an outer deadline.
 
-use nccl_tests_suite::launch::{free_port, run_ranks, spawn_rank, take_log};
+use nccl_tests_suite::launch::{free_port, kill_and_take_logs, run_ranks, spawn_rank};
 use std::time::{Duration, Instant};
 
 /// One scenario at a time: each picks a free rendezvous port, and two
@@ -141,7 +141,11 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
     let start = Instant::now();
     let mut stopped_at = None;
     let mut exited: Vec<Option<Duration>> = vec![None; N];
-    while exited.iter().enumerate().any(|(r, e)| r != BAD && e.is_none()) {
+    while exited
+        .iter()
+        .enumerate()
+        .any(|(r, e)| r != BAD && e.is_none())
+    {
         if stopped_at.is_none() && stopped(children[BAD].id()) {
             stopped_at = Some(Instant::now());
         }
@@ -156,13 +160,7 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    for c in &mut children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    let logs: Vec<(String, String)> = (0..N)
-        .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
-        .collect();
+    let logs = kill_and_take_logs(&mut children, port, N);
     assert!(stopped_at.is_some(), "rank {BAD} never stopped: {logs:#?}");
     println!("exit after rank {BAD} stopped: {exited:?}");
     for r in (0..N).filter(|&r| r != BAD) {
@@ -172,8 +170,14 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
             "rank {r} exited {took:?} after rank {BAD} stopped (limit NCCL_TIMEOUT + 5 s)"
         );
         let (out, err) = &logs[r];
-        let line = out.lines().find(|l| l.starts_with("RESULT ")).unwrap_or_default();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("RESULT "))
+            .unwrap_or_default();
         assert!(line.contains(" err "), "rank {r}: {line}\n{err}");
-        assert!(line.contains(&format!("rank {BAD}")), "rank {r} does not name rank {BAD}: {line}");
+        assert!(
+            line.contains(&format!("rank {BAD}")),
+            "rank {r} does not name rank {BAD}: {line}"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! flood of garbage connections. Real processes, real sockets on loopback;
 //! every wait has a deadline.
 
-use nccl_tests_suite::launch::{free_port, spawn_rank, take_log};
+use nccl_tests_suite::launch::{free_port, kill_and_take_logs, spawn_rank, take_log};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Child;
@@ -87,13 +87,7 @@ fn finish(mut children: Vec<Child>, port: u16, deadline: Duration) -> Vec<(bool,
                 break;
             }
             if start.elapsed() > deadline {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                let logs: Vec<(String, String)> = (0..N)
-                    .map(|r| (take_log(port, r, "out"), take_log(port, r, "err")))
-                    .collect();
+                let logs = kill_and_take_logs(&mut children, port, N);
                 panic!("ranks did not finish within {deadline:?}: {logs:#?}");
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -179,7 +173,10 @@ fn crafted_hellos_are_refused_and_the_job_completes() {
             assert!(ok, "delayed={delayed}: rank {r} failed: {why}\n{err}");
         }
         let (a, b) = (huge.answer(), large.answer());
-        assert!(a.starts_with("ERR") && a.contains("4294967295 ranks"), "{a}");
+        assert!(
+            a.starts_with("ERR") && a.contains("4294967295 ranks"),
+            "{a}"
+        );
         assert!(b.starts_with("ERR") && b.contains("50000000 ranks"), "{b}");
         let about_strangers = res[0]
             .2
@@ -200,7 +197,10 @@ fn crafted_hellos_are_refused_and_the_job_completes() {
 fn all_name_the_duplicate(res: &[(bool, String, String)], stranger: &str) {
     for (r, (ok, why, err)) in res.iter().enumerate() {
         assert!(!ok, "rank {r} should have failed");
-        assert!(why.contains("rank 1 was claimed twice"), "rank {r}: {why}\n{err}");
+        assert!(
+            why.contains("rank 1 was claimed twice"),
+            "rank {r}: {why}\n{err}"
+        );
         assert!(why.contains(stranger), "rank {r}: {why}");
         assert_eq!(why.matches("127.0.0.1:").count(), 2, "rank {r}: {why}");
         assert!(why.contains("NCCL_RS_JOB_SECRET"), "rank {r}: {why}");
@@ -211,7 +211,10 @@ fn all_name_the_duplicate(res: &[(bool, String, String)], stranger: &str) {
 fn exited(c: &mut Child) {
     let start = Instant::now();
     while c.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(30), "rank never exited");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "rank never exited"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -239,7 +242,11 @@ fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
     let _ = std::fs::remove_file(&delay);
     all_name_the_duplicate(&res, &stranger.addr());
     assert!(stranger.answer().contains("claimed twice"));
-    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
 }
 
 /// The stranger's claim of rank 1 completes the job before the real rank 1
@@ -255,14 +262,22 @@ fn a_late_claim_of_an_admitted_rank_aborts_the_job() {
     let mut children = vec![spawn_rank(worker(), &[], (0, N), port, &env)];
     let mut stranger = Stranger::send(port, &hello([0; 16], 1, N as u32));
     children.extend((2..N).map(|r| spawn_rank(worker(), &[], (r, N), port, &env)));
-    assert_eq!(stranger.reply(), "OK", "the stranger was admitted as rank 1");
+    assert_eq!(
+        stranger.reply(),
+        "OK",
+        "the stranger was admitted as rank 1"
+    );
     children.insert(1, spawn_rank(worker(), &[], (1, N), port, &env));
     let res = finish(children, port, Duration::from_secs(60));
     all_name_the_duplicate(&res, &stranger.addr());
     for (r, (_, why, _)) in res.iter().enumerate() {
         assert!(why.contains("aborting the job"), "rank {r}: {why}");
     }
-    assert!(start.elapsed() < Duration::from_secs(30), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
 }
 
 /// With a job secret, the same stranger is dropped unanswered and the job
@@ -272,7 +287,10 @@ fn with_a_job_secret_a_strangers_claim_is_dropped() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let env = [
         ("FAULT", "none".to_string()),
-        ("NCCL_RS_JOB_SECRET", "00112233445566778899aabbccddeeff".to_string()),
+        (
+            "NCCL_RS_JOB_SECRET",
+            "00112233445566778899aabbccddeeff".to_string(),
+        ),
     ];
     let (res, stranger) = job_after(
         &env,
