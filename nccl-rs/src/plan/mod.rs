@@ -126,7 +126,7 @@ pub(crate) struct Model {
 
 impl Model {
     /// Constants for a transport by name, measured on the 2-core machine
-    /// this was developed on (see the README's performance section).
+    /// this was developed on (see docs/performance.md).
     pub(crate) fn for_transport(name: &str) -> Model {
         match name {
             // `REPS=3 bash scripts/fit-model.sh` (2-rank sendrecv_perf,

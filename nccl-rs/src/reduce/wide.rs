@@ -11,7 +11,7 @@
 //! run on 8 lanes inside the vectorised block loop instead of behind a
 //! detection branch per group of 8.
 //!
-//! Measured with `cargo bench -p nccl-rs --bench reduce` (see the README's
+//! Measured with `cargo bench -p nccl-rs --bench reduce` (see docs/performance.md's
 //! "Reduction kernels" section for the figures).
 
 #![allow(unsafe_code)]
