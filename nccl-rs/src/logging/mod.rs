@@ -8,8 +8,7 @@
 //! operation the thread runs, of the thread's first communicator, of the
 //! process, or the launcher's `RANK`-style variable; `-` if none is known.
 //! Each line is written with one `write`, so ranks sharing a terminal do
-//! not interleave; colour only where stderr is a terminal (and `NO_COLOR`
-//! is unset). An identical WARN within a minute is printed once.
+//! not interleave; colour only where stderr is a terminal. An identical WARN within a minute is printed once.
 //!
 //! The version line (`NCCL version nccl-rs X.Y.Z`) comes once per process:
 //! with `NCCL_DEBUG=VERSION` or `WARN` bare, at the first communicator's
@@ -120,10 +119,7 @@ fn install(directives: Option<String>, file: Option<std::fs::File>) {
     rank::set_launcher(crate::launch::LaunchEnv::detect().map(|e| e.rank));
     let (out, ansi) = match file {
         Some(f) => (layer::Out::File(std::sync::Mutex::new(f)), false),
-        None => (
-            layer::Out::Stderr,
-            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        ),
+        None => (layer::Out::Stderr, std::io::stderr().is_terminal()),
     };
     let layer = layer::NcclLayer {
         out,
