@@ -306,17 +306,17 @@ pub trait SendComm: Send {
     }
 }
 
-/// How the sends posted from now on may travel: a hint from the caller,
-/// who knows what the data is for and what else this rank has to do.
+/// How the sends posted from now on travel: the caller's plan for them
+/// (it knows what the data is for and what else this rank has to do).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CopyHint {
     /// The receiver may copy them straight out of our buffer (a single
-    /// copy, as the shared-memory transport's cross-memory attach) rather
-    /// than through the transport's own buffers. The caller says `false`
-    /// when the receiver will reduce the data (it reduces straight out of
-    /// the transport's buffers instead) or when this rank would sit idle
-    /// while the receiver copies.
+    /// copy) rather than through the transport's own buffers, where the
+    /// transport offers that.
     pub single_copy: bool,
+    /// Messages of at most this many bytes go through the transport's own
+    /// buffers even where they may go single copy.
+    pub buffered_max: usize,
     /// This rank has nothing else to do while the receiver reads them, so
     /// the transport may spend its time copying part of each message into
     /// the receiver itself.
@@ -326,13 +326,10 @@ pub struct CopyHint {
     /// to the receiver (the TCP transport's spliced sends) copies its own
     /// share instead. `false` (the default) where nobody says.
     pub receives: bool,
-    /// The receiver's CPU does not share a last-level cache with ours right
-    /// now (the caller timed it): a transport that copies into its own
-    /// buffers, which the receiver read last (the shared-memory ring), may
-    /// use streaming (non-temporal) stores, which do not wait for each line
-    /// to come back from the receiver's cache. `false` (the default): not
-    /// known to be so.
-    pub receiver_apart: bool,
+    /// Copies into the transport's own buffers use streaming
+    /// (non-temporal) stores, which do not wait for each line to come back
+    /// from the receiver's cache. `false` (the default): plain stores.
+    pub streaming_stores: bool,
 }
 
 /// How the receives posted from now on may be copied in: a hint from the

@@ -19,15 +19,10 @@
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
 //! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows (by `memcpy` from a mapping when the sender's buffer is shared memory) |
-//! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
 //! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
-//! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
-//! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
-//! | `NCCL_SHM_FAR_STREAM_BYTES` (ours) | `shm_far_stream_bytes` | 16 KiB: ring messages at least this large are written with streaming stores while the ring's traffic shows no sign of the two ranks' CPUs sharing a cache (not with more local ranks than CPUs); 0: never |
-//! | `NCCL_SHM_FAR_RING_BYTES` (ours) | `shm_far_ring_bytes` | 64 KiB: messages that may go single copy, up to this size, go through the ring instead, with streaming stores while the ring shows the CPUs apart (from `NCCL_SHM_FAR_STREAM_BYTES`; not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
-//! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
-//! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather or out-of-place all-to-all of at least `NCCL_SHM_STREAM_RING_BYTES`, rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks; shorter, it takes the ring in chunks; 0: no probe (all-gather takes the ring, all-to-all single copy) |
+//! | `NCCL_RS_SHM_STREAM_BYTES` (ours) | `shm_stream_bytes` | half the last-level cache (4-32 MiB): outputs at least this large are received with streaming stores (calls that neither reduce nor relay), and decide a 2-rank all-gather's and all-to-all's shape by placement; 0: never |
+//! | `NCCL_RS_PLACEMENT` (ours) | `placement` | `adaptive`: time round trips to the peer before the 2-rank calls whose plan depends on where the CPUs are; `near`, `apart` or `unknown` fix it; `0` is `unknown` |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
@@ -85,15 +80,10 @@ pub const VARS: &[&str] = &[
     "NCCL_IB_DISABLE",
     "NCCL_SHM_DISABLE",
     "NCCL_SHM_USE_CMA",
-    "NCCL_SHM_DIRECT_REDUCE",
-    "NCCL_SHM_CMA_SPLIT",
     "NCCL_SHM_CMA_MIN_BYTES",
     "NCCL_SHM_CMA_MAX_BYTES",
-    "NCCL_SHM_NEAR_RING_BYTES",
-    "NCCL_SHM_FAR_STREAM_BYTES",
-    "NCCL_SHM_FAR_RING_BYTES",
-    "NCCL_SHM_APART_NS",
-    "NCCL_SHM_STREAM_RING_BYTES",
+    "NCCL_RS_SHM_STREAM_BYTES",
+    "NCCL_RS_PLACEMENT",
     "NCCL_LOCAL_REGISTER",
     "NCCL_SHM_ZERO_COPY_MIN_BYTES",
     "NCCL_SOCKET_SNDBUF",
@@ -158,39 +148,16 @@ pub struct Config {
     pub shm_use_cma: bool,
     /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
     pub shm_cma_min_bytes: usize,
-    /// `NCCL_SHM_CMA_SPLIT`: both ends copy parts of a large single-copy
-    /// message.
-    pub shm_cma_split: bool,
     /// `NCCL_SHM_CMA_MAX_BYTES`: largest call (output bytes of this rank)
     /// whose messages may go single-copy.
     pub shm_cma_max_bytes: usize,
-    /// `NCCL_SHM_NEAR_RING_BYTES`: messages that may go single-copy, up to
-    /// this size, go through the ring while the peer's CPU shares a cache
-    /// with ours (0: never).
-    pub shm_near_ring_bytes: usize,
-    /// `NCCL_SHM_FAR_STREAM_BYTES`: ring messages of at least this many
-    /// bytes are written with streaming stores while the peer's CPU shows
-    /// no sign of sharing a cache with ours (0: never).
-    pub shm_far_stream_bytes: usize,
-    /// `NCCL_SHM_FAR_RING_BYTES`: messages that may go single-copy, up to
-    /// this size, go through the ring instead, streamed while the peer's
-    /// CPU shows no sign of sharing a cache with ours (0: never).
-    pub shm_far_ring_bytes: usize,
-    /// `NCCL_SHM_STREAM_RING_BYTES`: receives into an output of at least
-    /// this many bytes are copied in with streaming stores, a 2-rank
-    /// all-gather that size takes the ring instead of single copy, and an
-    /// out-of-place all-to-all that size sends from a streamed copy of its
-    /// input in shared memory (`None`:
-    /// half the last-level cache, 4-32 MiB; `usize::MAX`: never).
-    pub shm_stream_ring_bytes: Option<usize>,
-    /// `NCCL_SHM_APART_NS`: before a 2-rank all-gather or out-of-place
-    /// all-to-all of at least `shm_stream_ring_bytes`, a round trip of at
-    /// least this many nanoseconds says the two CPUs do not share a cache,
-    /// and the call goes single copy in whole blocks; a shorter one sends
-    /// it through the ring in chunks (0: no probe).
-    pub shm_apart_ns: u64,
-    /// `NCCL_SHM_DIRECT_REDUCE`: reduce from the shared-memory ring in place.
-    pub shm_direct_reduce: bool,
+    /// `NCCL_RS_SHM_STREAM_BYTES`: outputs of at least this many bytes are
+    /// received with streaming stores and make a 2-rank all-gather's and
+    /// all-to-all's shape depend on placement (`None`: half the last-level
+    /// cache, 4-32 MiB; `usize::MAX`: never).
+    pub shm_stream_bytes: Option<usize>,
+    /// `NCCL_RS_PLACEMENT`: where the ranks' CPUs are, measured or fixed.
+    pub placement: crate::plan::PlacementMode,
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
     /// buffers of co-located ranks.
     pub local_register: bool,
@@ -228,14 +195,9 @@ impl Default for Config {
             shm_disable: false,
             shm_use_cma: true,
             shm_cma_min_bytes: 16 << 10,
-            shm_cma_split: true,
             shm_cma_max_bytes: 2 << 20,
-            shm_near_ring_bytes: 1 << 20,
-            shm_far_stream_bytes: 16 << 10,
-            shm_far_ring_bytes: 64 << 10,
-            shm_stream_ring_bytes: None,
-            shm_apart_ns: crate::comm::APART_NS,
-            shm_direct_reduce: true,
+            shm_stream_bytes: None,
+            placement: crate::plan::PlacementMode::Adaptive,
             local_register: true,
             zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
@@ -362,10 +324,6 @@ impl Config {
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
             shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
-            shm_direct_reduce: text("NCCL_SHM_DIRECT_REDUCE").is_none()
-                || flag(&text, "NCCL_SHM_DIRECT_REDUCE")?,
-            shm_cma_split: text("NCCL_SHM_CMA_SPLIT").is_none()
-                || flag(&text, "NCCL_SHM_CMA_SPLIT")?,
             shm_cma_min_bytes: num(
                 &text,
                 "NCCL_SHM_CMA_MIN_BYTES",
@@ -378,36 +336,20 @@ impl Config {
                 d.shm_cma_max_bytes,
                 0..=usize::MAX,
             )?,
-            shm_near_ring_bytes: num(
-                &text,
-                "NCCL_SHM_NEAR_RING_BYTES",
-                d.shm_near_ring_bytes,
-                0..=usize::MAX,
-            )?,
-            shm_far_stream_bytes: num(
-                &text,
-                "NCCL_SHM_FAR_STREAM_BYTES",
-                d.shm_far_stream_bytes,
-                0..=usize::MAX,
-            )?,
-            shm_far_ring_bytes: num(
-                &text,
-                "NCCL_SHM_FAR_RING_BYTES",
-                d.shm_far_ring_bytes,
-                0..=usize::MAX,
-            )?,
-            shm_apart_ns: num(
-                &text,
-                "NCCL_SHM_APART_NS",
-                d.shm_apart_ns as usize,
-                0..=u32::MAX as usize,
-            )? as u64,
-            shm_stream_ring_bytes: match text("NCCL_SHM_STREAM_RING_BYTES") {
+            shm_stream_bytes: match text("NCCL_RS_SHM_STREAM_BYTES") {
                 None => None,
-                Some(_) => match num(&text, "NCCL_SHM_STREAM_RING_BYTES", 0, 0..=usize::MAX)? {
+                Some(_) => match num(&text, "NCCL_RS_SHM_STREAM_BYTES", 0, 0..=usize::MAX)? {
                     0 => Some(usize::MAX),
                     n => Some(n),
                 },
+            },
+            placement: match text("NCCL_RS_PLACEMENT") {
+                None => d.placement,
+                Some(v) => crate::plan::PlacementMode::parse(&v).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "NCCL_RS_PLACEMENT={v}: expected adaptive, near, apart, unknown or 0"
+                    ))
+                })?,
             },
             local_register: text("NCCL_LOCAL_REGISTER").is_none()
                 || flag(&text, "NCCL_LOCAL_REGISTER")?,

@@ -57,3 +57,4 @@ pub use datatype::{DataType, Element, RedOp};
 pub use error::{Error, Result};
 pub use hostmem::ShmBuffer;
 pub use logging::{init_logging, init_logging_to};
+pub use plan::placement::{Placement, PlacementMode};

@@ -234,11 +234,12 @@ fn abort_unblocks_a_stuck_collective() {
 }
 
 #[test]
-fn broadcast_message_cuts_agree_when_splitting_differs_per_rank() {
-    // Rank 1 splits single-copy messages, rank 0 does not: a root that
-    // splits would send its broadcast as one message while rank 0, as
-    // root or receiver, cuts it in chunks; the ranks agree at init to
-    // chunk. Both roots, in place and out of place.
+fn broadcast_message_cuts_agree_when_settings_differ_per_rank() {
+    // Rank 1 has another single-copy cap than rank 0: were their plans
+    // to differ, a root could send its broadcast as one message while the
+    // other rank cuts it in chunks; the ranks agree at init on one set of
+    // topology facts (single copy off when any differs). Both roots, in
+    // place and out of place.
     let cfg = config();
     let id = UniqueId::new(&cfg).unwrap();
     let n = 2;
@@ -246,7 +247,9 @@ fn broadcast_message_cuts_agree_when_splitting_differs_per_rank() {
     let handles: Vec<_> = (0..n)
         .map(|r| {
             let mut cfg = cfg.clone();
-            cfg.shm_cma_split = r == 1;
+            if r == 1 {
+                cfg.shm_cma_max_bytes = 1 << 20;
+            }
             std::thread::spawn(move || {
                 let mut comm = Communicator::init(&id, n, r, &cfg).unwrap();
                 for root in 0..n {
@@ -363,20 +366,26 @@ fn all_to_all_ranks_in_place_and_out_of_place_mix() {
 
 #[test]
 fn pair_all_to_all_mixes_in_place_and_out_of_place_under_the_placement_probe() {
-    // Two ranks on shared memory probe their CPUs' placement before an
-    // all-to-all from `shm_stream_ring_bytes` (4 KiB here), and an
-    // out-of-place one found near takes the ring in chunks, where one in
-    // place keeps whole blocks: the probe trades that, so a rank in place
-    // and one out of place still cut their messages alike. Forced near (the
-    // largest threshold) and apart (1 ns); the probe off for reference.
-    for apart_ns in [u64::from(u32::MAX), 1, 0] {
+    // Two ranks on shared memory measure their CPUs' placement before an
+    // all-to-all from `shm_stream_bytes` (4 KiB here), and an out-of-place
+    // one found near takes the ring in chunks, where one in place keeps
+    // whole blocks: the probe trades that, so a rank in place and one out
+    // of place still cut their messages alike. Measured, and fixed near,
+    // apart and unknown.
+    use nccl_rs::{Placement, PlacementMode};
+    for mode in [
+        PlacementMode::Adaptive,
+        PlacementMode::Fixed(Placement::Near),
+        PlacementMode::Fixed(Placement::Apart),
+        PlacementMode::Fixed(Placement::Unknown),
+    ] {
         for in_place_rank in [0, 1] {
             let outs = on_threads_with(
                 2,
                 false,
                 move |c| {
-                    c.shm_stream_ring_bytes = Some(4096);
-                    c.shm_apart_ns = apart_ns;
+                    c.shm_stream_bytes = Some(4096);
+                    c.placement = mode;
                 },
                 move |mut comm| {
                     let in_place = comm.rank() == in_place_rank;
@@ -386,7 +395,7 @@ fn pair_all_to_all_mixes_in_place_and_out_of_place_under_the_placement_probe() {
             for (r, fails) in outs.iter().enumerate() {
                 assert!(
                     fails.is_empty(),
-                    "apart_ns {apart_ns}, rank {in_place_rank} in place, rank {r}: {fails:?}"
+                    "{mode:?}, rank {in_place_rank} in place, rank {r}: {fails:?}"
                 );
             }
         }

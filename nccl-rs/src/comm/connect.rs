@@ -5,8 +5,8 @@
 //! the deadline passes.
 
 use crate::bootstrap::Bootstrap;
-use crate::engine::SingleCopyPolicy;
 use crate::error::{Error, Result};
+use crate::plan::Topology;
 use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_BYTES};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,33 +37,35 @@ pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> 
     Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
 }
 
-/// Exchanges every rank's single-copy policy; `uniform` stays set only if
-/// it is set on every rank and all policies are equal (so that all ranks
-/// cut all-to-all messages alike, and a broadcast root sends single-copy
-/// only to receivers that split it). Everyone contributes before anyone
-/// returns, so it is also a barrier.
-pub(crate) fn agree_single_copy(
+/// Exchanges every rank's topology facts; `single_copy` stays set only if
+/// it is set on every rank and all ranks' facts are equal (so that all
+/// ranks cut all-to-all messages alike, and a broadcast root sends
+/// single-copy only to receivers that split it). Everyone contributes
+/// before anyone returns, so it is also a barrier.
+pub(crate) fn agree_topology(
     boot: &mut Bootstrap,
     rank: usize,
-    mine: SingleCopyPolicy,
-) -> Result<SingleCopyPolicy> {
-    let encode = |p: &SingleCopyPolicy| {
+    mine: Topology,
+) -> Result<Topology> {
+    let encode = |t: &Topology| {
         let mut b = vec![
-            u8::from(p.uniform),
-            u8::from(p.oversubscribed),
-            u8::from(p.split),
+            u8::from(t.single_copy),
+            u8::from(t.oversubscribed),
+            t.placement as u8,
         ];
-        b.extend_from_slice(&(p.max_bytes as u64).to_le_bytes());
-        b.extend_from_slice(&(p.ring_from as u64).to_le_bytes());
-        b.extend_from_slice(&p.apart_ns.to_le_bytes());
+        b.extend_from_slice(&(t.single_copy_max as u64).to_le_bytes());
+        b.extend_from_slice(&(t.stream_from as u64).to_le_bytes());
         b
     };
     let me = encode(&mine);
     let all = boot
         .all_gather(&me)
         .map_err(|source| Error::Bootstrap { rank, source })?;
-    let uniform = mine.uniform && all.iter().all(|b| *b == me);
-    Ok(SingleCopyPolicy { uniform, ..mine })
+    let single_copy = mine.single_copy && all.iter().all(|b| *b == me);
+    Ok(Topology {
+        single_copy,
+        ..mine
+    })
 }
 
 /// Connects `rank` to every other rank, through `net(peer)`.

@@ -13,24 +13,18 @@
 use super::P2P_TAG;
 use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{Call, CallBufs, Engine, OpLabel, Placement, SendStaging};
+use crate::engine::{Call, CallBufs, Engine, Hints, OpLabel, Region, SendStaging};
 use crate::error::{Error, Result};
-use crate::plan::{Choice, Coll, Planner};
+use crate::plan::call::{self, placement_matters, plan_call};
+use crate::plan::{
+    CallFacts, CallPlan, Choice, Coll, Placement, PlacementSource, Planner, SchedFacts, Shape,
+    Stores, Topology,
+};
 use crate::schedule::{self, Schedule};
-use crate::transport::NetError;
+use crate::transport::{CopyHint, NetError, RecvHint};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Chunk of a broadcast over sockets. It receives straight into the
-/// output (no staging slot bounds it), and larger messages cost fewer
-/// system calls per byte: 2 ranks, `NCCL_SHM_DISABLE=1`, in place, three
-/// interleaved runs, 512 KiB → 2 MiB chunks: 1 MiB 128–133 → 119–122 µs,
-/// 4 MiB 562–575 → 446–456 µs, 16 MiB 2.28–2.44 → 1.90–2.41 ms, 64 MiB
-/// 11.5–11.8 → 10.0–13.2 ms (medians 2.34 → 1.91 and 11.7 → 10.3 ms);
-/// 4 MiB chunks were slower than 2 MiB. (All-gather and all-to-all lost
-/// with larger chunks: `NCCL_BUFFSIZE=16M`, 64 MiB.)
-const SOCKET_BROADCAST_CHUNK_BYTES: usize = 2 << 20;
 
 /// How many operation descriptions are kept for mismatch reports.
 const HISTORY: usize = 64;
@@ -38,17 +32,6 @@ const HISTORY: usize = 64;
 /// first (training loops repeat a few shapes; rebuilding the schedule would
 /// cost more than a small call).
 const CACHED_SCHEDULES: usize = 16;
-
-/// A schedule's shape: the planner's choice, pipelined in chunks of that
-/// many elements, or the one-hop all-gather.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shape {
-    Chunked(usize),
-    DirectAllGather,
-    /// An all-to-all in place, in chunks of that many elements
-    /// (`schedule::all_to_all_in_place`).
-    InPlaceAllToAll(usize),
-}
 
 type CacheKey = (Coll, DataType, Shape);
 
@@ -62,7 +45,14 @@ pub(crate) struct Core {
     /// The last [`HISTORY`] collectives, operation `seq` at `seq % HISTORY`.
     history: Vec<Option<OpLabel>>,
     planner: Planner,
-    cache: VecDeque<(CacheKey, Arc<Schedule>)>,
+    /// What does not change from call to call (see `plan::call`).
+    pub(crate) topo: Topology,
+    /// Where the peer's CPU is, per call (`NCCL_RS_PLACEMENT`).
+    placement: Box<dyn PlacementSource>,
+    /// Calls whose plan depended on placement, and the last verdict.
+    placement_calls: u64,
+    last_placement: Placement,
+    cache: VecDeque<(CacheKey, Arc<Schedule>, SchedFacts)>,
     /// The zero-copy path, where every rank shares this host over shared
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
@@ -70,9 +60,6 @@ pub(crate) struct Core {
     /// reused from call to call (see [`Core::stage_input`]); shared memory,
     /// so that co-located readers map it.
     pub(super) staging: SendStaging,
-    /// Ranks talk over sockets: broadcast in [`SOCKET_BROADCAST_CHUNK_BYTES`]
-    /// chunks.
-    pub(crate) socket_broadcast: bool,
     /// The (collective, algorithm) pairs already named at INFO.
     logged: Vec<(&'static str, Choice)>,
 }
@@ -84,6 +71,8 @@ impl Core {
         engine: Engine,
         boot: Bootstrap,
         planner: Planner,
+        topo: Topology,
+        placement: Box<dyn PlacementSource>,
     ) -> Core {
         Core {
             rank,
@@ -94,10 +83,13 @@ impl Core {
             failed: None,
             history: vec![None; HISTORY],
             planner,
+            last_placement: topo.placement,
+            topo,
+            placement,
+            placement_calls: 0,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
             zero_copy: None,
             staging: SendStaging::default(),
-            socket_broadcast: false,
             logged: Vec::new(),
         }
     }
@@ -115,63 +107,13 @@ impl Core {
     /// The schedule of `coll`, pipelined in the engine's chunks.
     pub(super) fn schedule(&mut self, coll: Coll, dtype: DataType) -> Arc<Schedule> {
         let chunk = self.engine.chunk_elems(dtype.size());
-        self.schedule_shaped(coll, dtype, Shape::Chunked(chunk))
-            .expect("a chunked schedule always exists")
+        self.cached(coll, dtype, Shape::Chunked(chunk)).0
     }
 
-    /// The schedule of `coll` in `shape` (cached); `None` if the planner
-    /// rules that shape out.
-    fn schedule_shaped(
-        &mut self,
-        coll: Coll,
-        dtype: DataType,
-        shape: Shape,
-    ) -> Option<Arc<Schedule>> {
-        let entry = self.take_cached(coll, dtype, shape)?;
-        let sched = entry.1.clone();
-        self.cache.push_back(entry);
-        Some(sched)
-    }
-
-    /// Takes the cache entry of `coll` in `shape` out of the cache (planning
-    /// it if absent, evicting the least recently used entry if full); the
-    /// caller puts it back at the most recently used end. `None` if the
-    /// planner rules that shape out.
-    fn take_cached(
-        &mut self,
-        coll: Coll,
-        dtype: DataType,
-        shape: Shape,
-    ) -> Option<(CacheKey, Arc<Schedule>)> {
-        let key = (coll, dtype, shape);
-        // Usually the last entry: a loop repeats its call.
-        if let Some(i) = self.cache.iter().rposition(|(k, _)| *k == key) {
-            return self.cache.remove(i);
-        }
+    /// The schedule of `coll` in `shape` and what it does (see [`cached`]).
+    fn cached(&mut self, coll: Coll, dtype: DataType, shape: Shape) -> (Arc<Schedule>, SchedFacts) {
         let (n, r) = (self.nranks, self.rank);
-        let (sched, choice) = match shape {
-            Shape::Chunked(chunk) => (
-                self.planner.plan(coll, n, r, dtype, chunk),
-                self.planner.choice(coll, n, dtype),
-            ),
-            Shape::DirectAllGather => (
-                self.planner.plan_direct_all_gather(coll, n, r)?,
-                Choice::DIRECT,
-            ),
-            Shape::InPlaceAllToAll(chunk) => match coll {
-                Coll::AllToAll { count } => (
-                    schedule::all_to_all_in_place(n, r, count, chunk),
-                    Choice::PAIRWISE,
-                ),
-                _ => return None,
-            },
-        };
-        self.log_choice(coll, choice);
-        let sched = Arc::new(sched);
-        if self.cache.len() >= CACHED_SCHEDULES {
-            self.cache.pop_front();
-        }
-        Some((key, sched))
+        cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape)
     }
 
     /// Names the algorithm of `coll` at INFO the first time this
@@ -191,6 +133,53 @@ impl Core {
             choice.proto,
             self.nranks
         );
+    }
+
+    /// The communicator's placement source.
+    pub(super) fn placement_source(&self) -> &dyn PlacementSource {
+        &*self.placement
+    }
+
+    /// What the plan needs to know of a call's buffers.
+    fn facts(&self, coll: Option<Coll>, dtype: DataType, bufs: &CallBufs) -> CallFacts {
+        let (input, output) = (bufs.input, bufs.output);
+        let heap = |r: Region| {
+            crate::hostmem::locate(r.ptr, r.len).is_none()
+                && !crate::hostmem::registered_huge(r.ptr, r.len)
+        };
+        CallFacts {
+            coll,
+            dtype,
+            in_bytes: input.len,
+            out_bytes: output.len + bufs.group.iter().map(|r| r.len).sum::<usize>(),
+            overlaps: input.overlaps(output),
+            in_place: input.ptr.cast_const() == output.ptr.cast_const(),
+            exact_in_place: input.ptr.cast_const() == output.ptr.cast_const()
+                && input.len == output.len
+                && input.len % self.nranks.max(1) == 0,
+            input_heap: input.len > 0 && heap(input),
+            sends_mapped: false,
+        }
+    }
+
+    /// The placement `facts`' plan uses: measured where this call's plan
+    /// depends on it and its turn has come (both ranks take part), the last
+    /// verdict where it depends on it otherwise, else the topology's.
+    fn placement_for(&mut self, facts: &CallFacts, tag: u32, label: OpLabel) -> Result<Placement> {
+        let Some(measure) = placement_matters(&self.topo, facts, self.placement_calls) else {
+            return Ok(self.topo.placement);
+        };
+        self.placement_calls += 1;
+        if !self.placement.measures() {
+            return Ok(self.placement.judge(None));
+        }
+        if measure {
+            // A side of an all-to-all in place cannot take the ring: the
+            // ranks trade that, since both must cut its messages alike.
+            let ring_ok = !matches!(facts.coll, Some(Coll::AllToAll { .. })) || !facts.overlaps;
+            self.last_placement = self.probe_placement(tag, label, ring_ok)?;
+        }
+        Ok(self.last_placement)
     }
 
     /// Plans and runs one collective on raw buffers: the one path of every
@@ -217,58 +206,65 @@ impl Core {
         if self.zero_copy.is_some() && self.try_zero_copy(coll, dtype, op, &bufs, tag, label)? {
             return Ok(());
         }
-        // Between two ranks, where their CPUs are decides an all-to-all's
-        // shape (the ring only while they share a cache; in place it sends
-        // from staging and keeps single copy: whether a rank is in place is
-        // its own, so the probe trades it), and found apart, the ring
-        // writes of all-gather and all-reduce stream
-        // (`CopyHint::receiver_apart`).
-        let (probes, ring_ok) = match coll {
-            Coll::AllGather { .. } | Coll::AllReduce { .. } => (true, true),
-            Coll::AllToAll { .. } => (true, !bufs.input.overlaps(bufs.output)),
-            _ => (false, false),
+        let facts = self.facts(Some(coll), dtype, &bufs);
+        let placement = self.placement_for(&facts, tag, label)?;
+        let plan = {
+            let Core {
+                cache,
+                planner,
+                topo,
+                nranks,
+                rank,
+                ..
+            } = self;
+            let at = (*nranks, *rank);
+            let mut sched_facts = |shape| cached(cache, planner, at, coll, dtype, shape).1;
+            plan_call(planner, topo, &facts, placement, &mut sched_facts)
         };
-        let watch = probes && self.engine.single_copy.watches_placement(bufs.output.len);
-        self.engine.single_copy.placement = match watch {
-            true => self.probe_placement(tag, label, ring_ok)?,
-            false => Placement::Unknown,
-        };
-        let (bufs, in_place) = self.stage_input(coll, bufs);
-        // One message per peer where it goes single-copy (all ranks agree):
-        // each chunk would cost a handshake (and for a split broadcast, an
-        // offer and claims; 2 ranks, 64 MiB in place: 5.7–6.0 ms in 512 KiB
-        // chunks, 4.9 ms whole).
-        let policy = self.engine.single_copy;
-        let bytes = bufs.output.len;
-        let chunked = Shape::Chunked(self.engine.chunk_elems(dtype.size()));
-        let shape = match coll {
-            Coll::AllToAll { count } if policy.whole_blocks(bytes) => Shape::Chunked(count.max(1)),
-            Coll::AllGather { .. } if policy.whole_block_all_gather(bytes) => {
-                Shape::DirectAllGather
-            }
-            Coll::Broadcast { count, .. } if policy.split_broadcast() => {
-                Shape::Chunked(count.max(1))
-            }
-            Coll::Broadcast { .. } if self.socket_broadcast => {
-                Shape::Chunked((SOCKET_BROADCAST_CHUNK_BYTES / dtype.size()).max(1))
-            }
-            _ => chunked,
-        };
-        let shape = match (shape, in_place) {
-            (Shape::Chunked(chunk), true) => Shape::InPlaceAllToAll(chunk),
-            (shape, _) => shape,
-        };
-        let entry = match self.take_cached(coll, dtype, shape) {
-            Some(e) => e,
-            None => self
-                .take_cached(coll, dtype, chunked)
-                .expect("a chunked schedule always exists"),
-        };
-        // Run straight from the cache entry, moved out and back: cloning
-        // the `Arc` would count a reference per call.
-        let res = self.execute(&entry.1, dtype, op, tag, label, bufs);
-        self.cache.push_back(entry);
-        res
+        tracing::trace!(
+            rank = self.rank,
+            ?placement,
+            ?plan,
+            "plan of {}",
+            label.call()
+        );
+        self.log_choice(coll, plan.algo);
+        let (sched, _) = self.cached(coll, dtype, plan.shape);
+        let bufs = self.stage(plan.staging, bufs);
+        let hints = hints_of(&plan, &bufs);
+        self.execute(&sched, dtype, op, tag, label, bufs, hints)
+    }
+
+    /// Plans and runs a group of sends and receives.
+    pub(crate) fn group(&mut self, sched: &Schedule, what: OpLabel, bufs: CallBufs) -> Result<()> {
+        let mut facts = self.facts(None, DataType::Uint8, &bufs);
+        facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
+            let r = match loc {
+                schedule::Loc::In(_) => Some(bufs.input),
+                schedule::Loc::Out(_) => Some(bufs.output),
+                schedule::Loc::Group(b, _) => bufs.group.get(b).copied(),
+                schedule::Loc::Scratch(_) => None,
+            };
+            r.is_some_and(|r| r.len > 0 && crate::hostmem::locate(r.ptr, r.len).is_some())
+        });
+        let sf = SchedFacts::of(sched);
+        let plan = plan_call(
+            &self.planner,
+            &self.topo,
+            &facts,
+            self.last_placement,
+            &mut |_| sf,
+        );
+        let hints = hints_of(&plan, &bufs);
+        self.execute(
+            sched,
+            DataType::Uint8,
+            RedOp::Sum,
+            P2P_TAG,
+            what,
+            bufs,
+            hints,
+        )
     }
 
     pub(crate) fn execute(
@@ -279,6 +275,7 @@ impl Core {
         tag: u32,
         what: OpLabel,
         bufs: CallBufs,
+        hints: Hints,
     ) -> Result<()> {
         let _rank = crate::logging::OpRank::enter(self.rank);
         self.check_usable()?;
@@ -309,6 +306,7 @@ impl Core {
             op,
             tag,
             what,
+            hints,
         };
         let mut health = || boot.check(&describe).map(to_error);
         let mut res = engine.run(call, bufs, &mut health);
@@ -342,5 +340,57 @@ impl Core {
             self.failed = Some(e.to_string());
         }
         res
+    }
+}
+
+/// The schedule of `coll` in `shape` for rank `at.1` of `at.0`, and what
+/// it does, from `cache` (planned if absent; the least recently used entry
+/// leaves a full cache).
+fn cached(
+    cache: &mut VecDeque<(CacheKey, Arc<Schedule>, SchedFacts)>,
+    planner: &Planner,
+    at: (usize, usize),
+    coll: Coll,
+    dtype: DataType,
+    shape: Shape,
+) -> (Arc<Schedule>, SchedFacts) {
+    let key = (coll, dtype, shape);
+    // Usually the last entry: a loop repeats its call.
+    if let Some(i) = cache.iter().rposition(|(k, ..)| *k == key) {
+        if i + 1 != cache.len() {
+            let entry = cache.remove(i).expect("found");
+            cache.push_back(entry);
+        }
+        let (_, sched, facts) = cache.back().expect("just there");
+        return (sched.clone(), *facts);
+    }
+    let sched = Arc::new(call::schedule_of(planner, coll, shape, at.0, at.1, dtype));
+    let facts = SchedFacts::of(&sched);
+    if cache.len() >= CACHED_SCHEDULES {
+        cache.pop_front();
+    }
+    cache.push_back((key, sched.clone(), facts));
+    (sched, facts)
+}
+
+/// The transports' hints of a plan, for a call on `bufs`.
+fn hints_of(plan: &CallPlan, bufs: &CallBufs) -> Hints {
+    let m = plan.messages;
+    let out = bufs.output;
+    let start = out.ptr as usize;
+    Hints {
+        send: CopyHint {
+            single_copy: m.single_copy,
+            buffered_max: m.ring_max,
+            sender_idle: m.sender_idle,
+            receives: m.receives,
+            streaming_stores: m.ring_stores == Stores::Streaming,
+        },
+        recv: match m.recv_stores {
+            Stores::Streaming if out.len > 0 => RecvHint {
+                stream: (start, start.saturating_add(out.len)),
+            },
+            _ => RecvHint::default(),
+        },
     }
 }

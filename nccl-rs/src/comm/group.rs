@@ -2,8 +2,8 @@
 //! without deadlock (NCCL's `ncclGroupStart` / `ncclGroupEnd` around
 //! `ncclSend` / `ncclRecv`).
 
-use super::{Communicator, P2P_TAG};
-use crate::datatype::{DataType, Element, RedOp};
+use super::Communicator;
+use crate::datatype::Element;
 use crate::engine::{CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::schedule::{p2p_group, P2pOp};
@@ -87,7 +87,7 @@ impl Communicator {
         let what = OpLabel::Group {
             ops: group.ops.len(),
         };
-        self.execute(&sched, DataType::Uint8, RedOp::Sum, P2P_TAG, what, bufs)
+        self.idle_core()?.group(&sched, what, bufs)
     }
 
     /// Sends `buf` to `peer` (matched by `peer`'s `recv`).

@@ -8,7 +8,6 @@ mod core;
 mod group;
 mod nonblocking;
 mod placement;
-pub(crate) use placement::APART_NS;
 pub mod raw;
 mod split;
 mod staging;
@@ -22,11 +21,11 @@ use crate::bootstrap::{Bootstrap, UniqueId};
 
 use crate::config::Config;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{AbortHandle as Abort, CallBufs, Engine, OpLabel, SingleCopyPolicy};
+use crate::engine::{AbortHandle as Abort, CallBufs, Engine};
 use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
 use crate::plan::{Coll, Planner};
-use crate::schedule::Schedule;
+use crate::plan::{Placement, PlacementMode, Topology};
 use crate::transport::shm::{ShmNet, ShmOptions};
 use crate::transport::Net;
 use core::Core;
@@ -149,26 +148,7 @@ impl Communicator {
                 slots,
                 cma: config.shm_use_cma,
                 cma_min_bytes: config.shm_cma_min_bytes,
-                cma_split: config.shm_cma_split,
-                direct_reduce: config.shm_direct_reduce,
-                // Ranks sharing a CPU gain nothing from the ring's two
-                // copies (one core does both).
-                near_ring_bytes: if local_ranks > cpus {
-                    0
-                } else {
-                    config.shm_near_ring_bytes
-                },
-                // Ranks sharing a CPU have no placement to follow.
-                far_stream_bytes: if local_ranks > cpus {
-                    0
-                } else {
-                    config.shm_far_stream_bytes
-                },
-                far_ring_bytes: if local_ranks > cpus {
-                    0
-                } else {
-                    config.shm_far_ring_bytes
-                },
+                ..ShmOptions::default()
             };
             match ShmNet::new(opts) {
                 Ok(s) => Some(Arc::new(s) as Arc<dyn Net>),
@@ -189,20 +169,29 @@ impl Communicator {
         let (send, recv) =
             connect::connect_mesh(&pick, &mut boot, rank, nranks, config.bootstrap_timeout)?;
         let remote = (0..nranks).any(|p| p != rank && !(local[p] && shm.is_some()));
-        let single_copy = SingleCopyPolicy {
-            max_bytes: config.shm_cma_max_bytes,
-            oversubscribed: local_ranks > cpus,
-            uniform: !remote && config.shm_use_cma,
-            pair: nranks == 2,
-            split: config.shm_cma_split,
-            ring_from: config
-                .shm_stream_ring_bytes
+        let oversubscribed = local_ranks > cpus;
+        let mine = Topology {
+            nranks,
+            rank,
+            single_copy: !remote && config.shm_use_cma,
+            oversubscribed,
+            sockets: false,
+            single_copy_max: config.shm_cma_max_bytes,
+            stream_from: config
+                .shm_stream_bytes
                 .unwrap_or_else(crate::reduce::stream_output_min),
-            apart_ns: config.shm_apart_ns,
-            placement: Default::default(),
+            chunk_bytes: slot_bytes,
+            // Without a measurement, ranks on their own CPUs of one host
+            // share its last-level cache (one socket); ranks sharing CPUs
+            // have no placement to follow.
+            placement: match (config.placement, oversubscribed) {
+                (PlacementMode::Fixed(p), _) => p,
+                (PlacementMode::Adaptive, false) => Placement::Near,
+                (PlacementMode::Adaptive, true) => Placement::Unknown,
+            },
         };
         // Also the barrier after connecting: every rank contributes.
-        let single_copy = connect::agree_single_copy(&mut boot, rank, single_copy)?;
+        let topo = connect::agree_topology(&mut boot, rank, mine)?;
         let props = match (&shm, remote) {
             (Some(shm), false) => shm.properties(),
             _ => net.properties(),
@@ -216,8 +205,7 @@ impl Communicator {
             config.steps,
             config.timeout,
         );
-        engine.single_copy = single_copy;
-        engine.stream_recv_min = single_copy.ring_from;
+        engine.oversubscribed = oversubscribed;
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,
@@ -227,8 +215,19 @@ impl Communicator {
         let abort = engine.abort.clone();
         let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
-        let mut core = Core::new(rank, nranks, engine, boot, planner);
-        core.socket_broadcast = props.name == "Socket";
+        let topo = Topology {
+            sockets: props.name == "Socket",
+            ..topo
+        };
+        let mut core = Core::new(
+            rank,
+            nranks,
+            engine,
+            boot,
+            planner,
+            topo,
+            config.placement.source(),
+        );
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }
@@ -349,18 +348,6 @@ impl Communicator {
     /// operations issued before it.
     fn collective(&mut self, coll: Coll, dtype: DataType, op: RedOp, bufs: CallBufs) -> Result<()> {
         self.idle_core()?.collective(coll, dtype, op, bufs)
-    }
-
-    fn execute(
-        &mut self,
-        sched: &Schedule,
-        dtype: DataType,
-        op: RedOp,
-        tag: u32,
-        what: OpLabel,
-        bufs: CallBufs,
-    ) -> Result<()> {
-        self.idle_core()?.execute(sched, dtype, op, tag, what, bufs)
     }
 }
 

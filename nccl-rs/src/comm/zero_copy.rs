@@ -36,7 +36,7 @@
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};
 use crate::engine::zero_copy::{self as exec, RankBufs};
-use crate::engine::{AlignedBuf, CallBufs, OpLabel, Region};
+use crate::engine::{AlignedBuf, CallBufs, Hints, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::hostmem::{BufferDesc, PeerMaps, DESC_WORDS};
 use crate::plan::Coll;
@@ -322,6 +322,7 @@ impl Core {
                 output: out,
                 group: Vec::new(),
             },
+            Hints::default(),
         )
     }
 }

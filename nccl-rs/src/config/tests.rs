@@ -33,12 +33,18 @@ fn defaults_and_overrides() {
     assert_eq!(c.socket_family, Some(AddrFamily::V6));
     assert!(c.shm_use_cma);
     assert_eq!(c.shm_cma_max_bytes, 2 << 20);
-    assert!(c.shm_direct_reduce);
-    assert!(c.shm_cma_split);
-    assert!(!cfg(&[("NCCL_SHM_CMA_SPLIT", "0")]).unwrap().shm_cma_split);
-    assert_eq!(c.shm_apart_ns, 600);
-    assert_eq!(cfg(&[("NCCL_SHM_APART_NS", "0")]).unwrap().shm_apart_ns, 0);
-    assert!(cfg(&[("NCCL_SHM_APART_NS", "soon")]).is_err());
+    use crate::plan::{Placement, PlacementMode};
+    assert_eq!(c.placement, PlacementMode::Adaptive);
+    let placement = |v| cfg(&[("NCCL_RS_PLACEMENT", v)]).map(|c| c.placement);
+    assert_eq!(
+        placement("apart").unwrap(),
+        PlacementMode::Fixed(Placement::Apart)
+    );
+    assert_eq!(
+        placement("0").unwrap(),
+        PlacementMode::Fixed(Placement::Unknown)
+    );
+    assert!(placement("soon").is_err());
     assert!(c.local_register);
     assert_eq!(c.zero_copy_min_bytes, 32 << 10);
     let c2 = cfg(&[
@@ -48,38 +54,16 @@ fn defaults_and_overrides() {
     .unwrap();
     assert!(!c2.local_register);
     assert_eq!(c2.zero_copy_min_bytes, 1);
-    assert!(
-        !cfg(&[("NCCL_SHM_DIRECT_REDUCE", "0")])
-            .unwrap()
-            .shm_direct_reduce
-    );
     let c = cfg(&[
         ("NCCL_SHM_USE_CMA", "0"),
         ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
         ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
-        ("NCCL_SHM_NEAR_RING_BYTES", "0"),
-        ("NCCL_SHM_STREAM_RING_BYTES", "0"),
+        ("NCCL_RS_SHM_STREAM_BYTES", "0"),
     ])
     .unwrap();
-    assert_eq!(c.shm_near_ring_bytes, 0);
-    assert_eq!(c.shm_stream_ring_bytes, Some(usize::MAX));
-    assert_eq!(Config::default().shm_stream_ring_bytes, None);
-    assert_eq!(Config::default().shm_near_ring_bytes, 1 << 20);
-    assert_eq!(Config::default().shm_far_stream_bytes, 16 << 10);
-    assert_eq!(
-        cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "0")])
-            .unwrap()
-            .shm_far_stream_bytes,
-        0
-    );
-    assert!(cfg(&[("NCCL_SHM_FAR_STREAM_BYTES", "-1")]).is_err());
-    assert_eq!(Config::default().shm_far_ring_bytes, 64 << 10);
-    assert_eq!(
-        cfg(&[("NCCL_SHM_FAR_RING_BYTES", "0")])
-            .unwrap()
-            .shm_far_ring_bytes,
-        0
-    );
+    assert_eq!(c.shm_stream_bytes, Some(usize::MAX));
+    assert_eq!(Config::default().shm_stream_bytes, None);
+    assert!(cfg(&[("NCCL_RS_SHM_STREAM_BYTES", "-1")]).is_err());
     assert!(!c.shm_use_cma);
     assert_eq!(c.shm_cma_min_bytes, 4096);
     assert_eq!(c.shm_cma_max_bytes, 65536);
@@ -203,16 +187,11 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_IB_DISABLE", flag()),
         ("NCCL_SHM_DISABLE", flag()),
         ("NCCL_SHM_USE_CMA", flag()),
-        ("NCCL_SHM_DIRECT_REDUCE", flag()),
-        ("NCCL_SHM_CMA_SPLIT", flag()),
         ("NCCL_LOCAL_REGISTER", flag()),
         ("NCCL_SHM_CMA_MIN_BYTES", count(&[])),
         ("NCCL_SHM_CMA_MAX_BYTES", count(&[])),
-        ("NCCL_SHM_NEAR_RING_BYTES", count(&[])),
-        ("NCCL_SHM_FAR_STREAM_BYTES", count(&[])),
-        ("NCCL_SHM_FAR_RING_BYTES", count(&[])),
-        ("NCCL_SHM_APART_NS", count(&["4294967296"])),
-        ("NCCL_SHM_STREAM_RING_BYTES", count(&[])),
+        ("NCCL_RS_PLACEMENT", vec!["sideways", "2"]),
+        ("NCCL_RS_SHM_STREAM_BYTES", count(&[])),
         ("NCCL_SHM_ZERO_COPY_MIN_BYTES", count(&[])),
         ("NCCL_SOCKET_SNDBUF", count(&["100", "4095", "1073741825"])),
         // Above the default maximum (1 MiB): nothing would be spliced.

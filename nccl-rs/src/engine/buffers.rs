@@ -1,7 +1,5 @@
 //! Raw buffer views of one call, and the engine's reusable aligned memory.
 
-use super::store_chooser::StoreChooser;
-
 /// A byte range of memory the engine may read or write during one call.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Region {
@@ -108,12 +106,6 @@ pub(crate) struct SendStaging {
     /// attempt per call).
     heap_only: bool,
     heap: AlignedBuf,
-    /// Plain or streaming stores for copies in that no one reader takes
-    /// (see [`StoreChooser`]).
-    stores: StoreChooser,
-    /// The same for blocks one reader takes, by that reader's rank: how a
-    /// plain copy runs depends on the CPU the reader ran on.
-    readers: Vec<StoreChooser>,
 }
 
 // SAFETY: the allocation is owned by this value alone (freed in `drop`);
@@ -147,33 +139,6 @@ impl SendStaging {
                 self.heap.as_mut_ptr()
             }
         }
-    }
-
-    /// Copies `src` into `dst`, a range of this staging buffer that the
-    /// rank `reader` alone reads (or several, `None`): with streaming
-    /// stores when `stream` (the caller's size rule) says so, else with the
-    /// stores that range's [`StoreChooser`] picks.
-    ///
-    /// # Safety
-    /// As [`copy_region`].
-    pub(crate) unsafe fn copy_in(
-        &mut self,
-        reader: Option<usize>,
-        src: Region,
-        dst: Region,
-        stream: bool,
-    ) {
-        let stores = match reader {
-            Some(r) => {
-                if self.readers.len() <= r {
-                    self.readers.resize_with(r + 1, StoreChooser::default);
-                }
-                &mut self.readers[r]
-            }
-            None => &mut self.stores,
-        };
-        // SAFETY: the caller's contract.
-        unsafe { stores.copy(src, dst, stream) }
     }
 
     fn free_shared(&mut self) {

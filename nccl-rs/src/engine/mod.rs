@@ -10,33 +10,28 @@
 //! shared-memory transport's sealed frames, up to 4 KiB) runs without
 //! requests: each send is written at once, each receive read when its step
 //! comes ([`nccl_net::SendComm::send_eager`]); data to be reduced lands in
-//! staging slot 0 first. Two ranks, paired rounds (`scripts/paired.sh`):
-//! with frames of up to 48 bytes, 8-byte all-reduce 0.99 -> 0.76 us
-//! (all-gather 0.78 -> 0.43, all-to-all 0.63 -> 0.43, broadcast 0.41 ->
-//! 0.31, reduce-scatter 0.51 -> 0.41; five rounds); up to 4 KiB, 1 KiB
-//! all-reduce 1.79 -> 1.29 us (all-gather 1.19 -> 0.76, all-to-all 1.46 ->
-//! 1.21, broadcast 0.62 -> 0.54, reduce-scatter 0.97 -> 0.74; six rounds),
-//! 4 KiB all-reduce 3.25 -> 1.91 us (five rounds).
+//! staging slot 0 first. Requests and their bookkeeping cost more than such
+//! a call's copies.
+//!
+//! Every other call hands its plan's hints ([`Hints`], from
+//! `plan::call`) to the transports before it starts; the engine itself
+//! decides nothing about how a message travels.
 
 mod buffers;
-mod copy_hint;
 mod label;
 mod run;
-mod store_chooser;
 pub(crate) mod zero_copy;
 
 pub(crate) use buffers::{copy_region, CallBufs, Region, SendStaging};
 pub(crate) use label::{fingerprint_all_reduce, OpLabel};
-pub(crate) use run::{Call, Run};
+pub(crate) use run::{Call, Hints, Run};
 
 use crate::error::{Error, Result};
 use crate::transport::{RecvComm, SendComm};
 pub(crate) use buffers::AlignedBuf;
-pub(crate) use copy_hint::{Placement, SingleCopyPolicy};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-pub(crate) use store_chooser::TIMED_MIN_BYTES;
 
 /// Stops a communicator's current and later operations from any thread.
 #[derive(Clone, Debug, Default)]
@@ -68,12 +63,8 @@ pub(crate) struct Engine {
     book: run::Bookkeeping,
     pub(crate) timeout: Duration,
     pub(crate) abort: AbortHandle,
-    /// Which calls' sends may go single-copy; see [`copy_hint`].
-    pub(crate) single_copy: SingleCopyPolicy,
-    /// Receives into an output of at least this many bytes may be copied
-    /// in with streaming stores; see [`copy_hint::recv_hint`]
-    /// (`NCCL_SHM_STREAM_RING_BYTES`, as the 2-rank all-gather's ring).
-    pub(crate) stream_recv_min: usize,
+    /// More local ranks than CPUs: an idle rank never spins.
+    pub(crate) oversubscribed: bool,
     /// Per peer, the largest message the eager path of the connection to
     /// it, and from it, takes (0: none, or no connection); see
     /// [`Engine::eager`].
@@ -148,8 +139,7 @@ impl Engine {
             book: run::Bookkeeping::default(),
             timeout,
             abort: AbortHandle::default(),
-            single_copy: SingleCopyPolicy::default(),
-            stream_recv_min: crate::reduce::stream_output_min(),
+            oversubscribed: false,
             eager_max,
         }
     }
@@ -178,13 +168,11 @@ impl Engine {
         }
         let eager = self.eager(&call);
         if !eager {
-            let hint = copy_hint::copy_hint(&call, &bufs, self.single_copy);
             for comm in self.send.iter_mut().flatten() {
-                comm.hint_copy(hint);
+                comm.hint_copy(call.hints.send);
             }
-            let hint = copy_hint::recv_hint(&call, &bufs, self.stream_recv_min);
             for comm in self.recv.iter_mut().flatten() {
-                comm.hint_recv(hint);
+                comm.hint_recv(call.hints.recv);
             }
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
@@ -242,7 +230,7 @@ impl Engine {
                 op: what.to_string(),
             });
         }
-        let spin = match self.single_copy.oversubscribed {
+        let spin = match self.oversubscribed {
             true => Duration::ZERO,
             false => SPIN,
         };

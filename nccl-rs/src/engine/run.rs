@@ -27,6 +27,15 @@ pub(crate) struct Call<'a> {
     pub(crate) tag: u32,
     /// For error messages.
     pub(crate) what: super::OpLabel,
+    /// How its messages travel (the call plan's; see `plan::call`).
+    pub(crate) hints: Hints,
+}
+
+/// What the transports are told about a call's messages before it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hints {
+    pub(crate) send: crate::transport::CopyHint,
+    pub(crate) recv: crate::transport::RecvHint,
 }
 
 pub(super) struct Posted {

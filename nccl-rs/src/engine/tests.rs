@@ -57,6 +57,7 @@ fn drive(
                 op,
                 tag: 1,
                 what: OpLabel::Test,
+                hints: Default::default(),
             };
             e.start(call, bufs)
         })
@@ -290,6 +291,7 @@ fn tiny_calls_take_the_eager_path_and_agree() {
                     op: RedOp::Sum,
                     tag: 1,
                     what: OpLabel::Test,
+                    hints: Default::default(),
                 };
                 e.eager(&call)
             })

@@ -35,7 +35,13 @@ use crate::error::Result;
 use crate::schedule::{self, Schedule};
 use spec::{Proto, Rules};
 
+pub(crate) mod call;
+pub(crate) mod placement;
 mod spec;
+pub(crate) use call::{
+    CallFacts, CallPlan, LinkClass, SchedFacts, Shape, Staging, Stores, Topology,
+};
+pub(crate) use placement::{Placement, PlacementMode, PlacementSource};
 pub(crate) use spec::check;
 
 /// Which collective, with its shape.
@@ -125,26 +131,9 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    /// Constants for a transport by name, measured on the 2-core machine
-    /// this was developed on (see docs/performance.md).
+    /// Constants for a transport by name (see [`LinkClass::model`]).
     pub(crate) fn for_transport(name: &str) -> Model {
-        match name {
-            // `REPS=3 bash scripts/fit-model.sh` (2-rank sendrecv_perf,
-            // 8 B-8 MiB, least squares on relative error), quiet machine:
-            // SHM 0.69 us, 5.33 GB/s; TCP (4 sockets) 5.20 us, 4.35 GB/s.
-            "SHM" => Model {
-                alpha: 0.7e-6,
-                beta: 5.3e9,
-            },
-            "Mem" => Model {
-                alpha: 1e-6,
-                beta: 10e9,
-            },
-            _ => Model {
-                alpha: 5.2e-6,
-                beta: 4.3e9,
-            },
-        }
+        LinkClass::of_transport(name).model()
     }
 
     /// Predicted seconds of an all-reduce of `bytes` over `n` ranks.
@@ -261,6 +250,11 @@ impl Planner {
             .unwrap_or(Algo::Ring)
     }
 
+    /// Whether `NCCL_ALGO` and `NCCL_PROTO` allow `coll` the direct path.
+    pub(crate) fn allows_direct(&self, coll: Coll) -> bool {
+        self.allowed(coll).contains(&Algo::Direct)
+    }
+
     /// Whether an all-gather or reduce-scatter moving `bytes` (output of an
     /// all-gather, input of a reduce-scatter) over `n` ranks runs as one
     /// exchange ([`DIRECT_ALL_GATHER_MAX_BYTES`]); `NCCL_ALGO` naming other
@@ -273,23 +267,6 @@ impl Planner {
             _ => 0,
         };
         n >= 3 && bytes <= max && self.allowed(coll).contains(&Algo::Direct)
-    }
-
-    /// The one-hop all-gather (each rank's block to every other rank as one
-    /// message), for calls whose messages go single-copy; `None` where
-    /// `NCCL_ALGO` or `NCCL_PROTO` rule the direct path out.
-    pub(crate) fn plan_direct_all_gather(
-        &self,
-        coll: Coll,
-        nranks: usize,
-        rank: usize,
-    ) -> Option<Schedule> {
-        match coll {
-            Coll::AllGather { send_count } if self.allowed(coll).contains(&Algo::Direct) => {
-                Some(schedule::all_gather_direct(nranks, rank, send_count))
-            }
-            _ => None,
-        }
     }
 
     /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the

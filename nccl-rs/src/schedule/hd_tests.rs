@@ -165,6 +165,7 @@ fn drive<T: bytemuck::Pod>(
                 op,
                 tag: 1,
                 what: OpLabel::Test,
+                hints: Default::default(),
             };
             let bufs = CallBufs {
                 input,

@@ -57,15 +57,6 @@ pub(super) struct CmaOpts {
     /// Whether large single-copy messages are split between both ends
     /// ([`super::split`]): the receiver offers them, the sender helps.
     pub(super) split: bool,
-    /// Messages up to this many bytes go through the ring instead while the
-    /// receiver's CPU shares a cache with ours ([`super::placement`]; 0:
-    /// never).
-    pub(super) near_ring: usize,
-    /// Messages up to this many bytes go through the ring instead, with
-    /// streaming stores while the receiver's CPU is not near ours, if the
-    /// sender streams such messages at all (`ShmOptions::far_stream_bytes`;
-    /// 0: never).
-    pub(super) far_ring: usize,
 }
 
 /// Outcome of the receiver's probe, in [`super::segment::Side::cma`] of the

@@ -15,7 +15,7 @@ use nccl_net::{NetError, Request};
 use std::sync::atomic::Ordering;
 
 pub(super) use super::recv::ShmRecvComm;
-pub(super) use super::send::{RingInstead, ShmSendComm};
+pub(super) use super::send::ShmSendComm;
 
 /// A remembered failure.
 #[derive(Clone, Copy, Debug)]

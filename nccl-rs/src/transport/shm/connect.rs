@@ -2,7 +2,7 @@
 //! [`ShmConnector`] (maps it and claims the sending side).
 
 use super::cma::{self, CmaOpts};
-use super::comm::{RingInstead, ShmRecvComm, ShmSendComm};
+use super::comm::{ShmRecvComm, ShmSendComm};
 use super::handle::ShmHandle;
 use super::peer::{own_pid, own_pidns};
 use super::segment::{new_nonce, Geometry, Segment};
@@ -135,13 +135,7 @@ impl ShmConnector {
     /// side and unlinks the name. Messages of at least `cma.min` bytes will
     /// go single-copy if the receiver's probe succeeds; with `cma.split` we
     /// help copy the large ones if we can write into the receiver.
-    /// Ring messages of at least `far_stream` bytes go with streaming stores
-    /// while the receiver's CPU is not near ours (0: never).
-    pub(super) fn connect(
-        handle: &[u8],
-        cma: Option<CmaOpts>,
-        far_stream: usize,
-    ) -> NetResult<ShmConnector> {
+    pub(super) fn connect(handle: &[u8], cma: Option<CmaOpts>) -> NetResult<ShmConnector> {
         let h = ShmHandle::decode(handle)?;
         let mut seg = Segment::open(&h.name, h.size, h.nonce)?;
         let hdr = seg.header();
@@ -190,11 +184,6 @@ impl ShmConnector {
                 recv_pidns,
                 cma.map(|c| c.min),
                 helps,
-                RingInstead {
-                    near: cma.map_or(0, |c| c.near_ring),
-                    far: cma.map_or(0, |c| c.far_ring),
-                },
-                far_stream,
             )),
         })
     }

@@ -103,15 +103,7 @@
 //! receiver copies it with `process_vm_readv` straight from the sender's
 //! buffer (see the `cma` module). Whether that is allowed is probed once per
 //! connection at accept; it falls back to the ring when the probe fails.
-//! The engine allows it per call ([`nccl_net::SendComm::hint_copy`],
-//! `engine::copy_hint`): for calls that do not reduce and move at most
-//! `NCCL_SHM_CMA_MAX_BYTES` (2 MiB; 512 KiB on a rank that only sends), for
-//! all-to-all and one-hop all-gather of any size when every rank is on this
-//! host, for 2-rank broadcast when the root splits (below), and only for
-//! all-to-all and all-gather when local ranks outnumber CPUs. On the 2-core
-//! development machine, 2 ranks, that made all-gather and all-to-all of
-//! 64 KiB-2 MiB 10-40% faster (in-place all-gather of 1 MiB 78-107 -> 24 us:
-//! one copy of data the reader still has in its cache).
+//! The caller's plan allows it per call (see below).
 //!
 //! A message that lies in one of the sender's shared allocations
 //! (`ncclMemAlloc`, `ShmBuffer`) also names that allocation in its frame,
@@ -130,24 +122,13 @@
 //! sender probes at connect that it may access the receiver, through a probe
 //! word the receiver publishes. 2 ranks, broadcast in place, 1 MiB 52 -> 19 us.
 //!
-//! # The ring while the CPUs are near
-//! On a virtual machine whose host moves the vCPUs between cores that share
-//! a cache and cores that do not, the ring (two copies, one on each core,
-//! of lines passed between their caches) beats single copy while the cores
-//! share a cache and loses while they do not; `process_vm_readv` does not
-//! care. The sender stamps the publication of every frame that may go
-//! single copy and the receiver its release of a single-copy frame; the
-//! other side times how soon it sees the stamp, and a sample under 120 ns
-//! can only be a cache transfer between cores that share a cache (see the
-//! `placement` module). While such a sample is younger than 2 ms, messages
-//! that may go single copy, up to [`ShmOptions::near_ring_bytes`]
-//! (`NCCL_SHM_NEAR_RING_BYTES`, 1 MiB), take the ring instead, except those
-//! read from shared memory and those the sender helps copy. 2 ranks on the
-//! 2-vCPU development machine, eight to ten paired rounds (`scripts/paired.sh`):
-//! all-gather 64 KiB 9.3 -> 6.4 us, 256 KiB 28.7 -> 22.3 us, 1 MiB 97.9 ->
-//! 91.5 us; all-to-all 64 KiB 9.8 -> 7.0 us; broadcast 64 KiB 12.8 -> 8.0
-//! us. Not with more local ranks than CPUs (ranks sharing a core gain
-//! nothing from a second copy).
+//! # Which path a message takes
+//! The caller's plan decides, per call ([`nccl_net::SendComm::hint_copy`],
+//! `plan::call`): whether messages may go single copy, up to which size
+//! they take the ring anyway, and whether ring copies use streaming stores.
+//! The transport only carries it out, with what it knows of each message:
+//! whether the receiver's probe allows single copy, whether the message
+//! lies in shared memory (mapped), and whether the sender helps (split).
 //!
 //! # Progress and peer death
 //! `isend` queues the request and writes as much as fits; `irecv` only
@@ -170,7 +151,6 @@ mod connect;
 mod handle;
 mod mapped;
 mod peer;
-mod placement;
 mod recv;
 mod ring;
 mod segment;
@@ -247,22 +227,6 @@ pub struct ShmOptions {
     /// the ring instead of copied out first (`NCCL_SHM_DIRECT_REDUCE`;
     /// default true).
     pub direct_reduce: bool,
-    /// Messages that may go single copy, up to this many bytes, go through
-    /// the ring instead while the receiver's CPU shares a cache with the
-    /// sender's, as the ring's own traffic shows (`NCCL_SHM_NEAR_RING_BYTES`;
-    /// 1 MiB in the default `Config`, 0 in `ShmOptions::default()`: never).
-    pub near_ring_bytes: usize,
-    /// Ring messages of at least this many bytes are written with streaming
-    /// stores while the ring's own traffic shows no sign of the receiver's
-    /// CPU sharing a cache with the sender's (`NCCL_SHM_FAR_STREAM_BYTES`;
-    /// 16 KiB in the default `Config`, 0 in `ShmOptions::default()`: never).
-    pub far_stream_bytes: usize,
-    /// Messages that may go single copy, up to this many bytes, go through
-    /// the ring instead whatever the placement, written with streaming
-    /// stores while not near (as `far_stream_bytes` says; without it never)
-    /// (`NCCL_SHM_FAR_RING_BYTES`; 64 KiB in the default `Config`, 0 in
-    /// `ShmOptions::default()`).
-    pub far_ring_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -274,9 +238,6 @@ impl Default for ShmOptions {
             cma_min_bytes: DEFAULT_CMA_MIN_BYTES,
             cma_split: true,
             direct_reduce: true,
-            near_ring_bytes: 0,
-            far_stream_bytes: 0,
-            far_ring_bytes: 0,
         }
     }
 }
@@ -311,8 +272,6 @@ impl ShmNet {
         self.opts.cma.then_some(cma::CmaOpts {
             min: self.opts.cma_min_bytes,
             split: self.opts.cma_split,
-            near_ring: self.opts.near_ring_bytes,
-            far_ring: self.opts.far_ring_bytes,
         })
     }
 }
@@ -342,11 +301,7 @@ impl Net for ShmNet {
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
-        Ok(Box::new(ShmConnector::connect(
-            handle,
-            self.cma_opts(),
-            self.opts.far_stream_bytes,
-        )?))
+        Ok(Box::new(ShmConnector::connect(handle, self.cma_opts())?))
     }
 }
 

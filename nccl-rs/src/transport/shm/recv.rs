@@ -13,7 +13,6 @@ use super::cma;
 use super::comm::{copy_payload, mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::{pid_alive, PeerWatch};
-use super::placement;
 use super::ring::{
     decode_header, span_of, Consumer, Payload, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
     HDR_BYTES, INLINE_MAX,
@@ -73,8 +72,6 @@ pub(in crate::transport::shm) struct ShmRecvComm {
     lent: Option<(u64, usize)>,
     /// Our mappings of the sender's shared allocations.
     maps: PeerMapping,
-    /// Where the sender's CPU is ([`super::placement`]).
-    placement: placement::Sampler,
     /// The caller's last [`RecvComm::hint_recv`].
     hint: RecvHint,
     /// Declared last: the mapping outlives the ring pointers above.
@@ -134,7 +131,6 @@ impl ShmRecvComm {
             open: None,
             lent: None,
             maps: PeerMapping::new(MapSide::Receiver),
-            placement: placement::Sampler::default(),
             hint: RecvHint::default(),
             seg,
         }
@@ -253,11 +249,6 @@ impl ShmRecvComm {
                     Ok(None) => break Ok(()),
                     Err(f) => break Err(f),
                 };
-                if how == Payload::Cma {
-                    // Let the sender, which waits for this release, time
-                    // how soon it sees it.
-                    self.cons.stamp_next();
-                }
                 self.cons.advance(FRAME_ALIGN);
                 let op = &mut self.q[i];
                 op.len = len;
@@ -365,8 +356,6 @@ impl ShmRecvComm {
             return;
         }
         let pumped = self.pump();
-        let near = &self.seg.header().near.0;
-        (self.placement).note(self.cons.take_sample(), self.watch.pid(), near);
         match pumped {
             Ok(true) => self.watch.progressed(),
             Ok(false) => {

@@ -10,7 +10,6 @@
 //!
 //! See the module docs of [`super`] for the memory-ordering argument.
 
-use super::placement;
 use std::ptr::NonNull;
 
 mod seal;
@@ -97,15 +96,11 @@ pub(super) fn decode_header(h: &[u8; HDR_BYTES]) -> Option<(u32, u64, Payload)> 
 /// A violated ring invariant: the peer wrote a counter it could not have.
 pub(super) type Corrupt = &'static str;
 
-/// A ring counter and, in the same line, the stamp of its owner's last
-/// stamped publication ([`placement`]).
+/// A ring counter, alone in its line.
 #[repr(C)]
 #[derive(Default)]
 pub(super) struct Counter {
     pub(super) value: AtomicU64,
-    /// `(value as u32) << 32 | (clock ns as u32)`, stored just before
-    /// `value`.
-    pub(super) stamp: AtomicU64,
 }
 
 impl Counter {
@@ -113,29 +108,9 @@ impl Counter {
         self.value.load(order)
     }
 
-    /// Publishes `v` (Release), stamped with the clock first if `stamp`.
-    fn publish(&self, v: u64, stamp: &mut bool) {
-        if std::mem::take(stamp) {
-            // Relaxed: ordered before the counter by its Release store, so
-            // whoever sees the counter sees this stamp or a later one
-            // (which `placement::since_stamp` then refuses).
-            let s = placement::pack_stamp(v, placement::now_ns());
-            self.stamp.store(s, Ordering::Relaxed);
-        }
+    /// Publishes `v` (Release).
+    fn publish(&self, v: u64) {
         self.value.store(v, Ordering::Release);
-    }
-
-    /// Times the stamped publication of `v`, just seen, unless its stamp is
-    /// `*last` (taken already) or another publication's. Returns `(ns from
-    /// publication to sight, clock at sight)`.
-    fn time(&self, v: u64, last: &mut u64) -> Option<(u32, u64)> {
-        let s = self.stamp.load(Ordering::Relaxed);
-        if s == *last || (s >> 32) as u32 != v as u32 {
-            return None;
-        }
-        *last = s;
-        let now = placement::now_ns();
-        placement::since_stamp(s, v, now).map(|ns| (ns, now))
     }
 }
 
@@ -214,11 +189,6 @@ pub(super) struct Producer {
     published: u64,
     /// Cached consumer counter.
     tail: u64,
-    /// Stamp the next publication.
-    stamp_next: bool,
-    /// The consumer's last stamp timed, and the sample not taken yet.
-    stamp: u64,
-    sample: Option<(u32, u64)>,
 }
 
 impl Producer {
@@ -231,16 +201,7 @@ impl Producer {
             head,
             published: head,
             tail,
-            stamp_next: false,
-            stamp: 0,
-            sample: None,
         }
-    }
-
-    /// Stamps the next publication with the clock, for the consumer to time
-    /// how soon it sees it ([`super::placement`]).
-    pub(super) fn stamp_next(&mut self) {
-        self.stamp_next = true;
     }
 
     /// Bytes that may be written at the head without overwriting anything
@@ -284,7 +245,7 @@ impl Producer {
     /// visible to a consumer that loads `head` with Acquire).
     pub(super) fn publish(&mut self) {
         if self.head != self.published {
-            self.r.head().publish(self.head, &mut self.stamp_next);
+            self.r.head().publish(self.head);
             self.published = self.head;
         }
     }
@@ -302,19 +263,8 @@ impl Producer {
         if t < self.tail || t > self.published {
             return Err("consumer counter out of range");
         }
-        if t > self.tail {
-            if let Some(s) = self.r.tail().time(t, &mut self.stamp) {
-                self.sample = Some(s);
-            }
-        }
         self.tail = t;
         Ok(t)
-    }
-
-    /// The latest `(ns from publication to sight, clock at sight)` of a
-    /// stamped release by the consumer, once.
-    pub(super) fn take_sample(&mut self) -> Option<(u32, u64)> {
-        self.sample.take()
     }
 }
 
@@ -327,11 +277,6 @@ pub(super) struct Consumer {
     published: u64,
     /// Cached producer counter.
     head: u64,
-    /// Stamp the next release.
-    stamp_next: bool,
-    /// The producer's last stamp timed, and the sample not taken yet.
-    stamp: u64,
-    sample: Option<(u32, u64)>,
 }
 
 impl Consumer {
@@ -344,9 +289,6 @@ impl Consumer {
             tail,
             published: tail,
             head,
-            stamp_next: false,
-            stamp: 0,
-            sample: None,
         }
     }
 
@@ -361,27 +303,10 @@ impl Consumer {
             if h < self.head || h.saturating_sub(self.published) > self.r.cap as u64 {
                 return Err("producer counter out of range");
             }
-            if h > self.head {
-                if let Some(s) = self.r.head().time(h, &mut self.stamp) {
-                    self.sample = Some(s);
-                }
-            }
             self.head = h;
             avail = h.saturating_sub(self.tail);
         }
         Ok(avail as usize)
-    }
-
-    /// Stamps the next release with the clock, for the producer to time
-    /// how soon it sees it ([`placement`]).
-    pub(super) fn stamp_next(&mut self) {
-        self.stamp_next = true;
-    }
-
-    /// The latest `(ns from publication to sight, clock at sight)` of a
-    /// stamped publication, once.
-    pub(super) fn take_sample(&mut self) -> Option<(u32, u64)> {
-        self.sample.take()
     }
 
     /// Bytes readable in one piece at the tail: to the end of its slot.
@@ -429,7 +354,7 @@ impl Consumer {
     /// reads happen before its later overwrites).
     pub(super) fn publish(&mut self) {
         if self.tail != self.published {
-            self.r.tail().publish(self.tail, &mut self.stamp_next);
+            self.r.tail().publish(self.tail);
             self.published = self.tail;
         }
     }
@@ -459,45 +384,6 @@ mod tests {
         let mut bad = h;
         bad[5] ^= 1;
         assert_eq!(decode_header(&bad), None);
-    }
-
-    /// A stamped publication is timed once by the other end, as the
-    /// publication of that counter value; unstamped ones are not.
-    #[test]
-    fn stamped_publications_are_timed() {
-        let mut buf = vec![0u64; 32];
-        let (head, tail) = (Counter::default(), Counter::default());
-        let data = NonNull::new(buf.as_mut_ptr().cast::<u8>()).unwrap();
-        // SAFETY: as in `wraps_and_keeps_order`.
-        let r = unsafe { RingPtrs::new(data, 256, 64, &head, &tail, 1) };
-        let (mut p, mut c) = (Producer::new(r), Consumer::new(r));
-        p.advance(64);
-        p.publish();
-        assert_eq!(c.avail(64).unwrap(), 64);
-        assert_eq!(c.take_sample(), None, "not stamped");
-        // (A full slot publishes within `advance`.)
-        p.stamp_next();
-        p.advance(64);
-        assert_eq!(c.avail(128).unwrap(), 128);
-        let (ns, _) = c.take_sample().expect("stamped");
-        assert!(ns < 1_000_000_000, "{ns} ns");
-        assert_eq!(c.take_sample(), None, "once");
-        // The stamp names 128; a consumer that first sees 192 (a later,
-        // unstamped publication) takes no sample from it.
-        p.advance(64);
-        p.publish();
-        let mut late = Consumer::new(r);
-        assert_eq!(late.avail(192).unwrap(), 192);
-        assert_eq!(late.take_sample(), None);
-        // Releases, timed by the producer.
-        c.stamp_next();
-        c.advance(128);
-        assert_eq!(p.consumed().unwrap(), 128);
-        assert!(p.take_sample().is_some());
-        c.advance(64);
-        c.publish();
-        assert_eq!(p.consumed().unwrap(), 192);
-        assert_eq!(p.take_sample(), None);
     }
 
     /// Streams bytes through a tiny ring in odd-sized pieces, one thread.

@@ -84,9 +84,6 @@ pub(super) struct Header {
     pub(super) head: Line<Counter>,
     /// Bytes consumed by the consumer (written by the receiver only).
     pub(super) tail: Line<Counter>,
-    /// When (`CLOCK_MONOTONIC`, ns) either side last timed a publication of
-    /// the other's within a cache transfer (`placement`; both write it).
-    pub(super) near: Line<AtomicU64>,
     /// The receiver's offer of a split single-copy message (both sides
     /// claim in it; see `split`).
     pub(super) offer: Line<Offer>,

@@ -14,7 +14,6 @@ use super::cma::{self, CMA_NO, CMA_UNKNOWN, CMA_YES};
 use super::comm::{copy_payload, mark_closed, ring_of, unknown_request, Fault};
 use super::mapped::{MapSide, PeerMapping, SharedRegion, MAPPED_BYTES};
 use super::peer::PeerWatch;
-use super::placement;
 use super::ring::{
     encode_header, span_of, Payload, Producer, CMA_MAPPED, CMA_SENDER_HELPS, FRAME_ALIGN,
     HDR_BYTES, INLINE_MAX,
@@ -42,20 +41,13 @@ thread_local! {
     /// Payload bytes this thread wrote into a ring with streaming stores
     /// (tests check the path is taken).
     pub(super) static STREAMED_IN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Where this thread's sends find the receiver's CPU, instead of the
-    /// ring's samples (tests of one process share its table of them).
-    pub(super) static NEAR: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
 /// Copies `len` bytes of a message into the ring at `dst`: with streaming
-/// stores when the receiver's CPU is apart from ours (the caller timed it,
-/// [`CopyHint::receiver_apart`], or the ring's traffic showed no near
-/// sample lately, [`ShmSendComm::streams_far`]), since a plain store into a
-/// ring line the receiver read last lap waits for that line to come back
-/// across the caches (2 ranks, all-reduce of 16 MiB: 16 KiB pieces in
-/// 1.0-1.4 us while the CPUs shared a cache, 2.3-3.0 us while they did
-/// not, 1.3-1.7 us streamed either way); with `copy_mem` otherwise, leaving
-/// the bytes in the cache the receiver reads them from.
+/// stores when the caller's plan says so ([`CopyHint::streaming_stores`]:
+/// the receiver's CPU is apart from ours, and a plain store into a ring line
+/// it read last lap would wait for that line), with `copy_mem` otherwise,
+/// leaving the bytes in the cache the receiver reads them from.
 ///
 /// # Safety
 /// As [`copy_payload`].
@@ -88,17 +80,6 @@ struct SendOp {
     stream: bool,
 }
 
-/// Messages that may go single copy but go through the ring instead, up to
-/// these sizes (0: none).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(in crate::transport::shm) struct RingInstead {
-    /// While the receiver's CPU is near ours ([`placement`]).
-    pub(in crate::transport::shm) near: usize,
-    /// Whatever the placement, if we would stream them while it is not near
-    /// ([`ShmSendComm::streams_far`]).
-    pub(in crate::transport::shm) far: usize,
-}
-
 /// The sending half: the producer of the ring.
 pub(in crate::transport::shm) struct ShmSendComm {
     prod: Producer,
@@ -126,14 +107,6 @@ pub(in crate::transport::shm) struct ShmSendComm {
     /// Our mappings of the receiver's shared allocations (split messages
     /// into them are written by `memcpy`).
     maps: PeerMapping,
-    /// Messages that may go single copy, up to these sizes, go through the
-    /// ring instead.
-    instead: RingInstead,
-    /// Ring messages of at least this many bytes are written with streaming
-    /// stores while no near sample is fresh ([`placement`]; 0: never).
-    far_stream: usize,
-    /// Where the receiver's CPU is ([`placement`]).
-    placement: placement::Sampler,
     /// Declared last: the mapping outlives the ring pointers above.
     seg: Segment,
 }
@@ -146,19 +119,15 @@ unsafe impl Send for ShmSendComm {}
 impl ShmSendComm {
     /// A comm over a segment whose sending side we have claimed; the
     /// receiver is `peer_pid` in pid namespace `peer_pidns`. Messages of at
-    /// least `cma_min` bytes go single-copy when the receiver can read us,
-    /// except those `instead` says ([`placement`]); `helps`: we copy parts
-    /// of the large ones the receiver offers. Ring messages of at least
-    /// `far_stream` bytes go with streaming stores while it is not near (0:
-    /// never).
+    /// least `cma_min` bytes go single-copy when the receiver can read us
+    /// and the caller's plan allows it; `helps`: we copy parts of the large
+    /// ones the receiver offers.
     pub(in crate::transport::shm) fn new(
         seg: Segment,
         peer_pid: i32,
         peer_pidns: u64,
         cma_min: Option<usize>,
         helps: bool,
-        instead: RingInstead,
-        far_stream: usize,
     ) -> ShmSendComm {
         ShmSendComm {
             prod: Producer::new(ring_of(&seg)),
@@ -180,9 +149,6 @@ impl ShmSendComm {
             helps,
             helped: (0, 0),
             maps: PeerMapping::new(MapSide::Sender),
-            instead,
-            far_stream,
-            placement: placement::Sampler::default(),
             seg,
         }
     }
@@ -209,68 +175,14 @@ impl ShmSendComm {
     }
 
     /// Whether a message that may go single copy goes through the ring
-    /// instead: up to `instead.near` bytes while the receiver's CPU shares a
-    /// cache with ours now ([`placement`]), and up to `instead.far` bytes
-    /// whatever the placement if we would stream it while not near
-    /// ([`Self::streams_far`]); neither when the receiver would copy it by
-    /// `memcpy` from shared memory ([`super::mapped`]) or we would help
-    /// copy it ([`split`]), which beat the ring. 2 ranks, heap buffers,
-    /// paired rounds with the ring instead up to 64 KiB against single copy
-    /// (`scripts/paired.sh`, 12-14 rounds): broadcast 64 KiB 6.52 against
-    /// 8.77 us (x1.42 by rounds; in the rounds begun apart 2.5-7.6 against
-    /// 8.5-11.8 us), all-gather 64 KiB 6.92 against 7.44 us, all-to-all 128
-    /// KiB x1.07, all-to-all 64 KiB and all-gather 128 KiB within noise.
+    /// instead: the caller's plan says so up to [`CopyHint::buffered_max`]
+    /// bytes, except where the receiver would copy it by `memcpy` from
+    /// shared memory ([`super::mapped`]) or we would help copy it
+    /// ([`split`]), which beat the ring at any size.
     fn ring_instead(&self, data: *const u8, len: usize, hint: CopyHint) -> bool {
-        let far = self.far_stream > 0 && len >= self.far_stream && len <= self.instead.far;
-        (far || len <= self.instead.near)
+        len <= hint.buffered_max
             && !(self.helps && hint.sender_idle && len >= SPLIT_MIN_BYTES)
             && SharedRegion::locate(data, len).is_none()
-            && (far
-                || placement::is_near(
-                    self.watch.pid(),
-                    &self.seg.header().near.0,
-                    placement::now_ns(),
-                ))
-    }
-
-    /// Whether a ring message of `len` bytes is stamped, so that the receiver
-    /// times how soon it sees it ([`placement`]): those that could go single
-    /// copy, and those that would stream while not near.
-    fn stamps(&self, len: usize) -> bool {
-        len > INLINE_MAX
-            && (self.cma_min.is_some_and(|m| len >= m)
-                || (self.far_stream > 0 && len >= self.far_stream))
-    }
-
-    /// Whether the ring pieces of a message of `len` bytes, posted with
-    /// `hint` and travelling as `how`, go with streaming stores: the caller
-    /// found the receiver apart ([`CopyHint::receiver_apart`]), or it is at
-    /// least `far_stream` bytes and no near sample is fresh. Plain stores
-    /// into the ring run bimodal with the placement (2 ranks, all-reduce of
-    /// 1 MiB, 20 paired rounds: 75-93 us, or 520-625 us in most rounds that
-    /// `copy_floor --pair` began apart; streamed always 120-200 us), and
-    /// with this choice (16 rounds, against plain stores always): 75-86 us
-    /// against 67-127 in the rounds begun near, 110-159 against 67-553 in
-    /// those begun apart (Open MPI 160-750). A message that may go single
-    /// copy takes the ring while near or up to `instead.far` bytes
-    /// ([`Self::ring_instead`]).
-    fn streams_far(&self, len: usize, hint: CopyHint, how: Payload) -> bool {
-        let near = || {
-            #[cfg(test)]
-            if let Some(near) = NEAR.get() {
-                return near;
-            }
-            placement::is_near(
-                self.watch.pid(),
-                &self.seg.header().near.0,
-                placement::now_ns(),
-            )
-        };
-        hint.receiver_apart
-            || (how == Payload::Ring
-                && self.far_stream > 0
-                && len >= self.far_stream.max(INLINE_MAX + 1)
-                && !near())
     }
 
     /// Writes as much of the queued messages as the ring takes. Returns
@@ -289,15 +201,10 @@ impl ShmSendComm {
         {
             let (how, stream) = if pos == 0 {
                 let how = self.payload_for(data, len, hint);
-                (how, self.streams_far(len, hint, how))
+                (how, how == Payload::Ring && hint.streaming_stores)
             } else {
                 (how, stream)
             };
-            let stamped = self.stamps(len);
-            let stamp = pos == 0 && stamped;
-            // Following the receiver's placement for streaming takes more
-            // samples than one per message: every plain piece is stamped.
-            let stamp_each = stamped && self.far_stream > 0;
             let i = self.nwritten;
             let ShmSendComm { prod, q, helps, .. } = self;
             let op = &mut q[i];
@@ -308,10 +215,6 @@ impl ShmSendComm {
                 }
                 let dst = prod.head_ptr();
                 let hdr = encode_header(op.tag, op.len as u64, how);
-                if stamp {
-                    // Let the receiver time how soon it sees this frame.
-                    prod.stamp_next();
-                }
                 // The single-copy descriptor: address, flags, and where a
                 // message in shared memory lies ([`super::mapped`]).
                 let mut desc = [0u8; FRAME_ALIGN - HDR_BYTES];
@@ -375,20 +278,6 @@ impl ShmSendComm {
                     unsafe { copy_piece(op.data.add(p), prod.head_ptr(), c, op.stream) };
                 }
                 prod.advance(n);
-                if op.stream {
-                    if op.pos == FRAME_ALIGN && stamped {
-                        // The first piece's publication is stamped: every
-                        // store visible before the clock is read (a full
-                        // fence). Streamed bytes drain to memory for
-                        // hundreds of ns after their store fence; a clock
-                        // read before that would time the drain, and a
-                        // streaming sender would never look near again.
-                        // Only that piece pays for the fence.
-                        std::sync::atomic::fence(Ordering::SeqCst);
-                    }
-                } else if stamp_each {
-                    prod.stamp_next();
-                }
                 // Publish piece by piece, so the receiver copies out the
                 // first piece while we copy in the next.
                 prod.publish();
@@ -503,8 +392,6 @@ impl ShmSendComm {
         }
         let step = |c: &mut Self| -> Result<bool, Fault> { Ok(c.pump()? | c.settle()?) };
         let stepped = step(self);
-        let near = &self.seg.header().near.0;
-        (self.placement).note(self.prod.take_sample(), self.watch.pid(), near);
         match stepped {
             Ok(true) => self.watch.progressed(),
             Ok(false) => {

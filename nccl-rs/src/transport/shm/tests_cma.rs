@@ -25,12 +25,7 @@ fn cma_net(buffsize: usize, slots: usize, min: usize) -> ShmNet {
 
 /// Single copy from `min` bytes, split messages on.
 fn opts(min: usize) -> cma::CmaOpts {
-    cma::CmaOpts {
-        min,
-        split: true,
-        near_ring: 0,
-        far_ring: 0,
-    }
+    cma::CmaOpts { min, split: true }
 }
 
 /// Default options with single copy on (as `NCCL_SHM_USE_CMA=1` sets it).
@@ -148,7 +143,7 @@ fn failed_probe_falls_back_to_the_ring() {
     // An unmapped address (EFAULT) and one holding the wrong value.
     for bogus in [8u64, std::ptr::addr_of!(wrong) as u64] {
         let mut l = ShmListener::new(geom, Some(opts(1000)), true).unwrap();
-        let mut c = ShmConnector::connect(l.handle(), Some(opts(1000)), 0).unwrap();
+        let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
         let hdr = l.header().unwrap();
         hdr.send.0.cma_probe.store(bogus, Ordering::Relaxed);
         let mut r = poll("accept", || l.accept()).unwrap();
@@ -214,7 +209,7 @@ fn receiver_without_single_copy_gets_the_ring() {
     // verdict wins.
     let geom = Geometry::new(4 << 20, 8).unwrap();
     let mut l = ShmListener::new(geom, None, true).unwrap();
-    let mut c = ShmConnector::connect(l.handle(), Some(opts(1000)), 0).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(opts(1000))).unwrap();
     let mut r = poll("accept", || l.accept()).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     let data = pattern(4000, 4);
@@ -259,88 +254,29 @@ fn transfers_at_slow_distances_bounce_and_stay_exact() {
     }
 }
 
-/// Marks this process's peer (itself, in these tests) near, as a fresh
-/// sample would ([`super::placement`]).
-fn mark_near() {
-    let pid = std::process::id() as i32;
-    let seg = std::sync::atomic::AtomicU64::new(0);
-    placement::Sampler::default().note(Some((0, placement::now_ns())), pid, &seg);
-}
-
+/// Messages that may go single copy take the ring up to the plan's
+/// `buffered_max`, with the stores it says; larger ones go single copy.
 #[test]
-fn near_receivers_get_messages_up_to_the_limit_through_the_ring() {
+fn messages_up_to_the_plans_limit_take_the_ring() {
+    use super::send::STREAMED_IN;
     let net = ShmNet::new(ShmOptions {
         cma: true,
-        near_ring_bytes: 256 << 10,
         ..ShmOptions::default()
     })
     .unwrap();
-    let (mut s, mut r, _) = pair(&net);
-    // Up to the limit: through the ring while near (the send completes
-    // with nobody receiving). A near mark lasts 2 ms, so a descheduled
-    // test may miss it; one success of several tries is the proof.
-    let mut through_ring = 0;
-    for i in 0..10u64 {
-        mark_near();
-        let data = pattern(64 << 10, i);
-        let q = isend(s.as_mut(), &data, 3);
-        let alone = completes_alone(s.as_mut(), q, 1);
-        through_ring += usize::from(alone);
-        let mut buf = vec![0u8; 64 << 10];
-        let rq = irecv(r.as_mut(), &mut buf, 3);
-        assert_eq!(poll("recv", || r.test(rq)).unwrap(), 64 << 10);
-        if !alone {
-            poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-        }
-        assert!(buf == data, "message {i}");
-    }
-    assert!(
-        through_ring > 0,
-        "no message went through the ring while near"
-    );
-    // Above the limit: single copy however near.
-    mark_near();
-    let data = pattern(512 << 10, 99);
-    let q = isend(s.as_mut(), &data, 4);
-    assert!(!completes_alone(s.as_mut(), q, 1000));
-    recv_check(r.as_mut(), &[512 << 10], 99, 4);
-    poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-}
-
-#[test]
-fn messages_up_to_the_far_limit_take_the_ring_streamed_while_not_near() {
-    use super::send::{NEAR, STREAMED_IN};
-    let far = |far_stream_bytes| {
-        ShmNet::new(ShmOptions {
-            cma: true,
-            far_stream_bytes,
-            far_ring_bytes: 64 << 10,
-            ..ShmOptions::default()
-        })
-        .unwrap()
-    };
-    // (length, through the ring): a message over the limit goes single
-    // copy, as do all of them when nothing streams.
-    for (net, near, cases) in [
-        (
-            far(16 << 10),
-            false,
-            [(32 << 10, true), (64 << 10, true), (70_000, false)],
-        ),
-        (
-            far(16 << 10),
-            true,
-            [(32 << 10, true), (64 << 10, true), (70_000, false)],
-        ),
-        (
-            far(0),
-            false,
-            [(32 << 10, false), (64 << 10, false), (70_000, false)],
-        ),
-    ] {
+    for streaming_stores in [false, true] {
         let (mut s, mut r, _) = pair(&net);
-        NEAR.set(Some(near));
-        for (i, &(len, ring)) in cases.iter().enumerate() {
+        s.hint_copy(nccl_net::CopyHint {
+            single_copy: true,
+            buffered_max: 64 << 10,
+            streaming_stores,
+            ..nccl_net::CopyHint::default()
+        });
+        // (length, through the ring)
+        for (i, &(len, ring)) in [(32 << 10, true), (64 << 10, true), (70_000, false)]
+            .iter()
+            .enumerate()
+        {
             let data = pattern(len, 40 + i as u64);
             let before = STREAMED_IN.get();
             let q = isend(s.as_mut(), &data, 3);
@@ -353,10 +289,10 @@ fn messages_up_to_the_far_limit_take_the_ring_streamed_while_not_near() {
                 poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
             }
             assert!(buf == data, "message {i}");
-            assert_eq!(alone, ring, "message {i} ({len} bytes), near {near}");
+            assert_eq!(alone, ring, "message {i} ({len} bytes)");
             let streamed = STREAMED_IN.get() - before;
-            assert_eq!(streamed, if ring && !near { len } else { 0 }, "message {i}");
+            let want = if ring && streaming_stores { len } else { 0 };
+            assert_eq!(streamed, want, "message {i}, streaming {streaming_stores}");
         }
     }
-    NEAR.set(None);
 }

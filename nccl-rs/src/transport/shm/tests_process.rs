@@ -105,7 +105,8 @@ fn send_as_writer(s: &mut dyn SendComm, dir: &Path, refuse_mapping: bool) {
         single_copy: true,
         sender_idle: true,
         receives: false,
-        receiver_apart: false,
+        streaming_stores: false,
+        buffered_max: 0,
     });
     for (i, &n) in WRITER_SIZES.iter().enumerate() {
         let data = pattern(n, 80 + i as u64);

@@ -15,7 +15,8 @@ const IDLE: CopyHint = CopyHint {
     single_copy: true,
     sender_idle: true,
     receives: false,
-    receiver_apart: false,
+    streaming_stores: false,
+    buffered_max: 0,
 };
 
 fn cma_net() -> ShmNet {
@@ -101,7 +102,8 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
         single_copy: true,
         sender_idle: false,
         receives: false,
-        receiver_apart: false,
+        streaming_stores: false,
+        buffered_max: 0,
     });
     let q = isend(s.as_mut(), &data, 1);
     let mut buf = vec![0u8; len];
@@ -115,15 +117,13 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     let no_split = CmaOpts {
         min: 16 << 10,
         split: false,
-        near_ring: 0,
-        far_ring: 0,
     };
     let split = CmaOpts {
         split: true,
         ..no_split
     };
     let mut l = ShmListener::new(geom, Some(no_split), true).unwrap();
-    let mut c = ShmConnector::connect(l.handle(), Some(split), 0).unwrap();
+    let mut c = ShmConnector::connect(l.handle(), Some(split)).unwrap();
     let mut r = poll("accept", || l.accept()).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     s.hint_copy(IDLE);

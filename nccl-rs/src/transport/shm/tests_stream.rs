@@ -8,7 +8,6 @@ use super::recv::STREAMED;
 use super::tests::{
     irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
 };
-use super::{ShmNet, ShmOptions};
 use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
 
 const GUARD: u8 = 0xAA;
@@ -155,7 +154,7 @@ fn sent_streamed(
 fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
     let (mut s, mut r, _) = pair(&ring_net());
     let apart = CopyHint {
-        receiver_apart: true,
+        streaming_stores: true,
         ..CopyHint::default()
     };
     let mut out = vec![GUARD; 100_000];
@@ -179,45 +178,4 @@ fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
             );
         }
     }
-}
-
-#[test]
-fn ring_sends_stream_while_the_receiver_is_not_near() {
-    use super::send::NEAR;
-    let far = |far_stream_bytes| {
-        ShmNet::new(ShmOptions {
-            cma: false,
-            far_stream_bytes,
-            ..ShmOptions::default()
-        })
-        .unwrap()
-    };
-    let mut out = vec![GUARD; 100_000];
-    // (length, streamed while not near with a 16 KiB minimum).
-    let cases = [
-        (70_001, true),
-        (16_383, false),
-        (16_384, true),
-        (5000, false),
-    ];
-    for (net, near, base) in [
-        (far(16 << 10), Some(false), 70),
-        (far(16 << 10), Some(true), 80),
-        (far(0), Some(false), 90),
-        (ring_net(), Some(false), 100),
-    ] {
-        let (mut s, mut r, _) = pair(&net);
-        NEAR.set(near);
-        for (i, &(len, streams)) in cases.iter().enumerate() {
-            let streamed = sent_streamed(s.as_mut(), r.as_mut(), &mut out, i, len, base + i as u64);
-            let on = net.options().far_stream_bytes > 0 && near == Some(false);
-            assert_eq!(
-                streamed,
-                if on && streams { len } else { 0 },
-                "message {i} ({len} bytes), near {near:?}, {:?}",
-                net.options()
-            );
-        }
-    }
-    NEAR.set(None);
 }
