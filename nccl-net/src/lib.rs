@@ -36,6 +36,8 @@ use std::fmt;
 
 mod request_queue;
 pub use request_queue::RequestQueue;
+mod sockaddr;
+pub use sockaddr::{decode_sockaddr, encode_sockaddr, SOCKADDR_END};
 
 /// The largest connection handle a transport may produce (as NCCL's
 /// `NCCL_NET_HANDLE_MAXSIZE`).

@@ -5,11 +5,9 @@
 //! |--------|-------|
 //! | 0..4   | magic `b"NTCP"` |
 //! | 4      | format version, [`HANDLE_VERSION`] |
-//! | 5      | address family: 4 or 6 |
-//! | 6..8   | listening port |
+//! | 5..8   | listening address family and port ([`nccl_net::encode_sockaddr`]) |
 //! | 8..16  | nonce: 8 random bytes drawn by the listener |
-//! | 16..32 | IP address: IPv4 in 16..20 (rest zero), or IPv6 |
-//! | 32..36 | IPv6 scope id (0 for IPv4) |
+//! | 16..36 | listening IP address and IPv6 scope id (same codec) |
 //! | 36     | data sockets per connection (`nsocks`, 1..=[`MAX_SOCKS`]) |
 //! | 37..40 | reserved, zero |
 //!
@@ -29,8 +27,8 @@
 //! sides agree however each was configured (as NCCL, which makes the send
 //! side follow the receive side).
 
-use nccl_net::{NetError, NetResult};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use nccl_net::{decode_sockaddr, encode_sockaddr, NetError, NetResult};
+use std::net::SocketAddr;
 
 /// Size of an encoded handle.
 pub const HANDLE_BYTES: usize = 40;
@@ -61,19 +59,8 @@ impl TcpHandle {
         let mut b = [0u8; HANDLE_BYTES];
         b[0..4].copy_from_slice(MAGIC);
         b[4] = HANDLE_VERSION;
-        b[6..8].copy_from_slice(&self.addr.port().to_be_bytes());
+        encode_sockaddr(&self.addr, &mut b);
         b[8..16].copy_from_slice(&self.nonce);
-        match self.addr {
-            SocketAddr::V4(a) => {
-                b[5] = 4;
-                b[16..20].copy_from_slice(&a.ip().octets());
-            }
-            SocketAddr::V6(a) => {
-                b[5] = 6;
-                b[16..32].copy_from_slice(&a.ip().octets());
-                b[32..36].copy_from_slice(&a.scope_id().to_be_bytes());
-            }
-        }
         b[36] = self.nsocks;
         b
     }
@@ -93,32 +80,9 @@ impl TcpHandle {
                 bytes[4]
             ));
         }
-        let port = u16::from_be_bytes([bytes[6], bytes[7]]);
-        if port == 0 {
-            return bad("port 0".into());
-        }
+        let addr = decode_sockaddr(bytes)?;
         let mut nonce = [0u8; 8];
         nonce.copy_from_slice(&bytes[8..16]);
-        let ip: IpAddr = match bytes[5] {
-            4 => {
-                let mut o = [0u8; 4];
-                o.copy_from_slice(&bytes[16..20]);
-                IpAddr::V4(Ipv4Addr::from(o))
-            }
-            6 => {
-                let mut o = [0u8; 16];
-                o.copy_from_slice(&bytes[16..32]);
-                IpAddr::V6(Ipv6Addr::from(o))
-            }
-            f => return bad(format!("address family {f}")),
-        };
-        let addr = match ip {
-            IpAddr::V4(v4) => SocketAddr::new(IpAddr::V4(v4), port),
-            IpAddr::V6(v6) => {
-                let scope = u32::from_be_bytes([bytes[32], bytes[33], bytes[34], bytes[35]]);
-                SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
-            }
-        };
         let nsocks = bytes[36];
         if nsocks == 0 || usize::from(nsocks) > MAX_SOCKS {
             return bad(format!("nsocks {nsocks} (must be 1..={MAX_SOCKS})"));
@@ -199,6 +163,20 @@ mod tests {
         assert!(is_bad(&b));
         b[36] = MAX_SOCKS as u8 + 1;
         assert!(is_bad(&b));
+    }
+
+    #[test]
+    fn handle_layout() {
+        let h = TcpHandle {
+            addr: "[fe80::1%258]:4660".parse().unwrap(),
+            nonce: *b"abcdefgh",
+            nsocks: 2,
+        };
+        let mut want = Vec::new();
+        want.extend_from_slice(b"NTCP\x03\x06\x12\x34abcdefgh");
+        want.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        want.extend_from_slice(&[0, 0, 1, 2, 2, 0, 0, 0]);
+        assert_eq!(h.encode()[..], want[..]);
     }
 
     #[test]

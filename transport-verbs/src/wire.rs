@@ -1,18 +1,16 @@
 //! Byte layouts: the connection handle, the side-socket handshake, and the
 //! two small records of the data path (clear-to-send and completion). All
-//! integers are little-endian except the port, which is big-endian as in
-//! socket addresses.
+//! integers are little-endian except the side-socket address, which is in
+//! network byte order as every handle's address (`nccl_net`'s sockaddr codec).
 //!
 //! # Handle (64 bytes; at most `nccl_net::MAX_HANDLE_BYTES`)
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `b"NIBV"` |
 //! | 4 | version [`VERSION`] |
-//! | 5 | side-socket address family: 4 or 6 |
-//! | 6..8 | side-socket port (big-endian) |
+//! | 5..8 | side-socket address family and port ([`nccl_net::encode_sockaddr`]) |
 //! | 8..16 | nonce the connector must present |
-//! | 16..32 | side-socket IP (IPv4 in 16..20) |
-//! | 32..36 | IPv6 scope id |
+//! | 16..36 | side-socket IP and IPv6 scope id (same codec, big-endian) |
 //! | 36 | link layer of the listener's port (1 IB, 2 Ethernet) |
 //! | 37 | active MTU (`enum ibv_mtu`) |
 //! | 38 | queue pairs per connection |
@@ -35,8 +33,8 @@
 //! array with the final write-with-immediate; see the `comm` module.
 
 use crate::options::MAX_QPS_PER_CONNECTION;
-use nccl_net::{NetError, NetResult};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use nccl_net::{decode_sockaddr, encode_sockaddr, NetError, NetResult};
+use std::net::SocketAddr;
 
 /// Handle, greeting and endpoint format version.
 pub const VERSION: u8 = 1;
@@ -92,19 +90,8 @@ impl VerbsHandle {
         let mut b = [0u8; HANDLE_BYTES];
         b[0..4].copy_from_slice(MAGIC);
         b[4] = VERSION;
-        b[6..8].copy_from_slice(&self.addr.port().to_be_bytes());
+        encode_sockaddr(&self.addr, &mut b);
         b[8..16].copy_from_slice(&self.nonce);
-        match self.addr {
-            SocketAddr::V4(a) => {
-                b[5] = 4;
-                b[16..20].copy_from_slice(&a.ip().octets());
-            }
-            SocketAddr::V6(a) => {
-                b[5] = 6;
-                b[16..32].copy_from_slice(&a.ip().octets());
-                b[32..36].copy_from_slice(&a.scope_id().to_le_bytes());
-            }
-        }
         b[36] = self.link_layer;
         b[37] = self.mtu;
         b[38] = self.nqps;
@@ -128,24 +115,7 @@ impl VerbsHandle {
                 b[4]
             ));
         }
-        let port = u16::from_be_bytes([b[6], b[7]]);
-        if port == 0 {
-            return bad("port 0".into());
-        }
-        let addr = match b[5] {
-            4 => SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[16], b[17], b[18], b[19])), port),
-            6 => {
-                let mut o = [0u8; 16];
-                o.copy_from_slice(&b[16..32]);
-                SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(o),
-                    port,
-                    0,
-                    le32(&b[32..36]),
-                ))
-            }
-            f => return bad(format!("address family {f}")),
-        };
+        let addr = decode_sockaddr(b)?;
         // The connector creates this many QPs: no more than a listener may ask.
         if b[38] == 0 || usize::from(b[38]) > MAX_QPS_PER_CONNECTION {
             return bad(format!(
@@ -416,6 +386,18 @@ mod tests {
             padded[..HANDLE_BYTES].copy_from_slice(&b);
             assert_eq!(VerbsHandle::decode(&padded).unwrap(), h);
         }
+    }
+
+    #[test]
+    fn handle_layout() {
+        let mut want = Vec::new();
+        want.extend_from_slice(b"NIBV\x01\x06\x00\x0912345678");
+        want.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        want.extend_from_slice(&[0, 0, 0, 2]); // scope id, big-endian
+        want.extend_from_slice(&[2, 3, 4, 0, 0x34, 0x12, 0, 0]);
+        want.extend_from_slice(&[7; 16]);
+        want.extend_from_slice(&[0; 4]);
+        assert_eq!(handle("[fe80::1%2]:9").encode()[..], want[..]);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! engines driven by one thread) of one process. `isend` copies the message
 //! into the link's queue and completes at once; `irecv` completes when a
 //! message is queued. Nothing here waits, so a test that drives engines by
-//! hand is fully deterministic. [`MemNet::with_eager`] adds the eager
+//! hand is fully deterministic. Requests live in a [`RequestQueue`], so ids
+//! and the error for a request never posted (or already reported) are those
+//! of the real transports. [`MemNet::with_eager`] adds the eager
 //! (tiny-message) path, so that the engine's use of it is tested at many
 //! ranks too.
 
@@ -10,9 +12,21 @@ use super::{
     Connector, Listener, MemHandle, Net, NetError, NetResult, Properties, PtrSupport, RecvComm,
     Request, SendComm,
 };
+use nccl_net::RequestQueue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// Starting room of a comm's request queue. The in-memory transport never
+/// refuses a request (`max_requests` is unbounded), so the queue grows past it.
+const INITIAL_REQUESTS: usize = 16;
+
+fn unknown_request(req: Request) -> NetError {
+    NetError::Other(format!(
+        "Mem: unknown request {} (never posted on this comm, or already reported complete)",
+        req.0
+    ))
+}
 
 #[derive(Default)]
 struct Link {
@@ -122,9 +136,8 @@ impl Listener for MemListener {
         let link = self.link.take().expect("checked above");
         Ok(Some(Box::new(MemRecv {
             link,
-            posted: VecDeque::new(),
-            done: HashMap::new(),
-            next: 0,
+            posted: RequestQueue::with_capacity(INITIAL_REQUESTS),
+            matched: 0,
             eager_max: self.eager_max,
         })))
     }
@@ -145,6 +158,7 @@ impl Connector for MemConnector {
         lock(&link).connected = true;
         Ok(Some(Box::new(MemSend {
             link,
+            sent: RequestQueue::with_capacity(INITIAL_REQUESTS),
             eager_max: self.eager_max,
         })))
     }
@@ -152,7 +166,26 @@ impl Connector for MemConnector {
 
 struct MemSend {
     link: Shared,
+    /// Sends not yet reported by `test` (all complete: `isend` copies).
+    sent: RequestQueue<()>,
     eager_max: usize,
+}
+
+impl MemSend {
+    /// Copies the message into the link's queue.
+    ///
+    /// # Safety
+    /// `data..data+len` must be readable for the call.
+    unsafe fn enqueue(&mut self, data: *const u8, len: usize, tag: u32) {
+        let bytes = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller guarantees `data..data+len` is readable for
+            // the call; we copy it now.
+            unsafe { std::slice::from_raw_parts(data, len) }.to_vec()
+        };
+        lock(&self.link).queue.push_back((tag, bytes));
+    }
 }
 
 impl Drop for MemSend {
@@ -177,18 +210,15 @@ impl SendComm for MemSend {
         tag: u32,
         _mr: Option<MemHandle>,
     ) -> NetResult<Option<Request>> {
-        let bytes = if len == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the caller guarantees `data..data+len` is readable for
-            // the duration of the request; we copy it now.
-            unsafe { std::slice::from_raw_parts(data, len) }.to_vec()
-        };
-        lock(&self.link).queue.push_back((tag, bytes));
-        Ok(Some(Request(0)))
+        // SAFETY: the caller guarantees `data..data+len` is readable until
+        // the request completes, which is now.
+        unsafe { self.enqueue(data, len, tag) };
+        Ok(Some(self.sent.push(())))
     }
 
-    fn test(&mut self, _req: Request) -> NetResult<bool> {
+    fn test(&mut self, req: Request) -> NetResult<bool> {
+        let idx = self.sent.live(req).ok_or_else(|| unknown_request(req))?;
+        self.sent.report(idx);
         Ok(true)
     }
 
@@ -201,16 +231,18 @@ impl SendComm for MemSend {
             return Err(NetError::Other(format!("eager send of {len} bytes")));
         }
         // SAFETY: the caller guarantees `data..data+len` is readable for
-        // the call.
-        unsafe { self.isend(data, len, tag, None) }.map(|r| r.is_some())
+        // the call. No request: an eager send is complete on return.
+        unsafe { self.enqueue(data, len, tag) };
+        Ok(true)
     }
 }
 
 struct Posted {
-    id: u64,
     data: *mut u8,
     len: usize,
     tag: u32,
+    /// Bytes received, once a message matched this receive.
+    got: Option<usize>,
 }
 
 // SAFETY: the raw pointer is only dereferenced by the thread owning the comm,
@@ -219,16 +251,17 @@ unsafe impl Send for Posted {}
 
 struct MemRecv {
     link: Shared,
-    posted: VecDeque<Posted>,
-    done: HashMap<u64, usize>,
-    next: u64,
+    posted: RequestQueue<Posted>,
+    /// How many receives at the front of `posted` hold a message: messages
+    /// match receives in posting order.
+    matched: usize,
     eager_max: usize,
 }
 
 impl MemRecv {
     fn progress(&mut self) -> NetResult<()> {
         let mut link = lock(&self.link);
-        while let Some(p) = self.posted.front() {
+        while let Some(p) = self.posted.get_mut(self.matched) {
             let Some((tag, msg)) = link.queue.pop_front() else {
                 if link.closed {
                     return Err(NetError::Closed("in-memory peer".into()));
@@ -252,10 +285,26 @@ impl MemRecv {
                 // and unaliased until completion; `msg.len() <= p.len`.
                 unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), p.data, msg.len()) };
             }
-            self.done.insert(p.id, msg.len());
-            self.posted.pop_front();
+            p.got = Some(msg.len());
+            self.matched += 1;
         }
         Ok(())
+    }
+
+    /// Reports the receive at `idx` (complete, or withdrawn by `recv_eager`).
+    fn report(&mut self, idx: usize) {
+        let popped = self.posted.report(idx);
+        self.matched = self.matched.saturating_sub(popped);
+    }
+
+    /// The size received by `req`, reporting it, if it is complete.
+    fn take(&mut self, req: Request) -> NetResult<Option<usize>> {
+        let idx = self.posted.live(req).ok_or_else(|| unknown_request(req))?;
+        let got = self.posted[idx].got;
+        if got.is_some() {
+            self.report(idx);
+        }
+        Ok(got)
     }
 }
 
@@ -275,18 +324,20 @@ impl RecvComm for MemRecv {
         tag: u32,
         _mr: Option<MemHandle>,
     ) -> NetResult<Option<Request>> {
-        let id = self.next;
-        self.next += 1;
-        self.posted.push_back(Posted { id, data, len, tag });
-        Ok(Some(Request(id)))
+        Ok(Some(self.posted.push(Posted {
+            data,
+            len,
+            tag,
+            got: None,
+        })))
     }
 
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
-        if let Some(n) = self.done.remove(&req.0) {
+        if let Some(n) = self.take(req)? {
             return Ok(Some(n));
         }
         self.progress()?;
-        Ok(self.done.remove(&req.0))
+        self.take(req)
     }
 
     fn eager_max(&self) -> usize {
@@ -299,10 +350,10 @@ impl RecvComm for MemRecv {
         len: usize,
         tag: u32,
     ) -> NetResult<Option<usize>> {
-        if len > self.eager_max || !self.posted.is_empty() || !self.done.is_empty() {
+        if len > self.eager_max || !self.posted.is_empty() {
             return Err(NetError::Other(format!(
                 "eager receive of {len} bytes with {} receives posted",
-                self.posted.len() + self.done.len()
+                self.posted.len()
             )));
         }
         // SAFETY: the caller guarantees `data..data+len` is writable for
@@ -312,9 +363,144 @@ impl RecvComm for MemRecv {
             Ok(Some(n)) => Ok(Some(n)),
             other => {
                 // Not arrived (or failed): nothing stays posted.
-                self.posted.clear();
+                if let Some(idx) = self.posted.live(req) {
+                    self.report(idx);
+                }
                 other
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(eager_max: usize) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
+        let net = MemNet::with_eager(eager_max);
+        let mut l = net.listen().unwrap();
+        let mut c = net.connect(l.handle()).unwrap();
+        let s = c.poll_connect().unwrap().unwrap();
+        let r = l.accept().unwrap().unwrap();
+        (s, r)
+    }
+
+    fn is_unknown<T: std::fmt::Debug>(r: NetResult<T>) -> bool {
+        matches!(r, Err(NetError::Other(m)) if m.contains("unknown request"))
+    }
+
+    #[test]
+    fn requests_are_numbered_from_one_and_reported_once() {
+        let (mut s, mut r) = pair(0);
+        let msgs = [[1u8; 4], [2; 4], [3; 4]];
+        let mut bufs = [[0u8; 4]; 3];
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        for (m, b) in msgs.iter().zip(bufs.iter_mut()) {
+            // SAFETY: `m` outlives the request, tested below.
+            sends.push(unsafe { s.isend(m.as_ptr(), 4, 7, None) }.unwrap().unwrap());
+            // SAFETY: `b` outlives the request and is not touched until then.
+            recvs.push(
+                unsafe { r.irecv(b.as_mut_ptr(), 4, 7, None) }
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(sends, [Request(1), Request(2), Request(3)]);
+        assert_eq!(recvs, [Request(1), Request(2), Request(3)]);
+        // Out of order: the last first.
+        assert_eq!(r.test(recvs[2]).unwrap(), Some(4));
+        assert_eq!(r.test(recvs[0]).unwrap(), Some(4));
+        assert_eq!(r.test(recvs[1]).unwrap(), Some(4));
+        for req in [sends[1], sends[0], sends[2]] {
+            assert!(s.test(req).unwrap());
+        }
+        assert_eq!(bufs, msgs);
+        for req in recvs.iter().copied().chain([Request(0), Request(9)]) {
+            assert!(is_unknown(r.test(req)), "receive {req:?}");
+        }
+        for req in sends.iter().copied().chain([Request(0), Request(9)]) {
+            assert!(is_unknown(s.test(req)), "send {req:?}");
+        }
+    }
+
+    #[test]
+    fn a_receive_completes_only_when_its_message_arrives() {
+        let (mut s, mut r) = pair(0);
+        let mut b = [0u8; 8];
+        // SAFETY: `b` outlives the request.
+        let req = unsafe { r.irecv(b.as_mut_ptr(), 8, 1, None) }
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.test(req).unwrap(), None);
+        let m = *b"abc";
+        // SAFETY: `m` outlives the call (the send copies).
+        let sreq = unsafe { s.isend(m.as_ptr(), 3, 1, None) }.unwrap().unwrap();
+        assert_eq!(r.test(req).unwrap(), Some(3));
+        assert_eq!(&b[..3], b"abc");
+        assert!(s.test(sreq).unwrap());
+    }
+
+    fn recv_eager(r: &mut Box<dyn RecvComm>, b: &mut [u8]) -> NetResult<Option<usize>> {
+        // SAFETY: `b` is writable for the call.
+        unsafe { r.recv_eager(b.as_mut_ptr(), b.len(), 5) }
+    }
+
+    #[test]
+    fn eager_paths_leave_no_request_behind() {
+        let (mut s, mut r) = pair(16);
+        let mut b = [0u8; 16];
+        assert_eq!(recv_eager(&mut r, &mut b).unwrap(), None);
+        let m = [9u8; 5];
+        // SAFETY: `m` is readable for the call.
+        assert!(unsafe { s.send_eager(m.as_ptr(), 5, 5) }.unwrap());
+        assert_eq!(recv_eager(&mut r, &mut b).unwrap(), Some(5));
+        assert_eq!(b[..5], m);
+        // Neither side holds a request: a posted receive gets the next id,
+        // and an eager receive is allowed again once it is reported.
+        // SAFETY: as above.
+        assert!(unsafe { s.send_eager(m.as_ptr(), 5, 5) }.unwrap());
+        // SAFETY: `b` outlives the request.
+        let req = unsafe { r.irecv(b.as_mut_ptr(), 16, 5, None) }
+            .unwrap()
+            .unwrap();
+        assert_eq!(req, Request(3));
+        assert!(recv_eager(&mut r, &mut b).is_err());
+        assert_eq!(r.test(req).unwrap(), Some(5));
+        assert_eq!(recv_eager(&mut r, &mut b).unwrap(), None);
+        // SAFETY: `m` outlives the request (the send copies).
+        let sreq = unsafe { s.isend(m.as_ptr(), 5, 5, None) }.unwrap().unwrap();
+        assert_eq!(sreq, Request(1));
+    }
+
+    #[test]
+    fn mismatches_fail() {
+        let (mut s, mut r) = pair(0);
+        let m = [0u8; 8];
+        let mut b = [0u8; 4];
+        // SAFETY: `m` outlives the request (the send copies).
+        unsafe { s.isend(m.as_ptr(), 4, 2, None) }.unwrap();
+        // SAFETY: `b` outlives the request.
+        let req = unsafe { r.irecv(b.as_mut_ptr(), 4, 1, None) }
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            r.test(req),
+            Err(NetError::TagMismatch {
+                expected: 1,
+                got: 2
+            })
+        ));
+        let (mut s, mut r) = pair(0);
+        // SAFETY: as above.
+        unsafe { s.isend(m.as_ptr(), 8, 1, None) }.unwrap();
+        // SAFETY: as above.
+        let req = unsafe { r.irecv(b.as_mut_ptr(), 4, 1, None) }
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            r.test(req),
+            Err(NetError::Truncated { posted: 4, got: 8 })
+        ));
     }
 }

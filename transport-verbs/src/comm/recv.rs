@@ -11,8 +11,7 @@ use crate::regcache::{EntryId, RegCache};
 use crate::sys;
 use crate::verbs::{Mr, RegisteredBuf, ACCESS_REMOTE_WRITE};
 use crate::wire::{Cts, Record, RecordStatus, CTS_BYTES, RECORD_BYTES};
-use nccl_net::{MemHandle, NetError, NetResult, RecvComm, Request};
-use std::collections::VecDeque;
+use nccl_net::{MemHandle, NetError, NetResult, RecvComm, Request, RequestQueue};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +21,7 @@ enum Dest {
 }
 
 struct RecvOp {
+    /// Message sequence number: the request id minus 1.
     seq: u64,
     data: *mut u8,
     cap: usize,
@@ -30,7 +30,6 @@ struct RecvOp {
     imms: u32,
     record: Option<Record>,
     done: Option<usize>,
-    reported: bool,
 }
 
 /// The receiver's registered buffers, made before the handshake.
@@ -63,8 +62,7 @@ pub(crate) struct VerbsRecvComm {
     fifo_addr: u64,
     fifo_rkey: u32,
     cache: RegCache<Mr>,
-    q: VecDeque<RecvOp>,
-    next_seq: u64,
+    q: RequestQueue<RecvOp>,
     next_cts: u64,
     cts_free: u32,
 }
@@ -86,11 +84,16 @@ impl VerbsRecvComm {
             fifo_addr,
             fifo_rkey,
             cache: RegCache::new(),
-            q: VecDeque::with_capacity(SLOTS),
-            next_seq: 0,
+            q: RequestQueue::with_capacity(SLOTS),
             next_cts: 0,
             cts_free: RECV_SIDE_SQ,
         }
+    }
+
+    /// Sequence number of the next message: request ids start at 1, one
+    /// per message, so this never drifts from the queue's ids.
+    fn next_seq(&self) -> u64 {
+        self.q.next_id() - 1
     }
 
     fn bounce_ptr(&self, slot: usize) -> *mut u8 {
@@ -113,7 +116,7 @@ impl VerbsRecvComm {
 
     /// Writes clear-to-send entries for receives that have none yet.
     fn post_cts(&mut self) {
-        while self.next_cts < self.next_seq && self.cts_free > 0 && self.conn.fault.is_none() {
+        while self.next_cts < self.next_seq() && self.cts_free > 0 && self.conn.fault.is_none() {
             let seq = self.next_cts;
             let slot = (seq % SLOTS as u64) as usize;
             let op = &self.q[(seq - self.q[0].seq) as usize];
@@ -291,12 +294,6 @@ impl VerbsRecvComm {
             }
         }
     }
-
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-        }
-    }
 }
 
 impl RecvComm for VerbsRecvComm {
@@ -380,9 +377,8 @@ impl RecvComm for VerbsRecvComm {
                 )
             }
         };
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.q.push_back(RecvOp {
+        let seq = self.next_seq();
+        let req = self.q.push(RecvOp {
             seq,
             data,
             cap: len,
@@ -391,30 +387,17 @@ impl RecvComm for VerbsRecvComm {
             imms: 0,
             record: None,
             done: None,
-            reported: false,
         });
         self.progress();
-        Ok(Some(Request(seq + 1)))
+        Ok(Some(req))
     }
 
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
-        let Some(seq) = req.0.checked_sub(1) else {
-            return Err(unknown_request(req));
-        };
-        let idx = match self.q.front() {
-            Some(f) if seq >= f.seq && ((seq - f.seq) as usize) < self.q.len() => {
-                (seq - f.seq) as usize
-            }
-            _ => return Err(unknown_request(req)),
-        };
-        if self.q[idx].reported {
-            return Err(unknown_request(req));
-        }
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
+        // `progress` pops nothing, so `idx` stays valid.
         self.progress();
-        let op = &mut self.q[idx];
-        if let Some(size) = op.done {
-            op.reported = true;
-            self.pop_reported();
+        if let Some(size) = self.q[idx].done {
+            self.q.report(idx);
             return Ok(Some(size));
         }
         match self.conn.error() {

@@ -13,7 +13,7 @@ use crate::regcache::{EntryId, RegCache};
 use crate::sys;
 use crate::verbs::{Mr, RegisteredBuf, ACCESS_REMOTE_WRITE};
 use crate::wire::{CTS_BYTES, RECORD_BYTES};
-use nccl_net::{MemHandle, NetError, NetResult, Request, SendComm};
+use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ enum Source {
 }
 
 struct SendOp {
+    /// Message sequence number: the request id minus 1.
     seq: u64,
     len: usize,
     tag: u32,
@@ -37,7 +38,6 @@ struct SendOp {
     posted: bool,
     done: bool,
     error: Option<Fault>,
-    reported: bool,
 }
 
 /// The sending half of a verbs connection.
@@ -51,8 +51,7 @@ pub(crate) struct VerbsSendComm {
     remote_records: u64,
     remote_rkey: u32,
     cache: RegCache<Mr>,
-    q: VecDeque<SendOp>,
-    next_seq: u64,
+    q: RequestQueue<SendOp>,
     next_post: u64,
     sq_free: Vec<u32>,
     /// Per QP: send-queue entries freed by each outstanding signaled WR.
@@ -121,8 +120,7 @@ impl VerbsSendComm {
             remote_records,
             remote_rkey,
             cache: RegCache::new(),
-            q: VecDeque::with_capacity(SLOTS),
-            next_seq: 0,
+            q: RequestQueue::with_capacity(SLOTS),
             next_post: 0,
             sq_free: vec![sq_depth; nqps],
             sq_batches: vec![VecDeque::with_capacity(SLOTS); nqps],
@@ -159,10 +157,10 @@ impl VerbsSendComm {
         self.conn.check_peer(pending);
     }
 
-    fn pop_reported(&mut self) {
-        while self.q.front().is_some_and(|op| op.reported) {
-            self.q.pop_front();
-        }
+    /// Sequence number of the next message: request ids start at 1, one
+    /// per message, so this never drifts from the queue's ids.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.q.next_id() - 1
     }
 }
 
@@ -234,7 +232,7 @@ impl SendComm for VerbsSendComm {
                 "send of {len} bytes exceeds the {MAX_MESSAGE_BYTES} byte limit"
             )));
         }
-        let seq = self.next_seq;
+        let seq = self.next_seq();
         let slot = (seq % SLOTS as u64) as usize;
         let (src, lkey, src_addr) = match mr {
             Some(h) => {
@@ -270,8 +268,7 @@ impl SendComm for VerbsSendComm {
                 (Source::Reg(id), key, data as u64)
             }
         };
-        self.next_seq += 1;
-        self.q.push_back(SendOp {
+        let req = self.q.push(SendOp {
             seq,
             len,
             tag,
@@ -282,34 +279,22 @@ impl SendComm for VerbsSendComm {
             posted: false,
             done: false,
             error: None,
-            reported: false,
         });
         self.progress();
-        Ok(Some(Request(seq + 1)))
+        Ok(Some(req))
     }
 
     fn test(&mut self, req: Request) -> NetResult<bool> {
-        let Some(seq) = req.0.checked_sub(1) else {
-            return Err(unknown_request(req));
-        };
-        let idx = match self.q.front() {
-            Some(f) if seq >= f.seq && ((seq - f.seq) as usize) < self.q.len() => {
-                (seq - f.seq) as usize
-            }
-            _ => return Err(unknown_request(req)),
-        };
-        if self.q[idx].reported {
-            return Err(unknown_request(req));
-        }
+        let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
+        // `progress` pops nothing, so `idx` stays valid.
         self.progress();
-        let op = &mut self.q[idx];
+        let op = &self.q[idx];
         if let Some(f) = &op.error {
             return Err(f.to_error(&self.conn.peer, &self.conn.port.name()));
         }
         if op.done {
             debug_assert!(op.posted);
-            op.reported = true;
-            self.pop_reported();
+            self.q.report(idx);
             return Ok(true);
         }
         match self.conn.error() {

@@ -28,7 +28,7 @@ impl VerbsSendComm {
     /// Posts the next send if its clear-to-send has arrived and the send
     /// queues have room. Returns whether it posted.
     pub(super) fn post_next(&mut self) -> bool {
-        if self.next_post == self.next_seq {
+        if self.next_post == self.next_seq() {
             return false;
         }
         let seq = self.next_post;
