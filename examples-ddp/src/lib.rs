@@ -39,8 +39,8 @@
 //!   a `GradStore`, so with candle the all-reduce could only start after
 //!   backward, and the example could not show the overlap that
 //!   `all_reduce_async` exists for. (2) candle-core with its gemm kernels
-//!   takes many minutes to build in release on the project's 2-core
-//!   machines, in every CI run, for a model of a few thousand parameters.
+//!   takes many minutes to build in release on a small CI machine, in
+//!   every CI run, for a model of a few thousand parameters.
 //!   A small MLP with explicit backprop ([`mlp`]) is checked against
 //!   finite differences in its unit tests.
 //!

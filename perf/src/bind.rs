@@ -4,15 +4,11 @@
 //! `n` gets CPU `cpus[r * cpus.len() / n]`, i.e. one CPU each while there
 //! are enough, and otherwise neighbouring ranks share a CPU (blocks of
 //! `n / cpus.len()`). Left unbound, the scheduler moves ranks between CPUs
-//! and sometimes stacks two busy ones on one CPU while the other idles.
-//! Measured on the 2-core development machine (`ncclrun -n N <tool> -n 1000
-//! -c 0`, two interleaved runs, bound against unbound): 2 ranks, 32 KiB
-//! all-gather 11.3–12.0 → 5.8–5.9 µs and broadcast 12.2–12.9 → 6.6–7.0 µs,
-//! 2 MiB all-gather 268–275 → 233–236 µs, the rest within noise; 4 ranks,
-//! 8-byte all-reduce 2.5 or 4.0 µs from run to run unbound (five runs),
-//! 2.4–2.6 µs bound in blocks and 2.5–2.9 µs bound round-robin; all-reduce
-//! 16–256 KiB 10–35% faster in blocks, all-gather as fast or faster, 4 MiB
-//! within noise. `mpirun` binds 2 ranks to cores by default likewise (and
+//! and sometimes stacks two busy ones on one CPU while the other idles, so
+//! unbound latencies vary from run to run (bound, small and middle-sized
+//! collectives ran up to twice as fast). Blocks of neighbouring ranks beat
+//! round-robin when ranks share CPUs, since neighbours in the ring then
+//! hand data over within one CPU. `mpirun` binds 2 ranks to cores by default likewise (and
 //! leaves oversubscribed ranks unbound). `ncclrun --bind none` leaves them
 //! to the scheduler (say, for several jobs sharing the machine).
 

@@ -282,7 +282,7 @@ fn print_header(
     Ok(())
 }
 
-/// This machine's name up to the first dot, as nccl-tests prints it.
+/// This host's name up to the first dot, as nccl-tests prints it.
 fn hostname() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

@@ -30,60 +30,23 @@
 //!   its pages are the socket's buffer until read (see the `lanes` and
 //!   `wire` modules).
 //!
-//! # Sockets and helper threads: measurements and defaults
-//! The defaults, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3
-//! data sockets serviced by the thread calling `test` (no helper threads),
-//! were chosen by `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n 2
-//! all_reduce_perf -b S -e S -n 20 -w 5 -c 0` (release build), the
-//! configurations interleaved, on the project's 2-core machine. `NS:NT` is
-//! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`; time per op, median of the
-//! runs (bus bandwidth in GB/s).
+//! # Sockets and helper threads: the defaults
+//! [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3 data sockets,
+//! serviced by the thread calling `test` (no helper threads). Why:
+//! * More sockets let the kernel overlap more per-socket work (buffers,
+//!   acknowledgements) on messages of 16 MiB and more; a fourth socket did
+//!   not pay. Small messages never leave the control socket, so 8-byte
+//!   latency does not depend on the count.
+//! * Helper threads cost more than they give while the ranks' own threads
+//!   fill the cores: every helper wake-up is a context switch that takes a
+//!   core from a thread doing copies (2-2.5× slower at 1 MiB and more).
+//!   This was fitted on a 2-core VM; on hosts with more cores than ranks,
+//!   `NCCL_SOCKET_NTHREADS=2..4` is worth measuring.
 //!
-//! Quiet machine (no other jobs; load 1.9-3.6, the benchmark's own two
-//! ranks included), 3 runs each:
-//!
-//! | size | 1:1 (one socket) | 2:1 | 1:2 (2 helpers) | 1:4 (4 helpers) |
-//! |------|-----|-----|-----|-----|
-//! | 64 MiB | 64.9 ms (1.03) | 78.8 ms (0.85) | 141.8 ms (0.47) | 114.4 ms (0.59) |
-//! | 16 MiB | 9.6 ms (1.74) | 8.0 ms (2.11) | 20.7 ms (0.81) | 22.7 ms (0.74) |
-//! | 1 MiB | 321 us (3.26) | 321 us (3.27) | 685 us (1.53) | 613 us (1.71) |
-//! | 8 B | 5.75 us | 5.56 us | 5.37 us | 5.53 us |
-//!
-//! and a second batch without helpers, 4 runs each:
-//!
-//! | size | 1:1 | 2:1 | 4:1 |
-//! |------|-----|-----|-----|
-//! | 64 MiB | 57.3 ms (1.17) | 56.5 ms (1.19) | 48.1 ms (1.41) |
-//! | 16 MiB | 7.9 ms (2.14) | 7.5 ms (2.25) | 7.1 ms (2.37) |
-//!
-//! Helper threads do not pay on 2 cores: the two ranks' engine threads
-//! already fill both cores, and every helper wake-up is a context switch
-//! that takes a core from a thread doing copies (2-2.5× slower at ≥ 1 MiB).
-//! Striping over 4 sockets without helpers gains 5-15% at ≥ 16 MiB (the
-//! kernel's per-socket buffers and acknowledgements overlap more work);
-//! small messages never leave the control socket, so 8-byte latency is
-//! unchanged. On a machine shared with other jobs (load 8-16) the picture
-//! reversed: helper threads won 3-4× at ≥ 16 MiB because more runnable
-//! threads got a larger share of the contended cores; that is a scheduling
-//! artefact, not a property of the transport. On hosts with more cores
-//! than ranks, `NCCL_SOCKET_NTHREADS=2..4` is worth measuring.
-//!
-//! Four sockets were the default until the data path got faster (64 MiB
-//! all-reduce 48 → 24 ms); measured again on the later code, every
-//! collective at 16 and 64 MiB, three interleaved rounds at 2 ranks
-//! (`-n 40` / `-n 15`) and two at 4 ranks (`-n 300` / `-n 20`), medians:
-//!
-//! | ranks, op, size | 1:1 | 2:1 | 3:1 | 4:1 |
-//! |------|-----|-----|-----|-----|
-//! | 2, broadcast (in place) 64 MiB | 10.4–13.4 ms | 12.1–13.8 ms | 11.7–12.4 ms | 16.1–17.2 ms |
-//! | 2, all-to-all 64 MiB | 14.4–19.3 ms | 14.2–15.3 ms | 14.5–23.8 ms | 14.9–15.6 ms |
-//! | 2, all-reduce 16 MiB | 5.0–5.4 ms | 4.2–4.4 ms | 4.3–4.4 ms | 4.4–4.5 ms |
-//! | 2, all-gather 64 MiB | 15.4–16.8 ms | 11.9–12.3 ms | 11.7–12.1 ms | 11.6–18.1 ms |
-//! | 4, all-reduce 16 MiB | | 27.9–29.0 ms | 24.7–26.2 ms | 29.4–30.8 ms |
-//! | 4, broadcast 16 MiB | | 12.3–13.7 ms | 11.1–12.6 ms | 13.7–14.9 ms |
-//! | 4, all-gather 16 MiB | | 13.8–15.4 ms | 10.9–12.1 ms | 13.6–14.5 ms |
-//!
-//! (64 KiB–1 MiB alike within noise.) Hence three.
+//! Measure a host with `NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ncclrun -n
+//! 2 all_reduce_perf -b S -e S -c 0` under each
+//! `NCCL_NSOCKS_PERTHREAD:NCCL_SOCKET_NTHREADS`, compared in paired rounds
+//! (`scripts/paired.sh`).
 //!
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
@@ -107,34 +70,26 @@ use nccl_net::{Connector, Listener, Net, NetError, NetResult, Properties, PtrSup
 use std::net::IpAddr;
 
 /// Default data sockets per helper thread (`NCCL_NSOCKS_PERTHREAD`); see
-/// the crate docs for the measurement behind it.
+/// the crate docs for why.
 pub const DEFAULT_NSOCKS_PERTHREAD: usize = 3;
 /// Default helper threads per comm (`NCCL_SOCKET_NTHREADS`); see the crate
-/// docs for the measurement behind it.
+/// docs for why.
 pub const DEFAULT_NTHREADS: usize = 1;
 /// Default `SO_SNDBUF` / `SO_RCVBUF` size.
 pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
-/// Default [`TcpOptions::splice_min_bytes`]. 2 ranks over loopback,
-/// broadcast (the root only sends), six paired rounds of
-/// `scripts/paired.sh` with splicing off against on from this size:
-/// 128 KiB x0.86 (two 64 KiB pieces: the acknowledgement's round trip
-/// costs more than the copy saves), 256 KiB x1.16, 1 MiB x1.15-1.41,
-/// 16 MiB x1.13, 64 MiB x1.04-1.06 (on an earlier host; for larger
-/// messages see [`DEFAULT_SPLICE_MAX_BYTES`]). One direction of the transport alone
-/// (`examples/loopback_bw`, 3 sockets): 1 MiB messages 2.1-2.4 -> 2.7-4.5
-/// GB/s, 4 MiB 3.3-3.4 -> 3.8-3.9 GB/s, 16 and 64 MiB alike (1.6-2.1 GB/s:
-/// buffers larger than the cache).
+/// Default [`TcpOptions::splice_min_bytes`]. Below it a striped message
+/// is two or three 64 KiB pieces, and the acknowledgement's round trip
+/// costs more than the copy saves (128 KiB lost 14%; 256 KiB and more
+/// gained 5-40%, measured in paired rounds of a 2-rank broadcast over
+/// loopback).
 pub const DEFAULT_SPLICE_MIN_BYTES: usize = 256 << 10;
 /// Default [`TcpOptions::splice_max_bytes`]. A spliced message leaves the
 /// sender's core idle and makes the receiver's copy read the sender's
 /// pages, where it would read socket buffers the sender has just written:
 /// that pays while those pages are in a cache, not once the buffer is
-/// larger. 2 ranks over loopback, broadcast (the root only sends, 2 MiB
-/// messages from 2 MiB up), paired rounds of `scripts/paired.sh` on the
-/// 2-core AMD EPYC host of 2026-12-03, spliced against copied: 512 KiB
-/// x0.92, 1 MiB x0.64 and x0.82 (spliced faster); 2 MiB x1.84, 4 MiB
-/// x1.42, 8 MiB x1.33, 16 MiB x1.63 and x1.75 (1 MiB messages there:
-/// x1.10), 64 MiB x1.61 (copied faster).
+/// larger. Fitted on a 2-core VM (2-rank broadcast over loopback: spliced
+/// faster up to 1 MiB, copied 1.3-1.8× faster from 2 MiB); revisit on real
+/// hardware.
 pub const DEFAULT_SPLICE_MAX_BYTES: usize = 1 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.

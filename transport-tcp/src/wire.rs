@@ -25,11 +25,10 @@
 //! into page fragments it fills back to back per *thread*
 //! (`current->task_frag`: one fragment for every socket a thread writes
 //! to), and later from those fragments into the receiver's buffer. On AMD
-//! Zen (the development machine is an EPYC of family 25) `rep movsb` runs
-//! 15 times slower when its destination lies 1 to 15 bytes after its
-//! source modulo 4096 (cache-hot 256 KiB copies: 3 GB/s at distances 4, 8
-//! and 12, 28-31 GB/s at 16 and 24, 46-52 GB/s at 0 and from 32 on; glibc's
-//! `memcpy` has the same cliff between 4 KiB and 1 MiB). The old 12-byte
+//! Zen (seen on an EPYC of family 25) `rep movsb` runs about 15 times
+//! slower when its destination lies 1 to 15 bytes after its source modulo
+//! 4096, and somewhat slower up to 31 (glibc's `memcpy` has the same cliff
+//! between 4 KiB and 1 MiB). The old 12-byte
 //! header put the payload 12 bytes into the fragment, so a buffer from
 //! `malloc` (16 bytes into its page) on both sides was received at distance
 //! 4: every byte of every message, striped ones too, since the header had
@@ -40,10 +39,8 @@
 //! copy runs at a distance that is a multiple of 64, and the receive copy
 //! at the receiver's buffer offset minus the sender's (modulo 64): 0 when
 //! both buffers sit alike in their cache lines, as a collective's buffers
-//! usually do. 2 ranks over loopback, 1 MiB, 12-byte header against
-//! 16-byte (a first cut of this), ten paired runs: all-gather 289 -> 158
-//! us (one socket: 400 -> 137 us), all-reduce 612 -> 312 us, all-to-all 288
-//! -> 152 us.
+//! usually do. Staying off the cliff made 1 MiB collectives over loopback
+//! about twice as fast.
 
 /// Every write is a whole number of these bytes.
 pub(crate) const UNIT: usize = 64;

@@ -129,7 +129,7 @@ impl GdrConfig {
     }
 }
 
-/// What this machine supports for one device.
+/// What this host supports for one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GdrSupport {
     /// The device says GPUDirect RDMA works (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`).

@@ -75,7 +75,7 @@ pub enum CudaError {
     /// `NCCL_CUDA_DISABLE` is set.
     #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
     Disabled,
-    /// No driver library on this machine.
+    /// No driver library on this host.
     #[error(
         "the CUDA driver library (libcuda.so.1) was not found: no NVIDIA driver on this machine"
     )]

@@ -2,9 +2,9 @@
 //! transparent huge pages, where the kernel allows it.
 //!
 //! A co-located peer reads a heap buffer with `process_vm_readv`, which
-//! pins every page it reads: on 4 KiB pages that costs as much again as the
-//! copy (`copy_floor`: 1.5–2.3× `memcpy` at 16–64 MiB on the development
-//! machine), on 2 MiB pages almost nothing (`copy_floor --thp`: 0.91–1.07×).
+//! pins every page it reads: on 4 KiB pages that can cost as much again as
+//! the copy, on 2 MiB pages almost nothing (`copy_floor` against
+//! `copy_floor --thp` shows both on a host).
 //! Kernels configured `madvise` (`/sys/kernel/mm/transparent_hugepage/
 //! enabled`) give huge pages only to memory that asks, so registering a
 //! buffer (`ncclCommRegister`, [`prefer_huge_pages`]) asks for its whole
@@ -91,9 +91,8 @@ pub fn forget_huge_pages(ptr: *const u8, len: usize) {
 /// lie in a range that registration advised or collapsed onto huge pages
 /// and that is still registered: a co-located reader's `process_vm_readv` then costs
 /// about what a `memcpy` does, so copying such a buffer into shared memory
-/// first (the staged single-copy sends) only adds a copy. Paired rounds,
-/// registered buffers (`-H 1`), staged against not: 2 ranks all-to-all 16
-/// MiB x0.90, 64 MiB x0.86; 4 ranks 16 MiB x0.87. A range freed and reused
+/// first (the staged single-copy sends) only adds a copy, which measured
+/// 10-15% slower. A range freed and reused
 /// unregistered, or split back into small pages by the kernel, only costs
 /// speed: the data path is the same either way (and so does a range that
 /// was advised while partly faulted in on small pages, and not collapsed).
@@ -160,11 +159,10 @@ fn huge_ranges() -> std::sync::MutexGuard<'static, HugeRanges> {
 /// [`prefer_huge_pages`] for a buffer of elements (a `Vec`, a slice of a
 /// larger allocation): what registering it with a communicator does for
 /// host memory (`ncclCommRegister`). Worth it for buffers used again and
-/// again: collapsing copies each 2 MiB page once (62 MiB: 23-139 ms on the
-/// development machine); then, 2 ranks on heap buffers, paired rounds
-/// against the same buffers unregistered: all-to-all 16 MiB x1.53, 64 MiB
-/// x1.45, broadcast 16 MiB x2.08, all-reduce 64 MiB x1.11; over TCP,
-/// broadcast 64 MiB x1.28. While registered (until [`forget_huge_pages`]),
+/// again: collapsing copies each 2 MiB page once, up front, and afterwards
+/// co-located peers read the buffer without pinning 4 KiB pages (large
+/// all-to-alls and broadcasts on heap buffers ran up to 2x faster). While
+/// registered (until [`forget_huge_pages`]),
 /// calls on the buffer are not staged through shared memory.
 pub fn register_host_buffer<T: crate::datatype::Element>(buf: &[T]) -> HugePages {
     prefer_huge_pages(buf.as_ptr().cast(), std::mem::size_of_val(buf))

@@ -1,23 +1,16 @@
 //! Plain copies that stay off the short-distance `rep movsb` cliff.
 //!
 //! glibc's `memcpy` copies with `rep movsb` between about 4 KiB and 1 MiB
-//! on CPUs with fast string moves. On AMD Zen (the development machine is
-//! an EPYC of family 25) `rep movsb` runs 15 times slower when the
-//! destination lies 1 to 15 bytes after the source modulo 4096, and about
-//! 1.5 times slower up to 31: cache-hot copies on the development machine,
-//! glibc 2.36, GB/s at distances 0 / 4 / 16 / 32:
-//!
-//! | size | 0 | 4 | 16 | 32 |
-//! |------|---|---|----|----|
-//! | 16 KiB | 62 | 3 | 52 | 104 |
-//! | 64 KiB | 49 | 2 | 30 | 47 |
-//! | 256 KiB | 55 | 3 | 56 | 56 |
+//! on CPUs with fast string moves. On AMD Zen (seen on an EPYC of family
+//! 25) `rep movsb` runs about 15 times slower when the destination lies 1
+//! to 15 bytes after the source modulo 4096, and about 1.5 times slower up
+//! to 31 (`copy_floor -d 4` against `-d 0` shows whether a CPU has it).
 //!
 //! Which distance a copy gets depends on where the caller's buffers and the
 //! ring positions fall: an all-gather of 1025 `f32`s copies its own block
 //! at distance 4. Such copies here go through a loop of unaligned 32-byte
-//! vector loads and stores instead, which runs at 42-59 GB/s at every
-//! distance (AVX2, the same sizes); every other copy stays with `memcpy`.
+//! vector loads and stores instead (AVX2), which runs at `memcpy`'s speed at
+//! every distance; every other copy stays with `memcpy`.
 //! (The kernel's copies, for sockets and `process_vm_readv`, have the same
 //! cliff; the TCP transport lays its stream out to avoid it.)
 

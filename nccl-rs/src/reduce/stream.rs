@@ -8,14 +8,9 @@
 /// A rank whose output has at least [`stream_output_min`] bytes copies with
 /// streaming stores (the output will not stay in the caches anyway): half
 /// the last-level cache the kernel reports, within these bounds (the upper
-/// one where it reports none). Measured at 2 ranks (`ncclrun -n 2 <tool> -b
-/// S -e S -R 1`, zero copy) on a development machine whose buffers of 16
-/// MiB stayed in its large cache: at 64 MiB all-gather 14.8 → 10.1 ms,
-/// all-to-all 15.7 → 12–13 ms, broadcast 12.8 → 6.8 ms; at 16 MiB streaming
-/// lost 5–25%. On one with 32 MiB of L3 (`/sys`; a plain `memcpy` of 8 MiB
-/// runs at half the speed of one of 4 MiB there), six paired rounds at 16
-/// MiB: all-gather 4.05 → 2.44 ms, all-to-all 3.76 → 2.58 ms; on heap
-/// buffers (the own block's copy) 4.69 → 4.45 and 4.93 → 4.18 ms.
+/// one where it reports none). Why half: streaming only pays once the output
+/// no longer stays in the cache. Below that size it lost 5-25%, and above
+/// it zero-copy collectives ran 1.2-1.9x faster.
 pub(crate) const STREAM_OUTPUT_MIN: usize = 32 << 20;
 /// ... and at least this (the smallest half-cache that counts).
 pub(crate) const STREAM_OUTPUT_FLOOR: usize = 4 << 20;

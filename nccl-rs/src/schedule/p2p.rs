@@ -70,16 +70,9 @@ fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, own: bool) 
 /// ranks, rank 1 receives first instead, so that both ranks read rank 0's
 /// input at the same time (rank 0 copying it, rank 1 reading it across
 /// processes), then rank 1's: each input comes from memory once and is
-/// shared in the caches. 2 ranks, single copy, out of place, three
-/// sittings of three interleaved runs (`ncclrun -n 2 all_gather_perf
-/// -c 1`) on a loaded machine: 1 MiB 178–203 → 162–193 µs, 4 MiB 780–871
-/// → 641–829 µs, 16 MiB 2.85–3.35 → 2.42–3.12 ms, 64 MiB 9.9–11.0 →
-/// 8.9–10.8 ms (the gain 3–20%, larger the slower the memory); on a quiet
-/// one (where the inputs stay in the caches) within noise. At 4
-/// ranks the same rank order (everyone reading rank 0's input first, then
-/// rank 1's, ...) lost in place (4 MiB 1.38–1.44 → 1.60–1.67 ms, 64 MiB
-/// 17.9–19.2 → 20.0–20.5 ms: three readers of one input at once), so more
-/// ranks keep one reader per input.
+/// shared in the caches (a gain of a few to 20%, larger the slower the
+/// memory). At more ranks the same order puts several readers on one input
+/// at once, which lost, so more ranks keep one reader per input.
 pub fn all_gather_direct(n: usize, r: usize, count: usize) -> Schedule {
     let mut steps = Vec::with_capacity(2 * n);
     for s in 1..n {

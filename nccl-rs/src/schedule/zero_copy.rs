@@ -168,13 +168,10 @@ pub fn zero_copy(coll: ZcColl, n: usize, r: usize) -> Vec<ZcStep> {
         ZcColl::AllGather { send_count } => {
             // In rank order, the same on every rank: all ranks copy the
             // same input at a time (its owner into its own output), so each
-            // input is read from memory once and shared in the caches.
-            // Against each rank starting with the next rank's part (every
-            // rank reading a different input at a time), 2 ranks out of
-            // place, three interleaved runs on a loaded machine: 1 MiB
-            // 147–155 → 133–142 µs, 16 MiB 2.38–2.53 → 2.02–2.26 ms, 64 MiB
-            // 6.5–6.8 → 5.2–5.5 ms; 4 ranks 4 MiB 1.24–1.38 → 1.08–1.10 ms,
-            // 16 MiB 4.6 → 4.1–4.3 ms; in place within noise.
+            // input is read from memory once and shared in the caches. That
+            // beat each rank starting with the next rank's part (every rank
+            // reading a different input at a time) by 10-20% out of place
+            // at 1-64 MiB.
             for q in 0..n {
                 steps.push(ZcStep::Copy {
                     src: at(ZcBuf::In(q), 0),
@@ -194,7 +191,7 @@ pub fn zero_copy(coll: ZcColl, n: usize, r: usize) -> Vec<ZcStep> {
             // where the root has no copy of its own to make, every output
             // but the root's is cut in `n` parts and each rank copies its
             // part into all of them. (Sharing out of place, among the other
-            // ranks, measured slower at 4 ranks: 16 MiB 2.0 → 2.4 ms.)
+            // ranks, measured slower.)
             if r == root {
                 steps.push(ZcStep::Copy {
                     src: at(ZcBuf::In(root), 0),

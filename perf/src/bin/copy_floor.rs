@@ -20,8 +20,8 @@
 //! `copy_floor --pair [A B]` instead times a cache-line round trip between
 //! two CPUs (default the first two this process may run on): one number
 //! in ns, the median of 20 bursts. On a virtual machine it tells where the
-//! host put the two vCPUs right now; on the development machine it moves
-//! between about 25-90 ns (they share a core or a cache) and 330-360 ns (they do not)
+//! host put the two vCPUs right now: tens of ns while they share a core or
+//! a cache, hundreds while they do not. Some hosts move them between the two
 //! within seconds, and every copy between two ranks' cores moves with it. The source buffer lives in a child
 //! process (this program run as `copy_floor --serve <bytes>`), which fills
 //! it once and waits for its standard input to close. For both cores busy,

@@ -168,8 +168,7 @@ impl TcpRecvComm {
     /// default for such a socket, every small message costs a pure ACK
     /// segment through the sender's stack and ours; delayed, one per two
     /// messages does (and one per two full segments for large ones, as
-    /// before). 2 ranks on loopback, 8-byte messages: 4 segments per
-    /// all-gather -> 3 (`nstat`).
+    /// before; `nstat` counts the segments).
     fn delay_acks(&mut self) {
         let now = Instant::now();
         if self

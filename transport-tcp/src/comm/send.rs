@@ -135,17 +135,12 @@ impl TcpSendComm {
     /// striped, and this thread receives nothing meanwhile. A spliced
     /// message leaves the only copy to the receiver; that pays when the
     /// sender would otherwise spend its core copying into the socket and
-    /// nothing else (2 ranks over loopback, ten paired rounds: broadcast
-    /// 1 MiB x1.41; 16 MiB x1.13 on an earlier host, x0.57-0.61 on today's,
-    /// see [`crate::DEFAULT_SPLICE_MAX_BYTES`]), but not when each side also
-    /// receives: all-gather 16 MiB x0.89, all-to-all x0.96; measured again
-    /// with splicing forced on for both ranks, all-gather 1-64 MiB
-    /// x0.87-1.05. `perf` of the 16 MiB all-gather shows why: the send copy
-    /// (21% of both CPUs) goes, but the receive copy grows from 21% to 29%,
-    /// since it now reads the sender's pages rather than socket buffers the
-    /// sender has just written, and pinning the pages for `vmsplice` takes
-    /// 5%. The same holds for a
-    /// sender that only sends once its buffer outgrows the caches.
+    /// nothing else (up to [`crate::DEFAULT_SPLICE_MAX_BYTES`]), but not
+    /// when each side also receives: the send copy goes, but the receive
+    /// copy grows by more, since it now reads the sender's pages rather
+    /// than socket buffers the sender has just written, and pinning the
+    /// pages for `vmsplice` costs too. The same holds for a sender that
+    /// only sends once its buffer outgrows the caches.
     fn splices(&mut self, len: usize) -> bool {
         if !self.splice.takes(len) || self.receives || !self.striper.stripes(len) {
             return false;

@@ -1,5 +1,5 @@
 //! `ncclrun -n N [--timeout SECS] [--bind core|none] [--] cmd args...`:
-//! starts N processes of `cmd` on this machine as the ranks of one job,
+//! starts N processes of `cmd` on this host as the ranks of one job,
 //! torchrun style. `ncclrun --help` ([`help`]) says what each rank's
 //! environment holds, how ranks are bound to CPUs, how a failed job is
 //! stopped and blamed (module [`verdict`]), and the exit statuses.
