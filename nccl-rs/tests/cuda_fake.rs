@@ -11,7 +11,6 @@
 use nccl_rs::cuda::{Stager, StagingOptions};
 use nccl_rs::{Communicator, Config, UniqueId};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// The few driver calls the tests make themselves (streams, copies,
@@ -21,6 +20,9 @@ use std::sync::OnceLock;
 /// the fake does not have.
 #[path = "cuda_fake/drv.rs"]
 mod drv;
+
+#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+mod fake_build;
 
 #[path = "cuda_fake/device_probe.rs"]
 mod device_probe;
@@ -50,30 +52,7 @@ fn fake_driver() -> &'static Path {
         if real() {
             return PathBuf::new();
         }
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda");
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
-        let o = Command::new("cc")
-            .args([
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-pthread",
-                "-Wl,-soname,libcuda.so.1",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&tmp)
-            .output()
-            .expect("running cc");
-        assert!(
-            o.status.success(),
-            "building the fake driver: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::fs::rename(&tmp, &lib).unwrap();
+        let lib = fake_build::build_in_tmp("fakecuda");
         std::env::set_var("NCCL_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DELAY_US", "50");
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
