@@ -9,9 +9,11 @@
 #![cfg(feature = "cuda")]
 
 use nccl_rs::cuda::{Stager, StagingOptions};
-use nccl_rs::{Communicator, Config, UniqueId};
+use nccl_rs::testing::{loopback, on_threads, Over};
+use nccl_rs::Communicator;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The few driver calls the tests make themselves (streams, copies,
 /// pinned memory), looked up in the driver `nccl_rs::cuda` loaded
@@ -60,41 +62,20 @@ fn fake_driver() -> &'static Path {
     })
 }
 
-fn config() -> Config {
-    Config {
-        socket_ifname: Some("lo".into()),
-        timeout: std::time::Duration::from_secs(60),
-        bootstrap_timeout: std::time::Duration::from_secs(60),
-        ..Config::default()
-    }
-}
-
 /// Runs `f(rank, comm, stream, stager)` on `n` ranks, threads of this
 /// process sharing the (fake) GPU, each with its own stream and stager.
 fn ranks(n: usize, f: impl Fn(usize, &mut Communicator, &Stream, &mut Stager) + Sync) {
     fake_driver();
-    let cfg = config();
-    let id = UniqueId::new(&cfg).unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let (id, cfg, f) = (&id, &cfg, &f);
-                s.spawn(move || {
-                    let mut comm = Communicator::init(id, n, r, cfg).unwrap();
-                    drv::bind_device0();
-                    let stream = Stream::new();
-                    let mut stager = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: true,
-                    });
-                    f(r, &mut comm, &stream, &mut stager);
-                    stream.sync();
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+    let cfg = loopback(Duration::from_secs(60));
+    on_threads(n, &cfg, Over::Config, |r, mut comm| {
+        drv::bind_device0();
+        let stream = Stream::new();
+        let mut stager = Stager::new(StagingOptions {
+            chunk_bytes: 4096,
+            pipeline: true,
+        });
+        f(r, &mut comm, &stream, &mut stager);
+        stream.sync();
     });
 }
 

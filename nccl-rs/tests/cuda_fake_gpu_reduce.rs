@@ -14,7 +14,8 @@
 use nccl_rs::comm::raw::{RawArgs, RawColl};
 use nccl_rs::cuda::{DeviceReduce, Stager, StagingOptions};
 use nccl_rs::fp8::{F8E4M3, F8E5M2};
-use nccl_rs::{Communicator, Config, DataType, RedOp, UniqueId};
+use nccl_rs::testing::{on_threads, Over};
+use nccl_rs::{Communicator, Config, DataType, RedOp};
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -207,33 +208,26 @@ fn staged_reductions_on_the_gpu_path_are_exact() {
             socket_ifname: Some("lo".into()),
             ..Config::default()
         };
-        let id = UniqueId::new(&cfg).unwrap();
-        std::thread::scope(|sc| {
-            for r in 0..n {
-                let (id, cfg) = (&id, &cfg);
-                sc.spawn(move || {
-                    let mut comm = Communicator::init(id, n, r, cfg).unwrap();
-                    drv::bind_device0();
-                    let s = &Stream::new();
-                    let mut st = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: true,
-                    });
-                    // Forced: a fallback to the host would be an error.
-                    st.set_device_reduce(DeviceReduce::Gpu);
-                    // Several chunks of 4 KiB, a count not divisible by
-                    // n; counts below n (empty shards).
-                    for c in [1531, 1, 5] {
-                        run_all(&mut st, &mut comm, s, r, n, c);
-                    }
-                    let mut whole = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: false,
-                    });
-                    whole.set_device_reduce(DeviceReduce::Gpu);
-                    run_all(&mut whole, &mut comm, s, r, n, 1531);
-                });
+        on_threads(n, &cfg, Over::Config, |r, mut comm| {
+            drv::bind_device0();
+            let s = &Stream::new();
+            let mut st = Stager::new(StagingOptions {
+                chunk_bytes: 4096,
+                pipeline: true,
+            });
+            // Forced: a fallback to the host would be an error.
+            st.set_device_reduce(DeviceReduce::Gpu);
+            // Several chunks of 4 KiB, a count not divisible by
+            // n; counts below n (empty shards).
+            for c in [1531, 1, 5] {
+                run_all(&mut st, &mut comm, s, r, n, c);
             }
+            let mut whole = Stager::new(StagingOptions {
+                chunk_bytes: 4096,
+                pipeline: false,
+            });
+            whole.set_device_reduce(DeviceReduce::Gpu);
+            run_all(&mut whole, &mut comm, s, r, n, 1531);
         });
     }
 }
