@@ -4,13 +4,14 @@
 //! `cudaStream_t` travels with the work: with the `cuda` feature, work on
 //! device memory is ordered on it (`device.rs`); otherwise it is unused.
 
-use crate::comm::{CollWork, CommShared, P2pWork, Work};
+use crate::comm::CommShared;
 use crate::error::{invalid, FfiResult};
 use crate::group::{code, issue};
 use crate::handle::lookup;
-use crate::ops::OpChoice;
 use crate::panic::nccl_api;
+use crate::redop::OpChoice;
 use crate::types::{cudaStream_t, ncclCollConfig_t, ncclComm_t, ncclResult_t, NCCL_API_MAGIC};
+use crate::work::{sizes, CollWork, P2pWork, Work};
 use nccl_rs::comm::raw::{RawColl, RawP2p};
 use nccl_rs::{DataType, RedOp};
 use std::ffi::{c_int, c_void};
@@ -21,30 +22,6 @@ fn dtype_of(name: &str, dtype: c_int) -> FfiResult<DataType> {
         invalid(format!(
             "{name}: invalid datatype {dtype} (ncclDataType_t is 0..=11)"
         ))
-    })
-}
-
-/// Bytes of (sendbuff, recvbuff) this rank uses, by NCCL's definitions.
-pub(crate) fn sizes(
-    coll: RawColl,
-    rank: usize,
-    n: usize,
-    root: usize,
-    count: usize,
-    elem: usize,
-) -> Option<(usize, usize)> {
-    let b = count.checked_mul(elem)?;
-    let nb = b.checked_mul(n)?;
-    let at_root = |x| if rank == root { x } else { 0 };
-    Some(match coll {
-        RawColl::AllReduce => (b, b),
-        RawColl::Broadcast => (at_root(b), b),
-        RawColl::Reduce => (b, at_root(b)),
-        RawColl::AllGather => (b, nb),
-        RawColl::ReduceScatter => (nb, b),
-        RawColl::AllToAll => (nb, nb),
-        RawColl::Gather => (b, at_root(nb)),
-        RawColl::Scatter => (at_root(nb), b),
     })
 }
 
@@ -369,19 +346,5 @@ nccl_api! {
         code(unsafe { check_coll_config("ncclScatterConfig", config) }.and_then(|()| {
             collective("ncclScatterConfig", RawColl::Scatter, sendbuff, recvbuff, count, datatype, None, root, comm, stream)
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_follow_nccl_counts() {
-        assert_eq!(sizes(RawColl::AllGather, 1, 4, 0, 3, 4), Some((12, 48)));
-        assert_eq!(sizes(RawColl::ReduceScatter, 1, 4, 0, 3, 4), Some((48, 12)));
-        assert_eq!(sizes(RawColl::Reduce, 1, 4, 0, 3, 4), Some((12, 0)));
-        assert_eq!(sizes(RawColl::Scatter, 0, 4, 0, 3, 2), Some((24, 6)));
-        assert_eq!(sizes(RawColl::AllReduce, 0, 4, 0, usize::MAX, 2), None);
     }
 }

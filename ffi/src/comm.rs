@@ -1,80 +1,32 @@
 //! The state behind an `ncclComm_t`, and the one place its work runs.
 //!
-//! Every operation on a communicator becomes a [`Work`] item. Items run in
-//! batches through [`CommShared::execute`]: on the calling thread for a
-//! blocking communicator, on a scoped thread per communicator at
-//! `ncclGroupEnd`, or on the communicator's [`Worker`] (its proxy thread)
-//! when it is non-blocking or has switched to it for calls on device
-//! memory that return at once (`gate.rs`). `pending` counts the calls
-//! issued but not finished, which is what `ncclCommGetAsyncError` reports
-//! as `ncclInProgress`.
+//! Every operation on a communicator becomes a [`Work`] item (`work.rs`).
+//! Items run in batches through [`CommShared::execute`]: on the calling
+//! thread for a blocking communicator, on a scoped thread per communicator
+//! at `ncclGroupEnd`, or on the communicator's [`Worker`] (its proxy
+//! thread) when it is non-blocking or has switched to it for calls on
+//! device memory that return at once (`gate.rs`). `pending` counts the
+//! calls issued but not finished, which is what `ncclCommGetAsyncError`
+//! reports as `ncclInProgress`.
+//!
+//! The machinery below this module (`work`, `device`, `gate`, `worker`)
+//! sees a communicator through [`SplitChild`] and [`Proxied`], which
+//! [`CommShared`] implements here (the layering: `work.rs`).
 
 use crate::config::CommSettings;
 use crate::device::{self, Stager};
 use crate::error::{usage, Failure, FfiResult};
-use crate::gate::{GateSet, ProxyState};
-use crate::ops::{premultiplied, OpChoice, RedOps, Scalar};
+use crate::gate::{Item, Proxied, ProxyState};
+use crate::redop::{premultiplied, OpChoice, RedOps, Scalar};
+use crate::work::{CollWork, SplitChild, Work};
 use crate::worker::Worker;
-use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
+use nccl_rs::comm::raw::{RawArgs, RawP2p};
 use nccl_rs::comm::AbortHandle;
-use nccl_rs::{Communicator, DataType, Error, UniqueId};
+use nccl_rs::{Communicator, Config, Error};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-
-/// One collective call, with NCCL's argument meanings.
-#[derive(Debug)]
-pub(crate) struct CollWork {
-    pub(crate) coll: RawColl,
-    pub(crate) send: *const u8,
-    pub(crate) recv: *mut u8,
-    pub(crate) count: usize,
-    pub(crate) dtype: DataType,
-    pub(crate) op: OpChoice,
-    pub(crate) root: usize,
-    /// The `cudaStream_t` (as an address; 0 is the default stream).
-    pub(crate) stream: usize,
-}
-
-/// One send or receive with its `cudaStream_t`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct P2pWork {
-    pub(crate) op: RawP2p,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) stream: usize,
-}
-
-/// One queued operation of a communicator.
-pub(crate) enum Work {
-    /// Join the job (`ncclCommInitRank*`).
-    Init(UniqueId),
-    /// A collective.
-    Coll(CollWork),
-    /// Sends and receives that run together (peer may be this rank).
-    P2p(Vec<P2pWork>),
-    /// `ncclCommSplit`; `child` is the new handle's state (`None` for
-    /// `NCCL_SPLIT_NOCOLOR`).
-    Split {
-        color: Option<u32>,
-        key: i32,
-        child: Option<Arc<CommShared>>,
-    },
-}
-
-// SAFETY: the raw pointers in a `Work` are buffers the application lent for
-// the call (and PreMulSum scalars). The C contract keeps them valid and
-// untouched until the call completes — when the blocking call or
-// `ncclGroupEnd` returns, or `ncclCommGetAsyncError` reports completion —
-// and exactly one thread runs a given `Work`, so moving it to that thread
-// is sound.
-unsafe impl Send for Work {}
-
-/// A queued [`Work`] with its gates on the application's streams, if it
-/// runs on device memory and returns at once (`gate.rs`).
-pub(crate) struct Item {
-    pub(crate) work: Work,
-    pub(crate) gate: Option<GateSet>,
-}
+use std::time::Duration;
 
 /// Progress and first error of a communicator.
 #[derive(Default)]
@@ -395,7 +347,7 @@ impl CommShared {
             Work::Split { color, key, child } => {
                 let mut config = child
                     .as_ref()
-                    .map_or(&self.settings.core, |c| &c.settings.core)
+                    .map_or(&self.settings.core, |c| c.core_config())
                     .clone();
                 // The new communicator's root must not be NCCL_COMM_ID's
                 // address (the parent's root may hold it): NCCL's split
@@ -442,6 +394,50 @@ impl CommShared {
             )),
             None => usage(format!("{} is not initialized yet", self.what())),
         }
+    }
+}
+
+impl SplitChild for CommShared {
+    fn core_config(&self) -> &Config {
+        &self.settings.core
+    }
+
+    fn install(&self, core: Communicator) {
+        CommShared::install(self, core);
+    }
+
+    fn finish(&self, n: usize, res: &FfiResult<()>) {
+        CommShared::finish(self, n, res);
+    }
+}
+
+impl Proxied for CommShared {
+    fn ident_if_known(&self) -> Option<(usize, usize)> {
+        CommShared::ident_if_known(self)
+    }
+
+    fn stager(&self) -> &Mutex<Option<Stager>> {
+        &self.stager
+    }
+
+    fn timeout(&self) -> Duration {
+        self.settings.core.timeout
+    }
+
+    fn aborted(&self) -> bool {
+        CommShared::aborted(self)
+    }
+
+    fn run_one(&self, w: Work) -> FfiResult<()> {
+        CommShared::run_one(self, w)
+    }
+
+    fn execute_items(&self, batch: Vec<Item>, px: &mut ProxyState) -> FfiResult<()> {
+        CommShared::execute_items(self, batch, px)
+    }
+
+    fn finish(&self, n: usize, res: &FfiResult<()>) {
+        CommShared::finish(self, n, res);
     }
 }
 

@@ -13,9 +13,9 @@
 //! Either way `cudaStreamSynchronize(stream)` (or any later work on the
 //! stream) sees the result, as with NCCL.
 
-use crate::comm::P2pWork;
 use crate::error::FfiResult;
-use crate::ops::Scalar;
+use crate::redop::Scalar;
+use crate::work::P2pWork;
 use nccl_rs::comm::raw::{RawArgs, RawP2p};
 use nccl_rs::{Communicator, DataType};
 use std::ffi::c_int;

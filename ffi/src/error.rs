@@ -7,13 +7,14 @@
 //! (`InvalidArgument` / `InvalidUsage`), so every code comes from
 //! [`map_error`].
 
+use crate::last_error::last_error_ptr;
+pub(crate) use crate::last_error::{last_error_text, set_last_error};
 use crate::panic::nccl_api;
 use crate::types::{ncclComm_t, ncclResult_t};
 use nccl_net::NetError;
 use nccl_rs::error::BootstrapError;
 use nccl_rs::Error;
-use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 use std::io::ErrorKind;
 
 /// The `ncclResult_t` for a core error. The one place this mapping lives.
@@ -114,22 +115,6 @@ pub(crate) fn usage(msg: impl Into<String>) -> Error {
     Error::InvalidUsage(msg.into())
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-/// Makes `msg` this thread's `ncclGetLastError` text and logs it.
-pub(crate) fn set_last_error(msg: &str) {
-    tracing::warn!("{msg}");
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = c);
-}
-
-/// This thread's last error message.
-pub(crate) fn last_error_text() -> String {
-    LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned())
-}
-
 /// Reports `f` to C: records its message and returns its code.
 pub(crate) fn report(f: &Failure) -> ncclResult_t {
     set_last_error(&f.msg);
@@ -175,9 +160,7 @@ nccl_api! {
     /// error into the calling thread's message.
     fn ncclGetLastError / pncclGetLastError(comm: ncclComm_t) -> *const c_char {
         let _ = comm;
-        // The CString lives in this thread's slot until the next error on
-        // this thread replaces it, as the header documents.
-        LAST_ERROR.with(|l| l.borrow().as_ptr())
+        last_error_ptr()
     }
 }
 

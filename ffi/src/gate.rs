@@ -18,7 +18,43 @@
 //!
 //! Without the feature nothing here is ever gated.
 
-use crate::comm::{CommShared, Work};
+use crate::device::Stager;
+use crate::error::FfiResult;
+use crate::work::Work;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A queued [`Work`] with its gates on the application's streams, if it
+/// runs on device memory and returns at once.
+pub(crate) struct Item {
+    pub(crate) work: Work,
+    pub(crate) gate: Option<GateSet>,
+}
+
+/// A communicator (`comm::CommShared`) as the gates and the proxy thread
+/// (`worker.rs`) use it. A trait, so that this module and `worker.rs` sit
+/// below `comm.rs` (the layering: `work.rs`).
+pub(crate) trait Proxied: Send + Sync + 'static {
+    /// (rank, nranks) if known.
+    fn ident_if_known(&self) -> Option<(usize, usize)>;
+    /// Its pinned staging buffers, made on first use.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn stager(&self) -> &Mutex<Option<Stager>>;
+    /// The deadline of each of its operations.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn timeout(&self) -> Duration;
+    /// Whether `ncclCommAbort` was called.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn aborted(&self) -> bool;
+    /// Runs one item, ungated.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn run_one(&self, w: Work) -> FfiResult<()>;
+    /// Runs a batch in order, stopping at the first error; items not run
+    /// release their gates.
+    fn execute_items(&self, batch: Vec<Item>, px: &mut ProxyState) -> FfiResult<()>;
+    /// Counts `n` issued calls finished with `res`.
+    fn finish(&self, n: usize, res: &FfiResult<()>);
+}
 
 #[cfg(feature = "cuda")]
 pub(crate) use imp::*;
@@ -29,7 +65,6 @@ pub(crate) use none::*;
 #[cfg(not(feature = "cuda"))]
 mod none {
     use super::*;
-    use crate::error::FfiResult;
 
     /// Never made without the `cuda` feature.
     pub(crate) enum GateSet {}
@@ -47,7 +82,7 @@ mod none {
     }
 
     /// Never.
-    pub(crate) fn async_for(_comm: &CommShared, _batch: &[Work]) -> bool {
+    pub(crate) fn async_for(_comm: &dyn Proxied, _batch: &[Work]) -> bool {
         false
     }
 
@@ -56,7 +91,7 @@ mod none {
     pub(crate) struct Flag;
 
     impl Flag {
-        pub(crate) fn gate(&mut self, _comm: &CommShared, _w: &Work) -> Option<GateSet> {
+        pub(crate) fn gate(&mut self, _comm: &dyn Proxied, _w: &Work) -> Option<GateSet> {
             None
         }
 
@@ -64,7 +99,7 @@ mod none {
     }
 
     pub(crate) fn run_gated(
-        _comm: &CommShared,
+        _comm: &dyn Proxied,
         _work: Work,
         g: GateSet,
         _px: &mut ProxyState,
@@ -76,7 +111,6 @@ mod none {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::*;
-    use crate::error::FfiResult;
     use nccl_rs::cuda::{Gate, GateWait, HostFlag, MemKind, ProxyStreams, Stream};
     use nccl_rs::Error;
     use std::time::Instant;
@@ -120,7 +154,7 @@ mod imp {
 
     /// Whether `batch` holds a call on device memory and such calls return
     /// at once here.
-    pub(crate) fn async_for(comm: &CommShared, batch: &[Work]) -> bool {
+    pub(crate) fn async_for(comm: &dyn Proxied, batch: &[Work]) -> bool {
         batch
             .iter()
             .find_map(|w| device_streams(comm, w).into_iter().next())
@@ -132,12 +166,12 @@ mod imp {
     }
 
     /// The streams of `w` with the buffers on them (device memory only).
-    fn device_streams(comm: &CommShared, w: &Work) -> Vec<(usize, Vec<*const u8>)> {
+    fn device_streams(comm: &dyn Proxied, w: &Work) -> Vec<(usize, Vec<*const u8>)> {
         match w {
             Work::Coll(c) => {
                 let (sb, rb) = match comm.ident_if_known() {
                     Some((rank, n)) => {
-                        crate::coll::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
+                        crate::work::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
                             .unwrap_or((0, 0))
                     }
                     // Unknown yet (a split in flight): any non-NULL buffer.
@@ -189,7 +223,7 @@ mod imp {
         /// not [`complete`](GateSet::complete) still goes with the call: its
         /// flag value must only be reached in call order (raising it now
         /// would release earlier calls' gates too).
-        pub(crate) fn gate(&mut self, comm: &CommShared, w: &Work) -> Option<GateSet> {
+        pub(crate) fn gate(&mut self, comm: &dyn Proxied, w: &Work) -> Option<GateSet> {
             let streams = device_streams(comm, w);
             if !streams.first().is_some_and(|(s, bufs)| enabled(*s, bufs)) {
                 return None;
@@ -243,15 +277,15 @@ mod imp {
     /// Grows the stager's buffers for collective `w` before its stream is
     /// gated (allocating while a stream waits for the proxy may synchronize
     /// with it: `Stager::reserve`). Skipped while the proxy uses the stager.
-    fn reserve_staging(comm: &CommShared, w: &Work) {
+    fn reserve_staging(comm: &dyn Proxied, w: &Work) {
         let (Work::Coll(c), Some((rank, n))) = (w, comm.ident_if_known()) else {
             return;
         };
-        let Some((sb, rb)) = crate::coll::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
+        let Some((sb, rb)) = crate::work::sizes(c.coll, rank, n, c.root, c.count, c.dtype.size())
         else {
             return;
         };
-        let Ok(mut stager) = comm.stager.try_lock() else {
+        let Ok(mut stager) = comm.stager().try_lock() else {
             return;
         };
         let st = match &mut *stager {
@@ -271,13 +305,13 @@ mod imp {
     /// earlier work (abortable, within the communicator's timeout), runs
     /// it on our stream, waits for that, releases the gates.
     pub(crate) fn run_gated(
-        comm: &CommShared,
+        comm: &dyn Proxied,
         mut work: Work,
         g: GateSet,
         px: &mut ProxyState,
     ) -> FfiResult<()> {
         let rank = comm.ident_if_known().map_or(0, |i| i.0);
-        let timeout = comm.settings.core.timeout;
+        let timeout = comm.timeout();
         let deadline = Instant::now() + timeout;
         for gate in &g.gates {
             match gate.wait_ready(deadline, || comm.aborted()) {

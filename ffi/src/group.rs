@@ -15,10 +15,11 @@
 //! once, `gate.rs`) queues its batch there too; `ncclGroupEnd` waits for
 //! it unless every call in it is gated on its stream.
 
-use crate::comm::{CommShared, Work};
+use crate::comm::CommShared;
 use crate::error::{report, to_code, usage, Failure, FfiResult};
 use crate::panic::nccl_api;
 use crate::types::ncclResult_t;
+use crate::work::{P2pWork, Work};
 use nccl_rs::Error;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -110,7 +111,7 @@ fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
     let mut blocking = Vec::new();
     let mut waits = Vec::new();
     for (comm, batch, calls) in list {
-        let proxied = !comm.blocking() || comm.worker.wants(&comm, &batch);
+        let proxied = !comm.blocking() || comm.worker.wants(&*comm, &batch);
         if !proxied {
             blocking.push((comm, batch, calls));
             continue;
@@ -173,7 +174,7 @@ fn run_batches(list: Vec<Batch>) -> FfiResult<ncclResult_t> {
 /// Sorts queued calls into one batch per communicator: inits, splits and
 /// collectives in order, then one merged send/recv group.
 fn batches(calls: Vec<(Arc<CommShared>, Work)>) -> Vec<Batch> {
-    let mut out: Vec<(Batch, Vec<crate::comm::P2pWork>)> = Vec::new();
+    let mut out: Vec<(Batch, Vec<P2pWork>)> = Vec::new();
     for (comm, work) in calls {
         let i = match out.iter().position(|((c, _, _), _)| Arc::ptr_eq(c, &comm)) {
             Some(i) => i,

@@ -7,7 +7,7 @@
 //! queueing the init, so the handle is written at once and the init
 //! finishes at `ncclGroupEnd` or in the background (as in NCCL).
 
-use crate::comm::{CommShared, Work};
+use crate::comm::CommShared;
 use crate::config;
 use crate::error::{invalid, usage, FfiResult};
 use crate::group::{code, issue};
@@ -16,8 +16,10 @@ use crate::panic::nccl_api;
 use crate::types::{
     ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId, NCCL_SPLIT_NOCOLOR, NCCL_UNIQUE_ID_BYTES,
 };
+use crate::work::{SplitChild, Work};
 use nccl_rs::{Communicator, Error, UniqueId};
 use std::ffi::c_int;
+use std::sync::Arc;
 
 fn id_bytes(id: &ncclUniqueId) -> [u8; NCCL_UNIQUE_ID_BYTES] {
     id.internal.map(|c| c as u8)
@@ -181,7 +183,7 @@ unsafe fn split(
         Work::Split {
             color,
             key,
-            child: child.clone(),
+            child: child.clone().map(|c| -> Arc<dyn SplitChild> { c }),
         },
     )?;
     let handle = child.map_or(std::ptr::null_mut(), new_handle);

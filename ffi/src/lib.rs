@@ -8,14 +8,17 @@
 //! # Layout
 //! * `types`: the C types. `panic`: the panic boundary and the
 //!   `nccl_api!` macro that defines each function with its `pnccl` twin.
-//! * `error`: the one mapping from core errors to `ncclResult_t`, and the
-//!   last-error text. `handle`: checked `ncclComm_t` handles.
+//! * `error`: the one mapping from core errors to `ncclResult_t`;
+//!   `last_error`: each thread's last-error text. `handle`: checked
+//!   `ncclComm_t` handles.
 //! * `comm`: a communicator's state and the one place its work runs;
 //!   `worker`: a communicator's proxy thread (non-blocking communicators,
 //!   and calls on device memory that return at once); `gate`: those
 //!   calls' gates on their streams (the `cuda` feature);
 //!   `group`: `ncclGroupStart`/`End` and the path every call is issued by;
 //!   `device`: device pointers and streams (the `cuda` feature).
+//! * `work`: what a call becomes (and the modules' layering); `redop`:
+//!   the reductions a collective runs with (`ops` is their API).
 //! * `init`, `manage`, `coll`, `ops`, `mem`: the API, grouped as `nccl.h`.
 //!   `stubs`: functions not implemented yet (`ncclInvalidUsage`).
 //!   `config`: `ncclConfig_t` read by its `size`. `logging`: `NCCL_DEBUG*`.
@@ -40,13 +43,16 @@ mod gate;
 pub mod group;
 mod handle;
 pub mod init;
+mod last_error;
 mod logging;
 pub mod manage;
 pub mod mem;
 pub mod ops;
 mod panic;
+mod redop;
 pub mod stubs;
 pub mod types;
+mod work;
 mod worker;
 
 pub use error::map_error;

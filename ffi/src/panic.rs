@@ -35,7 +35,7 @@ pub(crate) fn on_panic<T: PanicDefault>(payload: Box<dyn Any + Send>) -> T {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic payload".into());
-    crate::error::set_last_error(&format!(
+    crate::last_error::set_last_error(&format!(
         "internal error: panic in nccl-rs: {msg} (please report this bug)"
     ));
     T::panic_value()

@@ -12,9 +12,9 @@
 //! (each operation has its own deadline, so it ends); gates left are then
 //! released.
 
-use crate::comm::{CommShared, Item, Work};
 use crate::error::{usage, FfiResult};
-use crate::gate::{self, Flag};
+use crate::gate::{self, Flag, Item, Proxied};
+use crate::work::Work;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -82,7 +82,7 @@ impl Worker {
     /// Whether `batch` of the blocking communicator `comm` goes through
     /// the proxy: once it did, always; first when it holds a call on
     /// device memory and such calls may return at once.
-    pub(crate) fn wants(&self, comm: &CommShared, batch: &[Work]) -> bool {
+    pub(crate) fn wants(&self, comm: &dyn Proxied, batch: &[Work]) -> bool {
         if self.lock().proxied {
             return true;
         }
@@ -96,9 +96,9 @@ impl Worker {
     /// Queues `batch` (which stands for `calls` issued calls, already
     /// counted by `comm.begin`), gating its calls on device memory. On
     /// failure the calls are counted finished.
-    pub(crate) fn submit(
+    pub(crate) fn submit<C: Proxied>(
         &self,
-        comm: &Arc<CommShared>,
+        comm: &Arc<C>,
         batch: Vec<Work>,
         calls: usize,
     ) -> FfiResult<Submitted> {
@@ -141,7 +141,7 @@ impl Worker {
         let items: Vec<Item> = batch
             .into_iter()
             .map(|work| {
-                let gate = inner.flag.gate(comm, &work);
+                let gate = inner.flag.gate(&**comm, &work);
                 Item { work, gate }
             })
             .collect();

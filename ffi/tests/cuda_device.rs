@@ -11,6 +11,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "cuda/fake_driver.rs"]
+mod fake_build;
+
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -42,19 +45,7 @@ fn work() -> &'static Path {
         .expect("libnccl.so built");
         std::fs::copy(built, lib.join("libnccl.so.2")).unwrap();
         std::os::unix::fs::symlink("libnccl.so.2", lib.join("libnccl.so")).unwrap();
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-pthread",
-            "-Wl,-soname,libcuda.so.1",
-            manifest()
-                .join("tests/cuda/fake_libcuda.c")
-                .to_str()
-                .unwrap(),
-            "-o",
-            fake.join("libcuda.so.1").to_str().unwrap(),
-        ]);
+        fake_build::build(&fake);
         dir
     })
 }

@@ -48,6 +48,9 @@ mod logging;
 mod plan;
 mod reduce;
 pub mod schedule;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 pub mod transport;
 
 pub use bootstrap::UniqueId;

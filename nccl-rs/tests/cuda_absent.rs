@@ -5,7 +5,8 @@
 
 use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
 use nccl_rs::cuda::{classify, CudaError, MemKind, Stager, Stream};
-use nccl_rs::{Communicator, Config, DataType, RedOp, UniqueId};
+use nccl_rs::testing::{on_threads, Over};
+use nccl_rs::{Config, DataType, RedOp};
 
 fn driver_present() -> bool {
     // SAFETY: dlopen/dlclose of a library name; nothing is called.
@@ -68,60 +69,53 @@ fn collectives_on_host_buffers_through_the_stager() {
         socket_ifname: Some("lo".into()),
         ..Config::default()
     };
-    let id = UniqueId::new(&cfg).unwrap();
     let n = 2;
-    std::thread::scope(|s| {
-        for r in 0..n {
-            let (id, cfg) = (&id, &cfg);
-            s.spawn(move || {
-                let mut comm = Communicator::init(id, n, r, cfg).unwrap();
-                let mut st = Stager::default();
-                let x = vec![r as i64 + 1; 5000];
-                let mut y = vec![0i64; 5000];
-                let args = RawArgs {
-                    coll: RawColl::AllReduce,
-                    send: x.as_ptr().cast(),
-                    recv: y.as_mut_ptr().cast(),
-                    count: 5000,
-                    dtype: DataType::Int64,
-                    op: RedOp::Sum,
-                    root: 0,
-                };
-                // SAFETY: host buffers of 5000 i64.
-                unsafe { st.collective(&mut comm, &args, Stream::DEFAULT, None) }.unwrap();
-                assert_eq!(y, vec![3; 5000]);
-                // PreMulSum on host memory: the stager scales a copy.
-                let two = 2i64.to_ne_bytes();
-                // SAFETY: as above.
-                unsafe { st.collective(&mut comm, &args, Stream(0x1234), Some(&two)) }.unwrap();
-                assert_eq!(y, vec![6; 5000]);
-                assert_eq!(x, vec![r as i64 + 1; 5000]);
-                let mut got = vec![0u8; 8];
-                let mine = [r as u8; 8];
-                let ops = [
-                    (
-                        RawP2p {
-                            is_send: true,
-                            peer: 1 - r,
-                            ptr: mine.as_ptr().cast_mut(),
-                            bytes: 8,
-                        },
-                        Stream::DEFAULT,
-                    ),
-                    (
-                        RawP2p {
-                            is_send: false,
-                            peer: 1 - r,
-                            ptr: got.as_mut_ptr(),
-                            bytes: 8,
-                        },
-                        Stream::DEFAULT,
-                    ),
-                ];
-                // SAFETY: host buffers of 8 bytes.
-                unsafe { st.p2p(r, &ops, |h| comm.run_group_raw(h)) }.unwrap();
-                assert_eq!(got, vec![1 - r as u8; 8]);
-            });
-        }
+    on_threads(n, &cfg, Over::Config, |r, mut comm| {
+        let mut st = Stager::default();
+        let x = vec![r as i64 + 1; 5000];
+        let mut y = vec![0i64; 5000];
+        let args = RawArgs {
+            coll: RawColl::AllReduce,
+            send: x.as_ptr().cast(),
+            recv: y.as_mut_ptr().cast(),
+            count: 5000,
+            dtype: DataType::Int64,
+            op: RedOp::Sum,
+            root: 0,
+        };
+        // SAFETY: host buffers of 5000 i64.
+        unsafe { st.collective(&mut comm, &args, Stream::DEFAULT, None) }.unwrap();
+        assert_eq!(y, vec![3; 5000]);
+        // PreMulSum on host memory: the stager scales a copy.
+        let two = 2i64.to_ne_bytes();
+        // SAFETY: as above.
+        unsafe { st.collective(&mut comm, &args, Stream(0x1234), Some(&two)) }.unwrap();
+        assert_eq!(y, vec![6; 5000]);
+        assert_eq!(x, vec![r as i64 + 1; 5000]);
+        let mut got = vec![0u8; 8];
+        let mine = [r as u8; 8];
+        let ops = [
+            (
+                RawP2p {
+                    is_send: true,
+                    peer: 1 - r,
+                    ptr: mine.as_ptr().cast_mut(),
+                    bytes: 8,
+                },
+                Stream::DEFAULT,
+            ),
+            (
+                RawP2p {
+                    is_send: false,
+                    peer: 1 - r,
+                    ptr: got.as_mut_ptr(),
+                    bytes: 8,
+                },
+                Stream::DEFAULT,
+            ),
+        ];
+        // SAFETY: host buffers of 8 bytes.
+        unsafe { st.p2p(r, &ops, |h| comm.run_group_raw(h)) }.unwrap();
+        assert_eq!(got, vec![1 - r as u8; 8]);
     });
 }

@@ -9,10 +9,11 @@
 #![cfg(feature = "cuda")]
 
 use nccl_rs::cuda::{Stager, StagingOptions};
-use nccl_rs::{Communicator, Config, UniqueId};
+use nccl_rs::testing::{loopback, on_threads, Over};
+use nccl_rs::Communicator;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The few driver calls the tests make themselves (streams, copies,
 /// pinned memory), looked up in the driver `nccl_rs::cuda` loaded
@@ -21,6 +22,9 @@ use std::sync::OnceLock;
 /// the fake does not have.
 #[path = "cuda_fake/drv.rs"]
 mod drv;
+
+#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+mod fake_build;
 
 #[path = "cuda_fake/device_probe.rs"]
 mod device_probe;
@@ -50,30 +54,7 @@ fn fake_driver() -> &'static Path {
         if real() {
             return PathBuf::new();
         }
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda");
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
-        let o = Command::new("cc")
-            .args([
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-pthread",
-                "-Wl,-soname,libcuda.so.1",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&tmp)
-            .output()
-            .expect("running cc");
-        assert!(
-            o.status.success(),
-            "building the fake driver: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::fs::rename(&tmp, &lib).unwrap();
+        let lib = fake_build::build_in_tmp("fakecuda");
         std::env::set_var("NCCL_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DELAY_US", "50");
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
@@ -81,41 +62,20 @@ fn fake_driver() -> &'static Path {
     })
 }
 
-fn config() -> Config {
-    Config {
-        socket_ifname: Some("lo".into()),
-        timeout: std::time::Duration::from_secs(60),
-        bootstrap_timeout: std::time::Duration::from_secs(60),
-        ..Config::default()
-    }
-}
-
 /// Runs `f(rank, comm, stream, stager)` on `n` ranks, threads of this
 /// process sharing the (fake) GPU, each with its own stream and stager.
 fn ranks(n: usize, f: impl Fn(usize, &mut Communicator, &Stream, &mut Stager) + Sync) {
     fake_driver();
-    let cfg = config();
-    let id = UniqueId::new(&cfg).unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let (id, cfg, f) = (&id, &cfg, &f);
-                s.spawn(move || {
-                    let mut comm = Communicator::init(id, n, r, cfg).unwrap();
-                    drv::bind_device0();
-                    let stream = Stream::new();
-                    let mut stager = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: true,
-                    });
-                    f(r, &mut comm, &stream, &mut stager);
-                    stream.sync();
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+    let cfg = loopback(Duration::from_secs(60));
+    on_threads(n, &cfg, Over::Config, |r, mut comm| {
+        drv::bind_device0();
+        let stream = Stream::new();
+        let mut stager = Stager::new(StagingOptions {
+            chunk_bytes: 4096,
+            pipeline: true,
+        });
+        f(r, &mut comm, &stream, &mut stager);
+        stream.sync();
     });
 }
 

@@ -14,11 +14,20 @@
 use nccl_rs::comm::raw::{RawArgs, RawColl};
 use nccl_rs::cuda::{DeviceReduce, Stager, StagingOptions};
 use nccl_rs::fp8::{F8E4M3, F8E5M2};
-use nccl_rs::{Communicator, Config, DataType, RedOp, UniqueId};
-use std::ffi::{c_int, c_void, CString};
+use nccl_rs::testing::{on_threads, Over};
+use nccl_rs::{Communicator, Config, DataType, RedOp};
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
+
+#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+mod fake_build;
+
+/// The driver calls the tests make themselves (as in `cuda_fake.rs`).
+#[path = "cuda_fake/drv.rs"]
+mod drv;
+
+use drv::{Dev, Stream};
 
 const FAKE_NVRTC: &str = r#"
 #include <stdlib.h>
@@ -70,19 +79,7 @@ fn setup() -> Result<(), String> {
         let dir =
             Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fakegpu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let driver = dir.join("libcuda.so.1");
-        build(
-            "cc",
-            &[
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-pthread",
-                "-Wl,-soname,libcuda.so.1",
-            ],
-            &[&root.join("../ffi/tests/cuda/fake_libcuda.c")],
-            &driver,
-        )?;
+        let driver = fake_build::try_build(&dir)?;
         let kernels = dir.join("libncclrs_kernels_cpu.so");
         let shim = root.join("src/cuda/kernels_cpu_shim.h");
         build(
@@ -114,66 +111,6 @@ fn setup() -> Result<(), String> {
         Ok(())
     })
     .clone()
-}
-
-/// Driver calls the tests make themselves.
-fn call(name: &str, f: impl FnOnce(*mut c_void) -> c_int) {
-    let c = CString::new(name).unwrap();
-    // SAFETY: a symbol lookup in the loaded (fake) driver.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
-    assert!(!p.is_null(), "no {name}");
-    assert_eq!(f(p), 0, "{name} failed");
-}
-
-type StreamCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
-type Fn1 = unsafe extern "C" fn(*mut c_void) -> c_int;
-type Copy = unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> c_int;
-
-fn bind_device0() -> *mut c_void {
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the fake driver's functions with cuda.h's signatures (here
-    // and below); valid out-pointers.
-    call("cuDevicePrimaryCtxRetain", |p| unsafe {
-        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int>(
-            p,
-        )(&mut ctx, 0)
-    });
-    // SAFETY: as above.
-    call("cuCtxSetCurrent", |p| unsafe {
-        std::mem::transmute::<*mut c_void, Fn1>(p)(ctx)
-    });
-    let mut s: *mut c_void = std::ptr::null_mut();
-    // SAFETY: as above.
-    call("cuStreamCreate", |p| unsafe {
-        std::mem::transmute::<*mut c_void, StreamCreate>(p)(&mut s, 1)
-    });
-    s
-}
-
-/// Device bytes: a copy of `data`, written through `s`.
-fn upload(data: &[u8], s: *mut c_void) -> *mut u8 {
-    let d = nccl_rs::cuda::device_alloc(data.len().max(1)).unwrap();
-    // SAFETY: copy of `data` into the new allocation, ordered on `s`,
-    // from pageable memory (the fake waits for it, as the driver does).
-    call("cuMemcpyAsync", |p| unsafe {
-        std::mem::transmute::<*mut c_void, Copy>(p)(d as u64, data.as_ptr() as u64, data.len(), s)
-    });
-    d.cast()
-}
-
-/// The device bytes, once `s` has run everything enqueued.
-fn download(d: *const u8, len: usize, s: *mut c_void) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    // SAFETY: copy out of a live allocation into `v`, on `s` (pageable:
-    // the fake waits for the stream first).
-    call("cuMemcpyAsync", |p| unsafe {
-        std::mem::transmute::<*mut c_void, Copy>(p)(v.as_mut_ptr() as u64, d as u64, len, s)
-    });
-    // SAFETY: a live stream of the current context.
-    call("cuStreamSynchronize", |p| unsafe {
-        std::mem::transmute::<*mut c_void, Fn1>(p)(s)
-    });
-    v
 }
 
 /// Element bits of rank `r`, position `i` (random, NaN included).
@@ -271,44 +208,38 @@ fn staged_reductions_on_the_gpu_path_are_exact() {
             socket_ifname: Some("lo".into()),
             ..Config::default()
         };
-        let id = UniqueId::new(&cfg).unwrap();
-        std::thread::scope(|sc| {
-            for r in 0..n {
-                let (id, cfg) = (&id, &cfg);
-                sc.spawn(move || {
-                    let mut comm = Communicator::init(id, n, r, cfg).unwrap();
-                    let s = bind_device0();
-                    let mut st = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: true,
-                    });
-                    // Forced: a fallback to the host would be an error.
-                    st.set_device_reduce(DeviceReduce::Gpu);
-                    // Several chunks of 4 KiB, a count not divisible by
-                    // n; counts below n (empty shards).
-                    for c in [1531, 1, 5] {
-                        run_all(&mut st, &mut comm, s, r, n, c);
-                    }
-                    let mut whole = Stager::new(StagingOptions {
-                        chunk_bytes: 4096,
-                        pipeline: false,
-                    });
-                    whole.set_device_reduce(DeviceReduce::Gpu);
-                    run_all(&mut whole, &mut comm, s, r, n, 1531);
-                });
+        on_threads(n, &cfg, Over::Config, |r, mut comm| {
+            drv::bind_device0();
+            let s = &Stream::new();
+            let mut st = Stager::new(StagingOptions {
+                chunk_bytes: 4096,
+                pipeline: true,
+            });
+            // Forced: a fallback to the host would be an error.
+            st.set_device_reduce(DeviceReduce::Gpu);
+            // Several chunks of 4 KiB, a count not divisible by
+            // n; counts below n (empty shards).
+            for c in [1531, 1, 5] {
+                run_all(&mut st, &mut comm, s, r, n, c);
             }
+            let mut whole = Stager::new(StagingOptions {
+                chunk_bytes: 4096,
+                pipeline: false,
+            });
+            whole.set_device_reduce(DeviceReduce::Gpu);
+            run_all(&mut whole, &mut comm, s, r, n, 1531);
         });
     }
 }
 
-fn run_all(st: &mut Stager, comm: &mut Communicator, s: *mut c_void, r: usize, n: usize, c: usize) {
+fn run_all(st: &mut Stager, comm: &mut Communicator, s: &Stream, r: usize, n: usize, c: usize) {
     for dtype in DataType::ALL {
         let es = dtype.size();
         let rows: Vec<Vec<u8>> = (0..n).map(|q| input(dtype, q, n * c)).collect();
         for op in [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg] {
             let what = |coll: &str| format!("rank {r} of {n}: {coll} of {c} {dtype} {op}");
-            let send = upload(&rows[r], s);
-            let out = upload(&vec![0u8; n * c * es], s);
+            let send = Dev::from(&rows[r], s);
+            let out = Dev::<u8>::zeros(n * c * es, s);
             let mut run = |coll: RawColl, send: *const u8, recv: *mut u8| {
                 let a = RawArgs {
                     coll,
@@ -320,73 +251,62 @@ fn run_all(st: &mut Stager, comm: &mut Communicator, s: *mut c_void, r: usize, n
                     root: 1,
                 };
                 // SAFETY: device allocations of the sizes NCCL defines.
-                unsafe { st.collective(comm, &a, nccl_rs::cuda::Stream(s as usize), None) }
+                unsafe { st.collective(comm, &a, s.id(), None) }
                     .unwrap_or_else(|e| panic!("{}: {e}", what("call")));
             };
-            run(RawColl::AllReduce, send, out);
+            run(RawColl::AllReduce, send.ptr(), out.ptr());
             same(
                 dtype,
-                &download(out, c * es, s),
+                &out.read(s)[..c * es],
                 &fold(dtype, op, &rows, 0, c),
                 &what("all-reduce"),
             );
             // In place: the result overwrites the input.
-            run(RawColl::AllReduce, send, send);
+            run(RawColl::AllReduce, send.ptr(), send.ptr());
             same(
                 dtype,
-                &download(send, c * es, s),
+                &send.read(s)[..c * es],
                 &fold(dtype, op, &rows, 0, c),
                 &what("in-place all-reduce"),
             );
-            let send = upload(&rows[r], s);
-            run(RawColl::ReduceScatter, send, out);
+            send.write(&rows[r], s);
+            run(RawColl::ReduceScatter, send.ptr(), out.ptr());
             same(
                 dtype,
-                &download(out, c * es, s),
+                &out.read(s)[..c * es],
                 &fold(dtype, op, &rows, r * c, c),
                 &what("reduce-scatter"),
             );
-            run(RawColl::Reduce, send, out);
+            run(RawColl::Reduce, send.ptr(), out.ptr());
             if r == 1 {
                 same(
                     dtype,
-                    &download(out, c * es, s),
+                    &out.read(s)[..c * es],
                     &fold(dtype, op, &rows, 0, c),
                     &what("reduce"),
                 );
             }
             // The inputs are untouched (out of place).
-            same(
-                dtype,
-                &download(send, n * c * es, s),
-                &rows[r],
-                &what("input"),
-            );
-            // SAFETY: our allocations, no longer used by queued work
-            // (downloads waited for the stream).
-            unsafe {
-                nccl_rs::cuda::device_free(send.cast()).unwrap();
-                nccl_rs::cuda::device_free(out.cast()).unwrap();
-            }
+            same(dtype, &send.read(s), &rows[r], &what("input"));
         }
     }
     // PreMulSum: each rank scales its input by its own scalar first.
     let dtype = DataType::Float32;
     let mine: Vec<f32> = (0..c).map(|i| (i % 17) as f32 - 8.0).collect();
-    let send = upload(bytemuck_bytes(&mine), s);
-    let out = upload(&vec![0u8; c * 4], s);
+    let send = Dev::from(&mine, s);
+    let out = Dev::<f32>::zeros(c, s);
     let scalar = (r as f32 + 0.5).to_le_bytes();
     let a = RawArgs {
         coll: RawColl::AllReduce,
-        send,
-        recv: out,
+        send: send.ptr(),
+        recv: out.ptr(),
         count: c,
         dtype,
         op: RedOp::Sum,
         root: 0,
     };
     // SAFETY: device allocations of `c` floats.
-    unsafe { st.collective(comm, &a, nccl_rs::cuda::Stream(s as usize), Some(&scalar)) }.unwrap();
+    unsafe { st.collective(comm, &a, s.id(), Some(&scalar)) }.unwrap();
     let want: Vec<u8> = (0..c)
         .flat_map(|i| {
             let mut acc = mine[i] * 0.5;
@@ -398,7 +318,7 @@ fn run_all(st: &mut Stager, comm: &mut Communicator, s: *mut c_void, r: usize, n
         .collect();
     same(
         dtype,
-        &download(out, c * 4, s),
+        bytemuck_bytes(&out.read(s)),
         &want,
         &format!("rank {r}: PreMulSum"),
     );

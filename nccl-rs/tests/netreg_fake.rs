@@ -11,36 +11,15 @@ use nccl_rs::cuda::gdr::GdrConfig;
 use nccl_rs::cuda::netreg::{register, NetComm, NetPath, Registered};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+
+#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+mod fake_build;
 
 fn fake_driver() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda-netreg");
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
-        let o = Command::new("cc")
-            .args([
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-pthread",
-                "-Wl,-soname,libcuda.so.1",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&tmp)
-            .output()
-            .expect("running cc");
-        assert!(
-            o.status.success(),
-            "building the fake driver: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::fs::rename(&tmp, &lib).unwrap();
+        let lib = fake_build::build_in_tmp("fakecuda-netreg");
         std::env::set_var("NCCL_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
         lib

@@ -25,33 +25,15 @@ fn text(o: &Output) -> String {
     )
 }
 
+#[cfg(feature = "cuda")]
+#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+mod fake_build;
+
 /// Builds the fake driver once per test process.
 #[cfg(feature = "cuda")]
 fn fake_driver() -> &'static Path {
     static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/tests/cuda/fake_libcuda.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fakecuda-perf");
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libcuda.so.1");
-        let tmp = dir.join(format!(".libcuda.{}", std::process::id()));
-        let o = Command::new("cc")
-            .args([
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-pthread",
-                "-Wl,-soname,libcuda.so.1",
-            ])
-            .arg(&src)
-            .arg("-o")
-            .arg(&tmp)
-            .output()
-            .expect("running cc");
-        assert!(o.status.success(), "building the fake driver: {}", text(&o));
-        std::fs::rename(&tmp, &lib).unwrap();
-        lib
-    })
+    LIB.get_or_init(|| fake_build::build_in_tmp("fakecuda-perf"))
 }
 
 /// The `#wrong` columns (out of place, in place) of every result row.

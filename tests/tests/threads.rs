@@ -1,54 +1,31 @@
 //! Ranks as threads of one process, over TCP and over the in-memory
 //! transport: async collectives, comm split, abort, argument errors.
 
-use nccl_rs::transport::mem::MemNet;
+use nccl_rs::testing::{self, Over};
 use nccl_rs::{Communicator, Config, Error, RedOp, UniqueId};
-use std::sync::Arc;
 use std::time::Duration;
 
 fn config() -> Config {
-    Config {
-        socket_ifname: Some("lo".into()),
-        timeout: Duration::from_secs(30),
-        bootstrap_timeout: Duration::from_secs(30),
-        ..Config::default()
-    }
+    testing::loopback(Duration::from_secs(30))
 }
 
-/// Runs `f(comm)` on `n` ranks as threads and returns their results.
-fn on_threads<R: Send + 'static>(
-    n: usize,
-    mem: bool,
-    f: impl Fn(Communicator) -> R + Send + Sync + 'static,
-) -> Vec<R> {
+/// Runs `f(comm)` on `n` ranks as threads (over the in-memory transport
+/// if `mem`) and returns their results.
+fn on_threads<R: Send>(n: usize, mem: bool, f: impl Fn(Communicator) -> R + Sync) -> Vec<R> {
     on_threads_with(n, mem, |_| {}, f)
 }
 
 /// [`on_threads`] with the configuration changed by `tune` first.
-fn on_threads_with<R: Send + 'static>(
+fn on_threads_with<R: Send>(
     n: usize,
     mem: bool,
     tune: impl FnOnce(&mut Config),
-    f: impl Fn(Communicator) -> R + Send + Sync + 'static,
+    f: impl Fn(Communicator) -> R + Sync,
 ) -> Vec<R> {
     let mut cfg = config();
     tune(&mut cfg);
-    let id = UniqueId::new(&cfg).unwrap();
-    let f = Arc::new(f);
-    let handles: Vec<_> = (0..n)
-        .map(|r| {
-            let (f, cfg) = (f.clone(), cfg.clone());
-            std::thread::spawn(move || {
-                let comm = if mem {
-                    Communicator::init_with_net(&id, n, r, &cfg, Arc::new(MemNet::new())).unwrap()
-                } else {
-                    Communicator::init(&id, n, r, &cfg).unwrap()
-                };
-                f(comm)
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let over = if mem { Over::Mem } else { Over::Config };
+    testing::on_threads(n, &cfg, over, |_, comm| f(comm))
 }
 
 #[test]

@@ -10,8 +10,6 @@ use super::{all_reduce_halving_doubling, Loc, Step};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{CallBufs, Engine, OpLabel, Region};
 use crate::transport::mem::MemNet;
-use crate::transport::{Net, RecvComm, SendComm};
-use std::time::Duration;
 
 #[test]
 fn halving_doubling_all_reduce_every_element_reduced_once() {
@@ -108,26 +106,7 @@ fn a_broken_halving_doubling_schedule_is_caught() {
 }
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    let net = MemNet::new();
-    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
-        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =
-        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-    for a in 0..n {
-        for b in 0..n {
-            if a != b {
-                let mut l = net.listen().unwrap();
-                let mut c = net.connect(l.handle()).unwrap();
-                send[a][b] = c.poll_connect().unwrap();
-                recv[b][a] = l.accept().unwrap();
-            }
-        }
-    }
-    send.into_iter()
-        .zip(recv)
-        .enumerate()
-        .map(|(r, (s, v))| Engine::new(r, n, s, v, slot_bytes, 4, Duration::from_secs(5)))
-        .collect()
+    crate::testing::engine_mesh(&MemNet::new(), n, slot_bytes)
 }
 
 /// Runs a halving-doubling all-reduce of `count` elements on every rank.

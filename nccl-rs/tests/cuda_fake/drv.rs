@@ -1,3 +1,6 @@
+// Each test binary uses a part of this file.
+#![allow(dead_code)]
+
 use std::ffi::{c_int, c_void, CString};
 use std::marker::PhantomData;
 

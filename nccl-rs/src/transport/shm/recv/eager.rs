@@ -67,6 +67,10 @@ impl ShmRecvComm {
     /// Reads the frame at the tail into `data` if one is published (or
     /// sealed).
     fn eager_frame(&mut self, data: *mut u8, cap: usize, tag: u32) -> Result<Option<usize>, Fault> {
+        // The frame's bytes are read only after an Acquire load showed them
+        // written: the seal's word (`sealed`) or the producer's counter
+        // (`avail`), each paired with the sender's Release store, so they
+        // are whole on weakly ordered CPUs too (free on x86).
         let sealed = self.cons.sealed();
         if !sealed && self.cons.avail(FRAME_ALIGN).map_err(Fault::Corrupt)? < FRAME_ALIGN {
             return Ok(None);

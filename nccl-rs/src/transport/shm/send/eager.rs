@@ -2,6 +2,12 @@
 //! message of at most [`eager_limit`] bytes written into the ring as one
 //! sealed frame at once (see [`super::super::ring`]'s `seal`), with no
 //! request to queue, progress or test.
+//!
+//! Ordering, on any CPU: the frame's bytes are plain stores, made visible
+//! by a Release store (the seal, or the head counter) that the receiver
+//! reads with Acquire (`recv/eager.rs`); nothing relies on x86's in-order
+//! stores, and the one fence added for weakly ordered CPUs is no
+//! instruction on x86.
 
 use super::super::comm::Fault;
 use super::super::ring::{
@@ -10,6 +16,7 @@ use super::super::ring::{
 use super::ShmSendComm;
 use nccl_net::{NetError, NetResult};
 use std::ptr;
+use std::sync::atomic::{fence, Ordering};
 
 impl ShmSendComm {
     /// The largest message [`ShmSendComm::eager`] takes.
@@ -62,21 +69,31 @@ impl ShmSendComm {
         // payload of up to INLINE_MAX bytes fills at most the rest of that
         // line, a longer one the `span - FRAME_ALIGN` bytes after it,
         // wrapping at the ring's end. The payload is readable per the
-        // contract. (The header goes before an inline payload: x86 makes
-        // stores visible in order, so not even payload bytes that happen
-        // to look like the seal could show a line without its header.)
+        // contract.
         unsafe {
             if len > INLINE_MAX {
                 self.prod.write_ahead(FRAME_ALIGN, data, len);
             }
             ptr::copy_nonoverlapping(hdr.as_ptr(), dst, HDR_BYTES);
-            if len > 0 && len <= INLINE_MAX {
-                ptr::copy_nonoverlapping(data, dst.add(HDR_BYTES), len);
-            }
+        }
+        if len > SEALED_MAX && len <= INLINE_MAX {
+            // The header is visible before any payload byte: an inline
+            // payload of 41 to 48 bytes reaches the seal's word, and a
+            // receiver that read it there as a seal (Acquire) must not see
+            // a line without its header. Not implied by program order on
+            // weakly ordered CPUs (aarch64); free on x86, whose stores are
+            // seen in order.
+            fence(Ordering::Release);
+        }
+        if len > 0 && len <= INLINE_MAX {
+            // SAFETY: as above (the payload fills at most the rest of the
+            // header line, which is ours).
+            unsafe { ptr::copy_nonoverlapping(data, dst.add(HDR_BYTES), len) };
         }
         if len <= SEALED_MAX || len > INLINE_MAX {
             // (41 to 48 bytes inline reach the seal's word: the receiver
-            // finds that frame through our counter.)
+            // finds that frame through our counter.) Release: every byte
+            // of the frame above is visible to whoever sees the seal.
             self.prod.seal_head();
         }
         self.prod.advance(span);
