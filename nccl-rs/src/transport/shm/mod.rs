@@ -305,8 +305,8 @@ pub(crate) fn fuzz_handle(data: &[u8]) {
     let _ = handle::ShmHandle::decode(data);
 }
 
-/// CPUs online on this host: the measure of oversubscription for single
-/// copy (`engine::copy_hint`). Not this process's affinity mask
+/// CPUs online on this host: the measure of oversubscription
+/// (`plan::Topology::oversubscribed`). Not this process's affinity mask
 /// (`available_parallelism`): a launcher that binds each rank to one CPU
 /// would make every rank look alone on a 1-CPU machine.
 pub(crate) fn online_cpus() -> usize {
