@@ -164,8 +164,8 @@ const TREE_FILL: f64 = 2.0;
 /// stream at, relative to the ring. Its exchanges run one after another,
 /// each draining its pipeline before the next starts, while the ring streams
 /// all its steps as one wavefront. A conservative guess that leaves large
-/// messages to the ring (fitted on a 2-core VM, where the two streamed
-/// alike; refit on real hardware with `scripts/paired.sh`).
+/// messages to the ring (a 2-core VM could not tell the two apart; measure
+/// on real hardware with `scripts/paired.sh`).
 pub(crate) const HD_BW: f64 = 0.8;
 
 /// Largest message the direct path is ever chosen for by the model.
