@@ -37,7 +37,7 @@ const PEERMEM_PATHS: [&str; 3] = [
     "sys/kernel/mm/memory_peers/nv_mem/version",
 ];
 
-/// Whether `nvidia-peermem` (or `nv_peer_mem`) is loaded on this machine.
+/// Whether `nvidia-peermem` (or `nv_peer_mem`) is loaded on this host.
 pub fn peermem_loaded() -> bool {
     peermem_loaded_in(Path::new("/"))
 }

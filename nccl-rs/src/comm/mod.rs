@@ -76,12 +76,9 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
 /// Slots of each shared-memory ring when `local_ranks` ranks share the
 /// host: a rank's `local_ranks - 1` incoming rings share its
 /// `NCCL_BUFFSIZE` (`steps` slots), at least 2 slots each, so the rings of
-/// many local ranks stay in cache. Measured at 4 ranks on 2 cores (rings of
-/// 4 MiB against 1 MiB, same 512 KiB chunks, `ncclrun -n 4 <tool> -b 64K -e
-/// 16M -f 16 -n 300 -c 0`, two interleaved runs): all-to-all 1 MiB 579-580
-/// -> 428-439 us and 16 MiB 8.7-8.9 -> 7.4-7.7 ms, all-gather 1 MiB 382-486
-/// -> 352-360 us, broadcast and all-reduce within noise; at 2 ranks (one
-/// ring each, so 4 MiB as before) 1 MiB rings measured within noise.
+/// many local ranks stay in cache. Smaller rings cost nothing per step (the
+/// chunk size stays the same), while rings that overflow the cache slow
+/// all-to-all and all-gather most.
 fn shm_ring_slots(steps: usize, local_ranks: usize) -> usize {
     if steps <= 2 {
         return steps;

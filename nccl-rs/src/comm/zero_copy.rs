@@ -25,13 +25,13 @@
 //! extra cost is two tiny collectives (three the first time), which is why
 //! small calls skip it.
 //!
-//! A communicator used with heap buffers would pay the descriptor exchange
-//! on every call for nothing (at 2 ranks, 64 KiB all-gather: 3.5 µs without
-//! it, 4.5 µs with it). So after an exchange shows a rank's buffers not
-//! shared, every rank skips the path for the next 1, 2, 4, … up to
-//! [`MAX_SKIP`] eligible calls, doubling while it keeps failing and starting
-//! over once it runs. All ranks saw the same descriptors and count the same
-//! eligible calls, so they skip the same ones.
+//! A communicator used with heap buffers would pay the descriptor exchange,
+//! a large share of a small call's time, on every call for nothing. So
+//! after an exchange shows a rank's buffers not shared, every rank skips
+//! the path for the next 1, 2, 4, … up to [`MAX_SKIP`] eligible calls,
+//! doubling while it keeps failing and starting over once it runs. All
+//! ranks saw the same descriptors and count the same eligible calls, so
+//! they skip the same ones.
 
 use super::core::Core;
 use crate::datatype::{DataType, RedOp};

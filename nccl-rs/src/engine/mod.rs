@@ -79,21 +79,16 @@ struct SlotRegions(Vec<Region>);
 // the engine and are only dereferenced by whoever holds it mutably.
 unsafe impl Send for SlotRegions {}
 
-/// An idle engine polls, yielding the core between polls, for `YIELD`, then
-/// sleeps `SLEEP` between polls. It spins without yielding only for `SPIN`,
-/// and only when this host has no more local ranks than CPUs: on this 2-core
-/// machine with more ranks, two share a core, and a spinning rank holds the
-/// core its peer needs for a whole time slice (measured: 8-byte all-reduce
-/// over shared memory 55-70 µs with a 50 µs spin, 0.6-2.7 µs yielding on
-/// every idle poll; Open MPI yields likewise when oversubscribed). Between
-/// two ranks on their own CPUs the short spin saves the `sched_yield` round
-/// trips (three interleaved runs of `-n 10000`, no spin → 5 µs: 8-byte
-/// all-reduce 0.44–0.47 → 0.37–0.39 µs, 64 KiB in-place broadcast 3.41–3.49 →
-/// 3.19–3.22 µs; all-gather, all-to-all, reduce-scatter and all-reduce of
-/// 64 KiB–1 MiB within noise).
 /// Most steps a call on the eager path has (a one-hop tiny collective
 /// at 32 ranks has about 64); longer schedules are not tiny calls.
 const EAGER_MAX_STEPS: usize = 64;
+/// An idle engine polls, yielding the core between polls, for `YIELD`, then
+/// sleeps `SLEEP` between polls. It spins without yielding only for `SPIN`,
+/// and only when this host has no more local ranks than CPUs: where two
+/// ranks share a core, a spinning rank holds the core its peer needs for a
+/// whole time slice (Open MPI yields likewise when oversubscribed). Between
+/// two ranks on their own CPUs the short spin saves tiny calls the
+/// `sched_yield` round trips.
 const SPIN: Duration = Duration::from_micros(5);
 /// Idle polls that spin before the clock is first read (each poll takes
 /// well under 100 ns, so these stay inside [`SPIN`]): a tiny call that

@@ -2,8 +2,8 @@
 //!
 //! The tuning model predicts `time = latency + bytes / bandwidth` per
 //! algorithm from two constants of the transport — one-way step latency α
-//! and link bandwidth β (measured on this machine; see [`Model`]) — and
-//! picks the cheapest:
+//! and link bandwidth β, fitted by `scripts/fit-model.sh` (see [`Model`]) —
+//! and picks the cheapest:
 //!
 //! | algorithm | latency | bytes through each rank, each way |
 //! |---|---|---|
@@ -163,10 +163,9 @@ const TREE_FILL: f64 = 2.0;
 /// The fraction of the link bandwidth halving-doubling is modelled to
 /// stream at, relative to the ring. Its exchanges run one after another,
 /// each draining its pipeline before the next starts, while the ring streams
-/// all its steps as one wavefront. On the 2-core development machine the
-/// difference at 4-16 MiB and 4 ranks was within the noise, so this is a
-/// conservative guess that leaves large messages to the ring; it puts the
-/// crossover with the ring near 100-450 KiB at 4-8 ranks over sockets.
+/// all its steps as one wavefront. A conservative guess that leaves large
+/// messages to the ring (a 2-core VM could not tell the two apart; measure
+/// on real hardware with `scripts/paired.sh`).
 pub(crate) const HD_BW: f64 = 0.8;
 
 /// Largest message the direct path is ever chosen for by the model.
@@ -175,20 +174,14 @@ const DIRECT_MAX_BYTES: usize = 64 << 10;
 /// Largest all-gather (output bytes) and reduce-scatter (input bytes) that
 /// run as one exchange (every rank sends straight to every other) instead
 /// of the ring's `n - 1` hops, at 3 ranks or more (at 2 the two are the
-/// same). Measured at 4 ranks on 2 cores, three interleaved runs of
-/// `ncclrun -n 4 <tool> -n 20000` (in-place times): all-gather 1 KiB
-/// 4.4-4.7 -> 3.1-4.5 us, 4 KiB 5.6-7.4 -> 4.4-5.1 us, 16 KiB 8.1-11.4 ->
-/// 7.3-9.2 us; reduce-scatter 1 KiB 4.5-5.7 -> 3.2-3.6 us, 4 KiB 5.1-8.3 ->
-/// 4.7-5.1 us, 16 KiB 7.3-9.8 -> 8.1-11.5 us (there the ring is back
-/// ahead: each rank sends `n - 1` blocks where the ring forwards one).
+/// same). One exchange beats the ring's `n - 1` hops while the per-rank
+/// sends stay small; above this the ring's single forward per step wins
+/// (fitted on a 2-core VM; refit on real hardware with `scripts/paired.sh`).
 const DIRECT_ALL_GATHER_MAX_BYTES: usize = 16 << 10;
 const DIRECT_REDUCE_SCATTER_MAX_BYTES: usize = 8 << 10;
 /// Largest broadcast that the root sends straight to every rank instead of
-/// down the ring's chain. Measured likewise (`broadcast_perf -n 5000`, in
-/// place): 4 ranks, 8 B 0.55–0.64 -> 0.31–0.47 us, 256 B 0.62–0.65 ->
-/// 0.48–0.53 us, 512 B 0.67–0.68 -> 0.52–0.64 us, 1 KiB 0.70–0.75 ->
-/// 0.75–0.82 us, 8 KiB 2.2–2.4 -> 2.8–3.1 us (the root's `n - 1` copies
-/// then outweigh the hops); 3 ranks within noise.
+/// down the ring's chain: it saves the hops while the message is tiny;
+/// above this the root's `n - 1` copies outweigh them (fitted likewise).
 const DIRECT_BROADCAST_MAX_BYTES: usize = 512;
 
 /// Per-communicator planning state: the model and the user's overrides.

@@ -2,15 +2,15 @@
 //!
 //! A single-copy frame (see [`super::cma`]) names the sender's buffer by its
 //! address, and the receiver copies it with `process_vm_readv`, which pins
-//! the sender's pages and copies in the kernel: 1.3–2.3× the time of a
-//! `memcpy` of the same bytes on the development machine
-//! (`target/release/copy_floor`). When the sender's buffer lies in one of
-//! its shared allocations (`ncclMemAlloc`, [`crate::ShmBuffer`]), the frame
-//! also names that allocation ([`CMA_MAPPED`], the rest of the line), and
-//! the receiver maps it once (`pidfd_getfd` + `mmap`, the mappings kept in
-//! its [`PeerMaps`]) and copies with `memcpy`. The address stays in the
-//! frame: a receiver that cannot map falls back to `process_vm_readv`, for
-//! that frame and, having said why once, for the rest of the connection.
+//! the sender's pages and copies in the kernel, slower than a `memcpy` of
+//! the same bytes (`target/release/copy_floor` compares the two). When the
+//! sender's buffer lies in one of its shared allocations (`ncclMemAlloc`,
+//! [`crate::ShmBuffer`]), the frame also names that allocation
+//! ([`CMA_MAPPED`], the rest of the line), and the receiver maps it once
+//! (`pidfd_getfd` + `mmap`, the mappings kept in its [`PeerMaps`]) and
+//! copies with `memcpy`. The address stays in the frame: a receiver that
+//! cannot map falls back to `process_vm_readv`, for that frame and, having
+//! said why once, for the rest of the connection.
 //! Completion is unchanged: the frame's line is released after the copy.
 //!
 //! The other direction is the same: a receiver that offers a message for

@@ -81,9 +81,8 @@
 //! copied out: once the whole payload is published, `test_lend` lends it
 //! where it lies (two pieces where it wraps) and the consumer counter stays
 //! before it until `release`, so the producer cannot overwrite it. Later
-//! frames wait meanwhile. `NCCL_SHM_DIRECT_REDUCE=0` turns it off
-//! ([`ShmOptions::direct_reduce`]). Measured at 2 ranks: all-reduce of
-//! 1-16 MiB 16-25% faster than copying into a staging slot first.
+//! frames wait meanwhile. It saves copying the data into a staging slot
+//! before reducing it ([`ShmOptions::direct_reduce`]).
 //!
 //! # Streaming receives
 //! The engine says which memory it will not read again soon
@@ -91,10 +90,8 @@
 //! reduces nor relays, from half the last-level cache on); a ring payload,
 //! or a single-copy message read through a mapping, copied into a receive
 //! buffer inside it goes with streaming stores (pieces of at least 1 KiB),
-//! which skip reading each destination line before writing it. Two threads,
-//! one ring, receiving alternately with and without the hint
-//! (`shm::tests_bench::bench_stream_receive`): 4 MiB 7.1 -> 13.0 GB/s, 16
-//! MiB 5.2 -> 9.0, 64 MiB 4.9 -> 6.3 (medians).
+//! which skip reading each destination line before writing it
+//! (`shm::tests_bench::bench_stream_receive` compares the two).
 //!
 //! # Single copy
 //! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA`, on by default), a message
@@ -109,18 +106,17 @@
 //! (`ncclMemAlloc`, `ShmBuffer`) also names that allocation in its frame,
 //! and the receiver maps it (once, kept) and copies with `memcpy` instead
 //! (see the `mapped` module); send/recv groups from such buffers then go
-//! single copy at any size. 2 ranks each sending to the other from shared
-//! buffers, two interleaved runs: 64 KiB 28-56 -> 12-15 us, 1 MiB 320-450 ->
-//! 180-200 us, 64 MiB 19-20 -> 11-12 ms.
+//! single copy at any size: one `memcpy` from a mapping, without a system
+//! call, replaces the ring's two copies.
 //!
 //! # Split single copy
 //! A sender the engine calls idle (it only waits for its sends to be read,
 //! as a broadcast root does) flags its single-copy frames of at least 128 KiB;
 //! the receiver then offers the message in pieces and both ends copy runs of
 //! it, the sender with `process_vm_writev` into the receiver's buffer (see
-//! the `split` module; `NCCL_SHM_CMA_SPLIT`, [`ShmOptions::cma_split`]). The
-//! sender probes at connect that it may access the receiver, through a probe
-//! word the receiver publishes. 2 ranks, broadcast in place, 1 MiB 52 -> 19 us.
+//! the `split` module; [`ShmOptions::cma_split`]), so an idle core shares
+//! the copy. The sender probes at connect that it may access the receiver,
+//! through a probe word the receiver publishes.
 //!
 //! # Which path a message takes
 //! The caller's plan decides, per call ([`nccl_net::SendComm::hint_copy`],
@@ -186,9 +182,9 @@ pub const DEFAULT_SLOTS: usize = 8;
 pub const MAX_REQUESTS: usize = 32;
 /// Default single-copy threshold: messages of at least this many bytes are
 /// read by the receiver straight from the sender's buffer
-/// (`process_vm_readv`) instead of being copied through the ring.
-/// (Measured at 2 ranks on 2 cores: all-gather of 32 KiB per rank 15%
-/// faster, of 4 KiB per rank slower.)
+/// (`process_vm_readv`) instead of being copied through the ring. Below it
+/// the system call costs more than the second copy it saves (fitted on a
+/// 2-core VM; refit on real hardware with `scripts/paired.sh`).
 pub const DEFAULT_CMA_MIN_BYTES: usize = 16 << 10;
 /// Largest single message (1 TiB, or the address space on 32-bit targets).
 pub const MAX_MESSAGE_BYTES: usize = if usize::BITS > 40 {
@@ -197,7 +193,7 @@ pub const MAX_MESSAGE_BYTES: usize = if usize::BITS > 40 {
     usize::MAX / 2
 };
 /// Speed reported in [`Properties`] (Mbit/s): a conservative figure for a
-/// copy-in / copy-out ring between two cores of this kind of machine.
+/// copy-in / copy-out ring between two cores.
 const SPEED_MBPS: u64 = 80_000;
 /// One-way latency of a small message through the ring (µs), polling.
 const LATENCY_US: f64 = 0.5;
@@ -220,12 +216,11 @@ pub struct ShmOptions {
     /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
     pub cma_min_bytes: usize,
     /// Whether both ends copy a large single-copy message, each a part
-    /// (`NCCL_SHM_CMA_SPLIT`; default true): the sender, which otherwise
-    /// waits, writes into the receiver's buffer while the receiver reads.
+    /// (default true): the sender, which otherwise waits, writes into the
+    /// receiver's buffer while the receiver reads.
     pub cma_split: bool,
     /// Whether a receive whose data is only reduced may be read in place in
-    /// the ring instead of copied out first (`NCCL_SHM_DIRECT_REDUCE`;
-    /// default true).
+    /// the ring instead of copied out first (default true).
     pub direct_reduce: bool,
 }
 
@@ -310,8 +305,8 @@ pub(crate) fn fuzz_handle(data: &[u8]) {
     let _ = handle::ShmHandle::decode(data);
 }
 
-/// CPUs online on this host: the measure of oversubscription for single
-/// copy (`engine::copy_hint`). Not this process's affinity mask
+/// CPUs online on this host: the measure of oversubscription
+/// (`plan::Topology::oversubscribed`). Not this process's affinity mask
 /// (`available_parallelism`): a launcher that binds each rank to one CPU
 /// would make every rank look alone on a 1-CPU machine.
 pub(crate) fn online_cpus() -> usize {

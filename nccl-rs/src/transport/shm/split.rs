@@ -8,10 +8,7 @@
 //! claim runs of pieces from a shared claim word, the receiver from the
 //! front (copying with `process_vm_readv` from the sender) and the sender
 //! from the back (copying with `process_vm_writev` into the receiver). So
-//! two cores copy one message. Measured with two processes pinned to the two
-//! CPUs of the development machine (one copy of the whole message by the
-//! receiver against half by each): 64 KiB 3.0 → 2.2 µs, 1 MiB 48 → 17 µs,
-//! 16 MiB 1.98 → 0.99 ms.
+//! two cores copy one message instead of one.
 //!
 //! # Protocol
 //! The [`Offer`] line holds the claim word `epoch:32 | front:16 | back:16`,
@@ -42,11 +39,10 @@
 use super::mapped::{SharedRegion, MAPPED_BYTES};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Messages of at least this many bytes are split when the sender helps.
-/// 2 ranks, in-place broadcast, split off → on, four interleaved runs: 32 KiB
-/// 2.24–2.26 → 2.45–2.52 µs, 64 KiB 3.26–3.33 → 3.25–3.41 µs, 128 KiB
-/// 5.31–5.37 → 4.59–4.86 µs (the offer, the claims and the second system
-/// call cost about what half of a small copy saves).
+/// Messages of at least this many bytes are split when the sender helps:
+/// below it the offer, the claims and the second system call cost about
+/// what half of the copy saves (fitted on a 2-core VM; refit on real
+/// hardware with `scripts/paired.sh`).
 pub(super) const SPLIT_MIN_BYTES: usize = 128 << 10;
 /// After its first, no claim takes fewer bytes than this unless less is
 /// left: every claim is one system call.
