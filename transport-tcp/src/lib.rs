@@ -88,6 +88,7 @@
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
 
+pub mod cache;
 mod comm;
 mod connect;
 pub mod handle;
@@ -98,6 +99,7 @@ mod stripe;
 mod sys;
 mod wire;
 
+pub use cache::last_level_cache_bytes;
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
 pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
