@@ -31,8 +31,7 @@
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
 //! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
 //! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
-//! | `NCCL_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement; 0: never |
-//! | `NCCL_SOCKET_SPLICE_MAX_BYTES` (ours) | `socket_splice_max_bytes` | 1 MiB: the largest TCP message sent spliced (larger ones outgrow the caches: the receiver's copy then reads the sender's pages from memory) |
+//! | `NCCL_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement, up to 1/32 of the last-level cache (`socket_splice_max_bytes`, no variable); 0: never |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
 use crate::error::{Error, Result};
@@ -98,7 +97,6 @@ pub const VARS: &[&str] = &[
     "NCCL_SHM_ZERO_COPY_MIN_BYTES",
     "NCCL_SOCKET_SNDBUF",
     "NCCL_SOCKET_SPLICE_MIN_BYTES",
-    "NCCL_SOCKET_SPLICE_MAX_BYTES",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
@@ -198,9 +196,12 @@ pub struct Config {
     pub zero_copy_min_bytes: usize,
     /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
-    /// `NCCL_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent spliced.
+    /// `NCCL_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent
+    /// spliced (0: never).
     pub socket_splice_min_bytes: usize,
-    /// `NCCL_SOCKET_SPLICE_MAX_BYTES`: largest TCP message sent spliced.
+    /// Largest TCP message sent spliced: no variable, derived from the
+    /// host's last-level cache
+    /// ([`transport_tcp::default_splice_max_bytes`]).
     pub socket_splice_max_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
     pub ib: transport_verbs::VerbsOptions,
@@ -240,7 +241,7 @@ impl Default for Config {
             zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
             socket_splice_min_bytes: transport_tcp::DEFAULT_SPLICE_MIN_BYTES,
-            socket_splice_max_bytes: transport_tcp::DEFAULT_SPLICE_MAX_BYTES,
+            socket_splice_max_bytes: transport_tcp::default_splice_max_bytes(),
             ib: transport_verbs::VerbsOptions::default(),
         }
     }
@@ -313,26 +314,6 @@ impl Config {
                 parse_secret(&v).ok_or_else(|| bad("NCCL_RS_JOB_SECRET", &v, "32 hex digits"))?,
             ),
         };
-        let splice_min = num(
-            &text,
-            "NCCL_SOCKET_SPLICE_MIN_BYTES",
-            d.socket_splice_min_bytes,
-            0..=usize::MAX,
-        )?;
-        let splice_max = num(
-            &text,
-            "NCCL_SOCKET_SPLICE_MAX_BYTES",
-            d.socket_splice_max_bytes,
-            0..=usize::MAX,
-        )?;
-        // 0 means never; otherwise a minimum above the maximum splices nothing.
-        if splice_min > splice_max && splice_min != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "NCCL_SOCKET_SPLICE_MIN_BYTES={splice_min} exceeds \
-                 NCCL_SOCKET_SPLICE_MAX_BYTES={splice_max}: nothing would be spliced \
-                 (0 turns splicing off)"
-            )));
-        }
         Ok(Config {
             debug: text("NCCL_DEBUG"),
             socket_ifname,
@@ -427,8 +408,13 @@ impl Config {
                     4096..=(1 << 30),
                 )?,
             },
-            socket_splice_min_bytes: splice_min,
-            socket_splice_max_bytes: splice_max,
+            socket_splice_min_bytes: num(
+                &text,
+                "NCCL_SOCKET_SPLICE_MIN_BYTES",
+                d.socket_splice_min_bytes,
+                0..=usize::MAX,
+            )?,
+            socket_splice_max_bytes: d.socket_splice_max_bytes,
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
         })

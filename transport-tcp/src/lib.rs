@@ -99,7 +99,7 @@ mod stripe;
 mod sys;
 mod wire;
 
-pub use cache::last_level_cache_bytes;
+pub use cache::{default_splice_max_bytes, last_level_cache_bytes};
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
 pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
@@ -122,22 +122,11 @@ pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// 128 KiB x0.86 (two 64 KiB pieces: the acknowledgement's round trip
 /// costs more than the copy saves), 256 KiB x1.16, 1 MiB x1.15-1.41,
 /// 16 MiB x1.13, 64 MiB x1.04-1.06 (on an earlier host; for larger
-/// messages see [`DEFAULT_SPLICE_MAX_BYTES`]). One direction of the transport alone
+/// messages see [`default_splice_max_bytes`]). One direction of the transport alone
 /// (`examples/loopback_bw`, 3 sockets): 1 MiB messages 2.1-2.4 -> 2.7-4.5
 /// GB/s, 4 MiB 3.3-3.4 -> 3.8-3.9 GB/s, 16 and 64 MiB alike (1.6-2.1 GB/s:
 /// buffers larger than the cache).
 pub const DEFAULT_SPLICE_MIN_BYTES: usize = 256 << 10;
-/// Default [`TcpOptions::splice_max_bytes`]. A spliced message leaves the
-/// sender's core idle and makes the receiver's copy read the sender's
-/// pages, where it would read socket buffers the sender has just written:
-/// that pays while those pages are in a cache, not once the buffer is
-/// larger. 2 ranks over loopback, broadcast (the root only sends, 2 MiB
-/// messages from 2 MiB up), paired rounds of `scripts/paired.sh` on the
-/// 2-core AMD EPYC host of 2026-12-03, spliced against copied: 512 KiB
-/// x0.92, 1 MiB x0.64 and x0.82 (spliced faster); 2 MiB x1.84, 4 MiB
-/// x1.42, 8 MiB x1.33, 16 MiB x1.63 and x1.75 (1 MiB messages there:
-/// x1.10), 64 MiB x1.61 (copied faster).
-pub const DEFAULT_SPLICE_MAX_BYTES: usize = 1 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
 pub const MAX_REQUESTS: usize = 32;
@@ -188,7 +177,7 @@ pub struct TcpOptions {
     /// `lanes` module); 0: never. Default [`DEFAULT_SPLICE_MIN_BYTES`].
     pub splice_min_bytes: usize,
     /// ... and of at most this many bytes. Default
-    /// [`DEFAULT_SPLICE_MAX_BYTES`].
+    /// [`default_splice_max_bytes`], from the last-level cache.
     pub splice_max_bytes: usize,
 }
 
@@ -201,7 +190,7 @@ impl Default for TcpOptions {
             nsocks: DEFAULT_NSOCKS_PERTHREAD * DEFAULT_NTHREADS,
             nthreads: DEFAULT_NTHREADS,
             splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
-            splice_max_bytes: DEFAULT_SPLICE_MAX_BYTES,
+            splice_max_bytes: default_splice_max_bytes(),
         }
     }
 }

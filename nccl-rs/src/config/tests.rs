@@ -215,10 +215,7 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_SHM_STREAM_RING_BYTES", count(&[])),
         ("NCCL_SHM_ZERO_COPY_MIN_BYTES", count(&[])),
         ("NCCL_SOCKET_SNDBUF", count(&["100", "4095", "1073741825"])),
-        // Above the default maximum (1 MiB): nothing would be spliced.
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", count(&["1048577"])),
-        // Below the default minimum (256 KiB), likewise.
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", count(&["0", "1000"])),
+        ("NCCL_SOCKET_SPLICE_MIN_BYTES", count(&[])),
         (
             "NCCL_IB_HCA",
             vec!["mlx5_0:x", "mlx5_0:256", "mlx5_0:1,mlx5_1:-1"],
@@ -337,32 +334,21 @@ fn the_tables_cover_every_variable_read() {
 }
 
 #[test]
-fn splice_bounds_that_splice_nothing_name_both_variables() {
-    let e = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4096"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "4095"),
-    ])
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("NCCL_SOCKET_SPLICE_MIN_BYTES") && e.contains("NCCL_SOCKET_SPLICE_MAX_BYTES"),
-        "{e}"
-    );
-    let off = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "0"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "0"),
-    ])
-    .unwrap();
+fn the_largest_spliced_message_follows_the_cache_not_a_variable() {
+    let c = cfg(&[("NCCL_SOCKET_SPLICE_MIN_BYTES", "4194304")]).unwrap();
+    assert_eq!(c.socket_splice_min_bytes, 4 << 20);
     assert_eq!(
-        off.socket_splice_min_bytes, 0,
-        "0: never, whatever the maximum"
+        c.socket_splice_max_bytes,
+        transport_tcp::default_splice_max_bytes()
     );
-    let both = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4194304"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "8388608"),
-    ])
-    .unwrap();
-    assert_eq!(both.socket_splice_min_bytes, 4 << 20);
+    assert_eq!(
+        cfg(&[("NCCL_SOCKET_SPLICE_MIN_BYTES", "0")])
+            .unwrap()
+            .socket_splice_min_bytes,
+        0,
+        "0: never"
+    );
+    assert!(!VARS.iter().any(|v| v.contains("SPLICE_MAX")));
 }
 
 #[test]

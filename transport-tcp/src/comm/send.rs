@@ -137,7 +137,7 @@ impl TcpSendComm {
     /// sender would otherwise spend its core copying into the socket and
     /// nothing else (2 ranks over loopback, ten paired rounds: broadcast
     /// 1 MiB x1.41; 16 MiB x1.13 on an earlier host, x0.57-0.61 on today's,
-    /// see [`crate::DEFAULT_SPLICE_MAX_BYTES`]), but not when each side also
+    /// see [`crate::default_splice_max_bytes`]), but not when each side also
     /// receives: all-gather 16 MiB x0.89, all-to-all x0.96; measured again
     /// with splicing forced on for both ranks, all-gather 1-64 MiB
     /// x0.87-1.05. `perf` of the 16 MiB all-gather shows why: the send copy
