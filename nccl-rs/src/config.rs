@@ -18,20 +18,20 @@
 //! | `NCCL_NET` | `net` | `Socket` |
 //! | `NCCL_IB_DISABLE` | `ib_disable` | false |
 //! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
-//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows (by `memcpy` from a mapping when the sender's buffer is shared memory) |
+//! | `NCCL_RS_SHM_SINGLE_COPY` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows (by `memcpy` from a mapping when the sender's buffer is shared memory) |
 //! | `NCCL_SHM_DIRECT_REDUCE` (ours) | `shm_direct_reduce` | true: reduce from the shared-memory ring in place, no staging copy |
-//! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
+//! | `NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
 //! | `NCCL_SHM_CMA_SPLIT` (ours) | `shm_cma_split` | true: the sender copies part of a single-copy message of 128 KiB or more into the receiver (`process_vm_writev`) while the receiver reads the rest |
 //! | `NCCL_SHM_NEAR_RING_BYTES` (ours) | `shm_near_ring_bytes` | 1 MiB: messages that may go single copy, up to this size, go through the ring instead while the two ranks' CPUs share a cache, as the ring's traffic shows (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_FAR_STREAM_BYTES` (ours) | `shm_far_stream_bytes` | 16 KiB: ring messages at least this large are written with streaming stores while the ring's traffic shows no sign of the two ranks' CPUs sharing a cache (not with more local ranks than CPUs); 0: never |
 //! | `NCCL_SHM_FAR_RING_BYTES` (ours) | `shm_far_ring_bytes` | 64 KiB: messages that may go single copy, up to this size, go through the ring instead, with streaming stores while the ring shows the CPUs apart (from `NCCL_SHM_FAR_STREAM_BYTES`; not with more local ranks than CPUs); 0: never |
-//! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
+//! | `NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
 //! | `NCCL_SHM_STREAM_RING_BYTES` (ours) | `shm_stream_ring_bytes` | half the last-level cache (4-32 MiB): receives into an output of at least this size, of calls that neither reduce nor relay, are copied in with streaming stores, an all-gather between two ranks that size takes the ring rather than single copy, and an out-of-place all-to-all that size sends from a streamed copy of its input in shared memory; 0: never |
 //! | `NCCL_SHM_APART_NS` (ours) | `shm_apart_ns` | 600: before a 2-rank all-gather or out-of-place all-to-all of at least `NCCL_SHM_STREAM_RING_BYTES`, rank 0 times round trips with rank 1; one this many ns or longer says their CPUs do not share a cache, and the call goes single copy in whole blocks; shorter, it takes the ring in chunks; 0: no probe (all-gather takes the ring, all-to-all single copy) |
 //! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
-//! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
-//! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
-//! | `NCCL_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement, up to 1/32 of the last-level cache (`socket_splice_max_bytes`, no variable); 0: never |
+//! | `NCCL_RS_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
+//! | `NCCL_RS_SOCKET_BUF_BYTES` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
+//! | `NCCL_RS_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement, up to 1/32 of the last-level cache (`socket_splice_max_bytes`, no variable); 0: never |
 //! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
 
 use crate::error::{Error, Result};
@@ -83,20 +83,20 @@ pub const VARS: &[&str] = &[
     "NCCL_NET",
     "NCCL_IB_DISABLE",
     "NCCL_SHM_DISABLE",
-    "NCCL_SHM_USE_CMA",
+    "NCCL_RS_SHM_SINGLE_COPY",
     "NCCL_SHM_DIRECT_REDUCE",
     "NCCL_SHM_CMA_SPLIT",
-    "NCCL_SHM_CMA_MIN_BYTES",
-    "NCCL_SHM_CMA_MAX_BYTES",
+    "NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES",
+    "NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES",
     "NCCL_SHM_NEAR_RING_BYTES",
     "NCCL_SHM_FAR_STREAM_BYTES",
     "NCCL_SHM_FAR_RING_BYTES",
     "NCCL_SHM_APART_NS",
     "NCCL_SHM_STREAM_RING_BYTES",
     "NCCL_LOCAL_REGISTER",
-    "NCCL_SHM_ZERO_COPY_MIN_BYTES",
-    "NCCL_SOCKET_SNDBUF",
-    "NCCL_SOCKET_SPLICE_MIN_BYTES",
+    "NCCL_RS_ZERO_COPY_MIN_BYTES",
+    "NCCL_RS_SOCKET_BUF_BYTES",
+    "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
@@ -151,15 +151,15 @@ pub struct Config {
     pub ib_disable: bool,
     /// `NCCL_SHM_DISABLE`.
     pub shm_disable: bool,
-    /// `NCCL_SHM_USE_CMA`: single-copy (cross-memory attach) for
+    /// `NCCL_RS_SHM_SINGLE_COPY`: single-copy (cross-memory attach) for
     /// shared-memory messages of copy-only calls.
     pub shm_use_cma: bool,
-    /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
+    /// `NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES`: smallest message sent single-copy.
     pub shm_cma_min_bytes: usize,
     /// `NCCL_SHM_CMA_SPLIT`: both ends copy parts of a large single-copy
     /// message.
     pub shm_cma_split: bool,
-    /// `NCCL_SHM_CMA_MAX_BYTES`: largest call (output bytes of this rank)
+    /// `NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES`: largest call (output bytes of this rank)
     /// whose messages may go single-copy.
     pub shm_cma_max_bytes: usize,
     /// `NCCL_SHM_NEAR_RING_BYTES`: messages that may go single-copy, up to
@@ -192,11 +192,11 @@ pub struct Config {
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
     /// buffers of co-located ranks.
     pub local_register: bool,
-    /// `NCCL_SHM_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
+    /// `NCCL_RS_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
     pub zero_copy_min_bytes: usize,
-    /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
+    /// `NCCL_RS_SOCKET_BUF_BYTES`: kernel socket buffer size.
     pub socket_buf_bytes: usize,
-    /// `NCCL_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent
+    /// `NCCL_RS_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent
     /// spliced (0: never).
     pub socket_splice_min_bytes: usize,
     /// Largest TCP message sent spliced: no variable, derived from the
@@ -342,20 +342,21 @@ impl Config {
             net,
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
-            shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_use_cma: text("NCCL_RS_SHM_SINGLE_COPY").is_none()
+                || flag(&text, "NCCL_RS_SHM_SINGLE_COPY")?,
             shm_direct_reduce: text("NCCL_SHM_DIRECT_REDUCE").is_none()
                 || flag(&text, "NCCL_SHM_DIRECT_REDUCE")?,
             shm_cma_split: text("NCCL_SHM_CMA_SPLIT").is_none()
                 || flag(&text, "NCCL_SHM_CMA_SPLIT")?,
             shm_cma_min_bytes: num(
                 &text,
-                "NCCL_SHM_CMA_MIN_BYTES",
+                "NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES",
                 d.shm_cma_min_bytes,
                 0..=usize::MAX,
             )?,
             shm_cma_max_bytes: num(
                 &text,
-                "NCCL_SHM_CMA_MAX_BYTES",
+                "NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES",
                 d.shm_cma_max_bytes,
                 0..=usize::MAX,
             )?,
@@ -394,23 +395,23 @@ impl Config {
                 || flag(&text, "NCCL_LOCAL_REGISTER")?,
             zero_copy_min_bytes: num(
                 &text,
-                "NCCL_SHM_ZERO_COPY_MIN_BYTES",
+                "NCCL_RS_ZERO_COPY_MIN_BYTES",
                 d.zero_copy_min_bytes,
                 0..=usize::MAX,
             )?,
-            socket_buf_bytes: match text("NCCL_SOCKET_SNDBUF").map(|v| v.parse::<usize>()) {
+            socket_buf_bytes: match text("NCCL_RS_SOCKET_BUF_BYTES").map(|v| v.parse::<usize>()) {
                 // 0: the kernel's buffer autotuning (`TcpOptions`).
                 Some(Ok(0)) => 0,
                 _ => num(
                     &text,
-                    "NCCL_SOCKET_SNDBUF",
+                    "NCCL_RS_SOCKET_BUF_BYTES",
                     d.socket_buf_bytes,
                     4096..=(1 << 30),
                 )?,
             },
             socket_splice_min_bytes: num(
                 &text,
-                "NCCL_SOCKET_SPLICE_MIN_BYTES",
+                "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
                 d.socket_splice_min_bytes,
                 0..=usize::MAX,
             )?,

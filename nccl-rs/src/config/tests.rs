@@ -43,7 +43,7 @@ fn defaults_and_overrides() {
     assert_eq!(c.zero_copy_min_bytes, 32 << 10);
     let c2 = cfg(&[
         ("NCCL_LOCAL_REGISTER", "0"),
-        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),
+        ("NCCL_RS_ZERO_COPY_MIN_BYTES", "1"),
     ])
     .unwrap();
     assert!(!c2.local_register);
@@ -54,9 +54,9 @@ fn defaults_and_overrides() {
             .shm_direct_reduce
     );
     let c = cfg(&[
-        ("NCCL_SHM_USE_CMA", "0"),
-        ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
-        ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
+        ("NCCL_RS_SHM_SINGLE_COPY", "0"),
+        ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", "4096"),
+        ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", "65536"),
         ("NCCL_SHM_NEAR_RING_BYTES", "0"),
         ("NCCL_SHM_STREAM_RING_BYTES", "0"),
     ])
@@ -83,9 +83,13 @@ fn defaults_and_overrides() {
     assert!(!c.shm_use_cma);
     assert_eq!(c.shm_cma_min_bytes, 4096);
     assert_eq!(c.shm_cma_max_bytes, 65536);
-    assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
-    assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
-    let sndbuf = |v| cfg(&[("NCCL_SOCKET_SNDBUF", v)]).map(|c| c.socket_buf_bytes);
+    assert!(
+        cfg(&[("NCCL_RS_SHM_SINGLE_COPY", "1")])
+            .unwrap()
+            .shm_use_cma
+    );
+    assert!(cfg(&[("NCCL_RS_SHM_SINGLE_COPY", "on")]).is_err());
+    let sndbuf = |v| cfg(&[("NCCL_RS_SOCKET_BUF_BYTES", v)]).map(|c| c.socket_buf_bytes);
     assert_eq!(sndbuf("0").unwrap(), 0, "the kernel's autotuning");
     assert_eq!(sndbuf("65536").unwrap(), 65536);
     assert!(sndbuf("100").is_err());
@@ -202,20 +206,23 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_NET", vec!["bogus", "IBext", "Socket,IB"]),
         ("NCCL_IB_DISABLE", flag()),
         ("NCCL_SHM_DISABLE", flag()),
-        ("NCCL_SHM_USE_CMA", flag()),
+        ("NCCL_RS_SHM_SINGLE_COPY", flag()),
         ("NCCL_SHM_DIRECT_REDUCE", flag()),
         ("NCCL_SHM_CMA_SPLIT", flag()),
         ("NCCL_LOCAL_REGISTER", flag()),
-        ("NCCL_SHM_CMA_MIN_BYTES", count(&[])),
-        ("NCCL_SHM_CMA_MAX_BYTES", count(&[])),
+        ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", count(&[])),
+        ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", count(&[])),
         ("NCCL_SHM_NEAR_RING_BYTES", count(&[])),
         ("NCCL_SHM_FAR_STREAM_BYTES", count(&[])),
         ("NCCL_SHM_FAR_RING_BYTES", count(&[])),
         ("NCCL_SHM_APART_NS", count(&["4294967296"])),
         ("NCCL_SHM_STREAM_RING_BYTES", count(&[])),
-        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", count(&[])),
-        ("NCCL_SOCKET_SNDBUF", count(&["100", "4095", "1073741825"])),
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", count(&[])),
+        ("NCCL_RS_ZERO_COPY_MIN_BYTES", count(&[])),
+        (
+            "NCCL_RS_SOCKET_BUF_BYTES",
+            count(&["100", "4095", "1073741825"]),
+        ),
+        ("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", count(&[])),
         (
             "NCCL_IB_HCA",
             vec!["mlx5_0:x", "mlx5_0:256", "mlx5_0:1,mlx5_1:-1"],
@@ -335,14 +342,14 @@ fn the_tables_cover_every_variable_read() {
 
 #[test]
 fn the_largest_spliced_message_follows_the_cache_not_a_variable() {
-    let c = cfg(&[("NCCL_SOCKET_SPLICE_MIN_BYTES", "4194304")]).unwrap();
+    let c = cfg(&[("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", "4194304")]).unwrap();
     assert_eq!(c.socket_splice_min_bytes, 4 << 20);
     assert_eq!(
         c.socket_splice_max_bytes,
         transport_tcp::default_splice_max_bytes()
     );
     assert_eq!(
-        cfg(&[("NCCL_SOCKET_SPLICE_MIN_BYTES", "0")])
+        cfg(&[("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", "0")])
             .unwrap()
             .socket_splice_min_bytes,
         0,
@@ -371,13 +378,13 @@ fn good_values_of_the_checked_forms_pass() {
         ("NCCL_PROTO", "allreduce:^LL128;allgather:Simple"),
         ("NCCL_ALGO", "allreduce:tree;broadcast:ring"),
         ("NCCL_TIMEOUT", "0.001"),
-        ("NCCL_SOCKET_SNDBUF", "00"),
+        ("NCCL_RS_SOCKET_BUF_BYTES", "00"),
         ("NCCL_IB_HCA", "=mlx5_0:1,mlx5_1"),
     ] {
         cfg(&[(var, v)]).unwrap_or_else(|e| panic!("{var}={v:?}: {e}"));
     }
     assert_eq!(
-        cfg(&[("NCCL_SOCKET_SNDBUF", "00")])
+        cfg(&[("NCCL_RS_SOCKET_BUF_BYTES", "00")])
             .unwrap()
             .socket_buf_bytes,
         0,

@@ -1,6 +1,6 @@
 //! Whether a call's sends may go single-copy (the receiver copies straight
 //! out of the sender's buffer: the shared-memory transport's cross-memory
-//! attach, `NCCL_SHM_USE_CMA`), and whether this rank idles while they are
+//! attach, `NCCL_RS_SHM_SINGLE_COPY`), and whether this rank idles while they are
 //! read, passed to every connection through
 //! [`SendComm::hint_copy`](crate::transport::SendComm::hint_copy).
 //!
@@ -68,7 +68,7 @@
 //! each message into its reader itself (`sender_idle`, the shared-memory
 //! transport's split messages, `NCCL_SHM_CMA_SPLIT`): then two cores copy
 //! once, where the ring copies twice. 2 ranks, in place, ring → single
-//! copy with the root helping (`NCCL_SHM_CMA_MAX_BYTES=1G`, split on; two
+//! copy with the root helping (`NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES=1G`, split on; two
 //! interleaved runs): 256 KiB 9.2–9.3 → 6.7–7.0 µs, 1 MiB 48–53 → 20 µs,
 //! 4 MiB 301–303 → 207–220 µs, 16 MiB 1.23–1.24 → 1.02–1.03 ms. So a 2-rank
 //! broadcast goes single-copy at any size when every rank splits
@@ -115,14 +115,14 @@
 //! shared-memory transport's mapped frames), and then single copy beats
 //! the ring at every size: 2 ranks each sending to the other
 //! (`sendrecv_perf -R 1`), ring (the 2 MiB cap) → single copy
-//! (`NCCL_SHM_CMA_MAX_BYTES=1G`), two interleaved runs: 4 MiB 1.11 →
+//! (`NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES=1G`), two interleaved runs: 4 MiB 1.11 →
 //! 0.66–0.76 ms, 16 MiB 4.3–4.6 → 2.5–2.9 ms, 64 MiB 17.5–18.3 → 10.0–11.7
 //! ms; from heap buffers (`process_vm_readv`) the same change ties (16 MiB
 //! 4.6–4.8 → 4.3–5.3 ms, 64 MiB 18.3–18.7 → 16.5–17.2 ms). So such groups
 //! go single-copy at any size.
 //!
 //! So single copy goes to calls that do not reduce, of at most `max_bytes`
-//! of buffers (`NCCL_SHM_CMA_MAX_BYTES`, 2 MiB), or a quarter of that
+//! of buffers (`NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES`, 2 MiB), or a quarter of that
 //! (512 KiB) on a rank that receives nothing, or of any size for a send/recv
 //! group sending from shared buffers; with more local ranks than CPUs, to
 //! all-to-all only; and, when every rank is on this host, to
@@ -183,7 +183,7 @@ pub(crate) const STAGED_ALL_TO_ALL_MAX_BYTES: usize = 256 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SingleCopyPolicy {
     /// Largest call (bytes of its buffers on this rank) allowed
-    /// (`NCCL_SHM_CMA_MAX_BYTES`).
+    /// (`NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES`).
     pub(crate) max_bytes: usize,
     /// More ranks on this host than CPUs: only all-to-all (and one-hop
     /// all-gather when `uniform`), of more than [`OVERSUBSCRIBED_MIN_BYTES`]

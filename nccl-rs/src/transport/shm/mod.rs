@@ -97,7 +97,7 @@
 //! MiB 5.2 -> 9.0, 64 MiB 4.9 -> 6.3 (medians).
 //!
 //! # Single copy
-//! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA`, on by default), a message
+//! With [`ShmOptions::cma`] (`NCCL_RS_SHM_SINGLE_COPY`, on by default), a message
 //! of at least [`ShmOptions::cma_min_bytes`] travels as a one-line
 //! descriptor frame (mark `CMA1`, the sender's buffer address) and the
 //! receiver copies it with `process_vm_readv` straight from the sender's
@@ -105,7 +105,7 @@
 //! connection at accept; it falls back to the ring when the probe fails.
 //! The engine allows it per call ([`nccl_net::SendComm::hint_copy`],
 //! `engine::copy_hint`): for calls that do not reduce and move at most
-//! `NCCL_SHM_CMA_MAX_BYTES` (2 MiB; 512 KiB on a rank that only sends), for
+//! `NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES` (2 MiB; 512 KiB on a rank that only sends), for
 //! all-to-all and one-hop all-gather of any size when every rank is on this
 //! host, for 2-rank broadcast when the root splits (below), and only for
 //! all-to-all and all-gather when local ranks outnumber CPUs. On the 2-core
@@ -232,12 +232,12 @@ pub struct ShmOptions {
     /// messages.
     pub slots: usize,
     /// Whether large messages may go single-copy by cross-memory attach
-    /// (`NCCL_SHM_USE_CMA`, on in the default `Config`; false in
+    /// (`NCCL_RS_SHM_SINGLE_COPY`, on in the default `Config`; false in
     /// `ShmOptions::default()`). Used only where a probe at
     /// connection time shows that the receiver may read the sender.
     pub cma: bool,
     /// Messages of at least this many bytes go single-copy
-    /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
+    /// (`NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
     pub cma_min_bytes: usize,
     /// Whether both ends copy a large single-copy message, each a part
     /// (`NCCL_SHM_CMA_SPLIT`; default true): the sender, which otherwise
