@@ -41,7 +41,7 @@ fn real() -> bool {
     std::env::var("NCCL_RS_CUDA_TESTS").is_ok_and(|v| v == "real")
 }
 
-/// Builds the fake driver once and points `NCCL_CUDA_DRIVER` at it (unless
+/// Builds the fake driver once and points `NCCL_RS_CUDA_DRIVER` at it (unless
 /// [`real`]). Every test calls this first, so the variables are set before
 /// any thread reads the environment.
 fn fake_driver() -> &'static Path {
@@ -74,7 +74,7 @@ fn fake_driver() -> &'static Path {
             String::from_utf8_lossy(&o.stderr)
         );
         std::fs::rename(&tmp, &lib).unwrap();
-        std::env::set_var("NCCL_CUDA_DRIVER", &lib);
+        std::env::set_var("NCCL_RS_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DELAY_US", "50");
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
         lib

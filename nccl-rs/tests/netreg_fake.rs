@@ -41,7 +41,7 @@ fn fake_driver() -> &'static Path {
             String::from_utf8_lossy(&o.stderr)
         );
         std::fs::rename(&tmp, &lib).unwrap();
-        std::env::set_var("NCCL_CUDA_DRIVER", &lib);
+        std::env::set_var("NCCL_RS_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
         lib
     })

@@ -223,6 +223,32 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
             count(&["100", "4095", "1073741825"]),
         ),
         ("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", count(&[])),
+        ("NCCL_COMM_BLOCKING", flag()),
+        (
+            "NCCL_NET_GDR_LEVEL",
+            vec!["x", "LOCAL", "-1", "1.5", "P I X"],
+        ),
+        ("NCCL_DMABUF_ENABLE", flag()),
+        (
+            "NCCL_RS_CUDA_STAGING_CHUNK",
+            vec![
+                "lots",
+                "-1",
+                "1.5",
+                "12",
+                "4095",
+                "2T",
+                "4G",
+                "1 2",
+                "K",
+                "18446744073709551616G",
+            ],
+        ),
+        ("NCCL_RS_CUDA_PIPELINE", flag()),
+        (
+            "NCCL_RS_CUDA_REDUCE",
+            vec!["bogus", "gpus", "1", "host,gpu"],
+        ),
         (
             "NCCL_IB_HCA",
             vec!["mlx5_0:x", "mlx5_0:256", "mlx5_0:1,mlx5_1:-1"],
@@ -268,6 +294,26 @@ fn lenient() -> Vec<Lenient> {
         ("NCCL_IB_HCA", "nosuchdev", |c| {
             c.ib.hca.as_deref() == Some("nosuchdev")
         }),
+        // File names and subsystem lists are taken as they are (NCCL
+        // ignores subsystems it does not know).
+        ("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p", |c| {
+            c.debug_file.as_deref() == Some("/tmp/nccl.%h.%p")
+        }),
+        ("NCCL_DEBUG_SUBSYS", "^INIT,NOSUCH", |c| {
+            c.debug_subsys.as_deref() == Some("^INIT,NOSUCH")
+        }),
+        ("NCCL_RS_CUDA_DRIVER", "/opt/libcuda.so.1", |c| {
+            c.cuda.driver.as_deref() == Some("/opt/libcuda.so.1")
+        }),
+        ("NCCL_RS_NVRTC_LIBRARY", "libnvrtc.so.12", |c| {
+            c.cuda.nvrtc_library.as_deref() == Some("libnvrtc.so.12")
+        }),
+        // Any value but 0, false, no, off (any case) disables CUDA.
+        ("NCCL_RS_CUDA_DISABLE", "yes", |c| c.cuda.disable),
+        ("NCCL_RS_CUDA_DISABLE", "Off", |c| !c.cuda.disable),
+        // Only 0 turns asynchronous calls off.
+        ("NCCL_RS_CUDA_ASYNC", "no", |c| c.cuda.async_calls),
+        ("NCCL_RS_CUDA_ASYNC", "0", |c| !c.cuda.async_calls),
     ]
 }
 
@@ -356,6 +402,59 @@ fn the_largest_spliced_message_follows_the_cache_not_a_variable() {
         "0: never"
     );
     assert!(!VARS.iter().any(|v| v.contains("SPLICE_MAX")));
+}
+
+#[test]
+fn device_settings_parse() {
+    let d = cfg(&[]).unwrap().cuda;
+    assert_eq!(d, CudaConfig::default());
+    assert_eq!(d.staging_chunk_bytes, 2 << 20);
+    assert!(d.pipeline && d.async_calls && d.dmabuf_enable && !d.disable);
+    assert_eq!(d.reduce, DeviceReduce::Auto);
+    assert_eq!(d.gdr_level, GdrLevel::Pxb);
+    let c = cfg(&[
+        ("NCCL_RS_CUDA_STAGING_CHUNK", "64K"),
+        ("NCCL_RS_CUDA_PIPELINE", "0"),
+        ("NCCL_RS_CUDA_REDUCE", "GPU"),
+        ("NCCL_NET_GDR_LEVEL", "7"),
+        ("NCCL_DMABUF_ENABLE", "0"),
+        ("NCCL_RS_CUDA_DISABLE", "1"),
+    ])
+    .unwrap()
+    .cuda;
+    assert_eq!(c.staging_chunk_bytes, 64 << 10);
+    assert!(!c.pipeline && !c.dmabuf_enable && c.disable);
+    assert_eq!(c.reduce, DeviceReduce::Gpu);
+    assert_eq!(c.gdr_level, GdrLevel::Sys, "NCCL's integers past 4 are SYS");
+    assert_eq!(
+        cfg(&[("NCCL_RS_CUDA_REDUCE", "cpu")]).unwrap().cuda.reduce,
+        DeviceReduce::Host
+    );
+    assert_eq!(
+        cfg(&[("NCCL_NET_GDR_LEVEL", "phb")])
+            .unwrap()
+            .cuda
+            .gdr_level,
+        GdrLevel::Phb
+    );
+}
+
+#[test]
+fn logging_settings_come_with_the_config() {
+    let c = cfg(&[
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+        ("NCCL_DEBUG_FILE", " nccl.%p.log "),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.log(),
+        LogSettings {
+            debug: Some("INFO".into()),
+            debug_file: Some("nccl.%p.log".into()),
+            debug_subsys: Some("INIT,NET".into()),
+        }
+    );
 }
 
 #[test]
