@@ -457,6 +457,106 @@ fn logging_settings_come_with_the_config() {
     );
 }
 
+/// The variables that are NCCL's own (checked against NCCL's documentation
+/// and source): they keep NCCL's names and meanings.
+const NCCL_OWN: &[&str] = &[
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_COMM_ID",
+    "NCCL_COMM_BLOCKING",
+    "NCCL_BUFFSIZE",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NET",
+    "NCCL_IB_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_IB_HCA",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_TC",
+    "NCCL_IB_SL",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_DMABUF_ENABLE",
+];
+
+/// Variables of ours that still carry an `NCCL_` name NCCL does not have
+/// (renamed to `NCCL_RS_*` or removed by changes of their own: the
+/// shared-memory placement knobs, and three general ones NCCL lacks as
+/// environment variables: its `NCCL_STEPS` is a compile-time constant).
+/// The list may only shrink.
+const OURS_NOT_YET_RENAMED: &[&str] = &[
+    "NCCL_STEPS",
+    "NCCL_TIMEOUT",
+    "NCCL_BOOTSTRAP_TIMEOUT",
+    "NCCL_SHM_DIRECT_REDUCE",
+    "NCCL_SHM_CMA_SPLIT",
+    "NCCL_SHM_NEAR_RING_BYTES",
+    "NCCL_SHM_FAR_STREAM_BYTES",
+    "NCCL_SHM_FAR_RING_BYTES",
+    "NCCL_SHM_APART_NS",
+    "NCCL_SHM_STREAM_RING_BYTES",
+];
+
+/// `(variable, whose)` of every row of the table in
+/// `docs/configuration.md`: a row starts with a variable in backquotes,
+/// its second cell says `NCCL` or `ours`.
+fn documented() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+    let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+    doc.lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split('|');
+            let name = cells.next()?.trim().strip_suffix('`')?.to_string();
+            let whose = cells.next()?.trim().to_string();
+            Some((name, whose))
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_doc_lists_exactly_the_variables_read() {
+    let rows = documented();
+    let mut names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "a variable has two rows");
+    let mut vars = VARS.to_vec();
+    vars.sort();
+    assert_eq!(names, vars, "docs/configuration.md against config::VARS");
+    for (name, whose) in &rows {
+        let nccl = NCCL_OWN.contains(&name.as_str());
+        let want = if nccl { "NCCL" } else { "ours" };
+        assert_eq!(whose, want, "{name}: whose");
+    }
+}
+
+#[test]
+fn every_variable_nccl_lacks_is_named_ours() {
+    for var in VARS {
+        assert!(
+            NCCL_OWN.contains(var)
+                || var.starts_with("NCCL_RS_")
+                || OURS_NOT_YET_RENAMED.contains(var),
+            "{var}: not NCCL's, so NCCL_RS_*"
+        );
+    }
+    for var in NCCL_OWN.iter().chain(OURS_NOT_YET_RENAMED) {
+        assert!(VARS.contains(var), "{var} is not read any more");
+    }
+}
+
 #[test]
 fn good_values_of_the_checked_forms_pass() {
     for (var, v) in [
