@@ -99,9 +99,9 @@ cat "$b/MANIFEST"
 # caught here, not on the GPU machine.
 echo "== self-test on the fake CUDA driver"
 cc -shared -fPIC -O1 -pthread -Wl,-soname,libcuda.so.1 ffi/tests/cuda/fake_libcuda.c -o "$stage/libcuda.so.1"
-LD_LIBRARY_PATH=$b/lib NCCL_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo NCCL_CUDA_STAGING_CHUNK=256K \
+LD_LIBRARY_PATH=$b/lib NCCL_RS_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo NCCL_RS_CUDA_STAGING_CHUNK=256K \
   timeout 300 "$b/bin/device_check" 2 | tail -1
-NCCL_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo \
+NCCL_RS_CUDA_DRIVER=$stage/libcuda.so.1 NCCL_SOCKET_IFNAME=lo \
   timeout 300 "$b/bin/ncclrun" -n 2 "$b/bin/all_reduce_perf" --device 1 -b 8 -e 1M -f 32 -c 1 -n 2 |
   grep -F '# Out of bounds values : 0 OK'
 

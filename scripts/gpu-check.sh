@@ -10,11 +10,11 @@
 #      max), all-gather (also in place), reduce-scatter, broadcast, a
 #      send/recv ring plus self send/recv, ncclMemAlloc giving device
 #      memory: 2 and 4 ranks sharing the GPU, through our libnccl.so.2
-#   2. the same at 2 ranks with whole-buffer staging (NCCL_CUDA_PIPELINE=0)
+#   2. the same at 2 ranks with whole-buffer staging (NCCL_RS_CUDA_PIPELINE=0)
 #   3. the Rust tests on the real GPU: bin/cuda_fake (every collective,
 #      in-place layouts, stream ordering, PreMulSum, host/device p2p,
 #      DMA-BUF probe) with NCCL_RS_CUDA_TESTS=real, and bin/cuda_gpu
-#   3b. reductions on the GPU (NCCL_CUDA_REDUCE=gpu: kernels compiled at
+#   3b. reductions on the GPU (NCCL_RS_CUDA_REDUCE=gpu: kernels compiled at
 #      run time with NVRTC, found below): device_check 2 with the INFO line
 #      that names the path, and bin/cuda_fake again with the GPU path
 #      forced (bit-exact against the host kernels folded in rank order)
@@ -27,7 +27,7 @@
 # Everything is logged to gpu-check.log beside this script. Exit status 0
 # when every required step passed (step 5 is informational).
 #
-# NVRTC: NCCL_NVRTC_LIBRARY if set, else lib/ of the bundle, the Python
+# NVRTC: NCCL_RS_NVRTC_LIBRARY if set, else lib/ of the bundle, the Python
 # packages nvidia-cuda-nvrtc (-cu12/-cu13), the dynamic linker's cache,
 # /usr/local/cuda*/lib64 and targets/*/lib. Without NVRTC step 3b fails
 # (the host path is checked by the other steps).
@@ -47,14 +47,14 @@ passes=()
 ours=(env "LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 export NCCL_TIMEOUT=${NCCL_TIMEOUT:-120}
-unset NCCL_CUDA_DISABLE
+unset NCCL_RS_CUDA_DISABLE
 # GPU_CHECK_FAKE_DRIVER=/path/libcuda.so.1 (built from src/fake_libcuda.c):
 # a dry run of this script on a machine without a GPU.
 fake=${GPU_CHECK_FAKE_DRIVER:-}
 if [ -n "$fake" ]; then
-  export NCCL_CUDA_DRIVER=$fake
+  export NCCL_RS_CUDA_DRIVER=$fake
 else
-  unset NCCL_CUDA_DRIVER
+  unset NCCL_RS_CUDA_DRIVER
 fi
 
 step() { # name, deadline seconds, command...
@@ -95,13 +95,13 @@ lsmod 2>/dev/null | grep -E '^(nvidia_peermem|nv_peer_mem)' | sed 's/^/module: /
 step "device_check 2 ranks (INFO log)" 150 "${ours[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
   "$here/bin/device_check" 2
 step "device_check 4 ranks" 180 "${ours[@]}" "$here/bin/device_check" 4
-step "device_check 2 ranks, whole-buffer staging" 120 "${ours[@]}" NCCL_CUDA_PIPELINE=0 \
+step "device_check 2 ranks, whole-buffer staging" 120 "${ours[@]}" NCCL_RS_CUDA_PIPELINE=0 \
   "$here/bin/device_check" 2
 
 # NVRTC for the reductions on the GPU (steps 3 and 3b).
 find_nvrtc() {
-  if [ -n "${NCCL_NVRTC_LIBRARY:-}" ]; then
-    echo "$NCCL_NVRTC_LIBRARY"
+  if [ -n "${NCCL_RS_NVRTC_LIBRARY:-}" ]; then
+    echo "$NCCL_RS_NVRTC_LIBRARY"
     return
   fi
   local c
@@ -136,14 +136,14 @@ EOF
 # device_check with the GPU path forced; prints which path the INFO line names.
 reduce_path_check() {
   local out rc
-  out=$("${ours[@]}" NCCL_CUDA_REDUCE=gpu NCCL_DEBUG=INFO "$here/bin/device_check" 2 2>&1)
+  out=$("${ours[@]}" NCCL_RS_CUDA_REDUCE=gpu NCCL_DEBUG=INFO "$here/bin/device_check" 2 2>&1)
   rc=$?
   printf '%s\n' "$out" | tail -20
   echo "reduction path: $(printf '%s\n' "$out" | grep -o 'device reductions: on the .*' | head -1)"
   [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q 'device reductions: on the GPU'
 }
 nvrtc=$(find_nvrtc)
-[ -n "$nvrtc" ] && [ -z "$fake" ] && export NCCL_NVRTC_LIBRARY=$nvrtc
+[ -n "$nvrtc" ] && [ -z "$fake" ] && export NCCL_RS_NVRTC_LIBRARY=$nvrtc
 
 # 3: the Rust tests on the real GPU (on the fake driver, less the two that
 # expect kernels to run).
@@ -155,17 +155,17 @@ step "Rust cuda tests on the GPU (cuda_fake, NCCL_RS_CUDA_TESTS=real)" 180 \
 [ -n "$fake" ] ||
   step "Rust cuda tests (cuda_gpu --ignored)" 120 "$here/bin/cuda_gpu" --ignored --test-threads=1 --nocapture
 
-# 3b: reductions on the GPU (NCCL_CUDA_REDUCE=gpu).
+# 3b: reductions on the GPU (NCCL_RS_CUDA_REDUCE=gpu).
 echo
 if [ -n "$fake" ]; then
   echo "=== reductions on the GPU: not on the fake driver (no kernels run there)"
 elif [ -n "$nvrtc" ]; then
   echo "=== NVRTC: $nvrtc"
-  step "device_check 2 ranks, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 150 reduce_path_check
-  step "Rust cuda tests, reductions on the GPU (NCCL_CUDA_REDUCE=gpu)" 180 \
-    env NCCL_RS_CUDA_TESTS=real NCCL_CUDA_REDUCE=gpu "$here/bin/cuda_fake" --test-threads=1 --nocapture
+  step "device_check 2 ranks, reductions on the GPU (NCCL_RS_CUDA_REDUCE=gpu)" 150 reduce_path_check
+  step "Rust cuda tests, reductions on the GPU (NCCL_RS_CUDA_REDUCE=gpu)" 180 \
+    env NCCL_RS_CUDA_TESTS=real NCCL_RS_CUDA_REDUCE=gpu "$here/bin/cuda_fake" --test-threads=1 --nocapture
 else
-  echo "=== NVRTC not found (no CUDA toolkit, no nvidia-cuda-nvrtc wheel; set NCCL_NVRTC_LIBRARY)"
+  echo "=== NVRTC not found (no CUDA toolkit, no nvidia-cuda-nvrtc wheel; set NCCL_RS_NVRTC_LIBRARY)"
   fails+=("reductions on the GPU: NVRTC not found")
 fi
 

@@ -29,36 +29,15 @@ const FIRST_CONFIG_VERSION: u32 = 21400;
 /// The smallest layout: 2.14's, ending with `netName`.
 const MIN_SIZE: usize = offset_of!(ncclConfig_t, netName) + size_of::<*const c_char>();
 
-/// Reads the environment (`NCCL_*` into the core `Config`, and
-/// `NCCL_COMM_BLOCKING`).
+/// Reads the environment into the core `Config` (`NCCL_COMM_BLOCKING`
+/// included).
 pub(crate) fn from_env() -> FfiResult<CommSettings> {
     let core = Config::from_env()?;
     Ok(CommSettings {
+        blocking: core.comm_blocking.unwrap_or(true),
         core,
-        blocking: env_blocking()?.unwrap_or(true),
         name: None,
     })
-}
-
-/// `NCCL_COMM_BLOCKING`: `Some(bool)` if set. It overrides the config's
-/// `blocking`, as in NCCL.
-fn env_blocking() -> FfiResult<Option<bool>> {
-    blocking_from(std::env::var_os("NCCL_COMM_BLOCKING"))
-}
-
-/// Parses an `NCCL_COMM_BLOCKING` value; unset or blank: `None`. A value
-/// that is not UTF-8 is an error, not an unset variable.
-fn blocking_from(v: Option<std::ffi::OsString>) -> FfiResult<Option<bool>> {
-    let Some(v) = v else { return Ok(None) };
-    match v.to_str().map(str::trim) {
-        Some("") => Ok(None),
-        Some("0") => Ok(Some(false)),
-        Some("1") => Ok(Some(true)),
-        _ => Err(invalid(format!(
-            "NCCL_COMM_BLOCKING={:?} is not valid: expected 0 or 1",
-            v.to_string_lossy()
-        ))),
-    }
 }
 
 /// Reads one field of `cfg` if it lies within `size` bytes.
@@ -141,7 +120,8 @@ pub(crate) unsafe fn apply(
             )))
         }
     }
-    if let Some(b) = env_blocking()? {
+    // `NCCL_COMM_BLOCKING` overrides the config's `blocking`, as in NCCL.
+    if let Some(b) = base.core.comm_blocking {
         base.blocking = b;
     }
     // SAFETY: string fields are NULL or NUL-terminated (caller's contract).
@@ -223,24 +203,21 @@ mod tests {
     }
 
     #[test]
-    fn nccl_comm_blocking_rejects_garbage_naming_it() {
-        use std::os::unix::ffi::OsStringExt;
-        let of = |v: &str| blocking_from(Some(v.into()));
-        assert_eq!(of("0").unwrap(), Some(false));
-        assert_eq!(of(" 1 ").unwrap(), Some(true));
-        assert_eq!(of("").unwrap(), None, "empty: unset");
-        assert_eq!(blocking_from(None).unwrap(), None);
-        let bad = [
-            Some("yes".into()),
-            Some("2".into()),
-            Some("-1".into()),
-            Some("true".into()),
-            Some(std::ffi::OsString::from_vec(vec![b'1', 0xff])),
-        ];
-        for v in bad {
-            let e = format!("{:?}", blocking_from(v.clone()).unwrap_err());
+    fn nccl_comm_blocking_overrides_the_config_and_rejects_garbage() {
+        let of = |v: &str| Config::from_lookup(|k| (k == "NCCL_COMM_BLOCKING").then(|| v.into()));
+        assert_eq!(of("0").unwrap().comm_blocking, Some(false));
+        assert_eq!(of(" 1 ").unwrap().comm_blocking, Some(true));
+        assert_eq!(of("").unwrap().comm_blocking, None, "empty: unset");
+        for v in ["yes", "2", "-1", "true"] {
+            let e = of(v).unwrap_err().to_string();
             assert!(e.contains("NCCL_COMM_BLOCKING"), "{v:?}: {e}");
         }
+        let mut set = base();
+        set.core.comm_blocking = Some(false);
+        let mut c = initializer();
+        c.blocking = 1;
+        // SAFETY: `c` is a whole struct.
+        assert!(!unsafe { apply(set, &c) }.unwrap().blocking);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! communicator's [`Stager`](nccl_rs::cuda::Stager): its input is copied
 //! to pinned host memory on the call's stream (after the work already
 //! there), the host collective runs, and the copies back are enqueued on
-//! the stream. Where stream memory operations work (and `NCCL_CUDA_ASYNC`
+//! the stream. Where stream memory operations work (and `NCCL_RS_CUDA_ASYNC`
 //! is not 0) that happens on the communicator's proxy thread, on a stream
 //! of ours ordered after the call's stream, and the call returns at once
 //! (`gate.rs`); otherwise the call returns once the network part is done.

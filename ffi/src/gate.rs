@@ -2,7 +2,7 @@
 //!
 //! When a batch of a communicator holds a call on device memory and
 //! stream memory operations work (`nccl_rs::cuda::async_support`, off with
-//! `NCCL_CUDA_ASYNC=0`), the communicator switches to its proxy thread
+//! `NCCL_RS_CUDA_ASYNC=0`), the communicator switches to its proxy thread
 //! (`worker.rs`) for good: every later call of it, host memory included,
 //! runs there in call order, so the order is the same on every rank.
 //!

@@ -18,17 +18,17 @@ use std::sync::Once;
 pub(crate) fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let file = std::env::var("NCCL_DEBUG_FILE")
-            .ok()
-            .filter(|f| !f.is_empty());
-        let subsys = std::env::var("NCCL_DEBUG_SUBSYS")
-            .ok()
-            .filter(|s| !s.is_empty());
+        // Read once with every other variable (`nccl_rs::Config`).
+        let log = nccl_rs::Config::global_log();
+        let file = log.debug_file.clone();
+        let subsys = log.debug_subsys.clone();
         if file.is_none() && subsys.is_none() {
             nccl_rs::init_logging();
             return;
         }
-        let level = level(std::env::var("NCCL_DEBUG").ok().as_deref());
+        let level = level(log.debug.as_deref());
+        // `RUST_LOG` is `tracing`'s own variable, not a setting of the
+        // library (not in `nccl_rs::config::VARS`): read where it is used.
         let directives = std::env::var("RUST_LOG")
             .unwrap_or_else(|_| filter(level, subsys.as_deref().unwrap_or("INIT,BOOTSTRAP,ENV")));
         // A file that cannot be created leaves the lines on stderr.

@@ -150,10 +150,10 @@ fn device_buffers_on_the_fake_driver_two_and_three_ranks() {
             &exe,
             &[n],
             &[
-                ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+                ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
                 ("FAKE_CUDA_DELAY_US", "100"),
                 // Several pipeline steps per call.
-                ("NCCL_CUDA_STAGING_CHUNK", "256K"),
+                ("NCCL_RS_CUDA_STAGING_CHUNK", "256K"),
             ],
             Duration::from_secs(300),
         );
@@ -181,7 +181,7 @@ fn async_failures_surface_and_release_the_streams() {
         &device_check(),
         &["2", "async-fail"],
         &[
-            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
             // The calls wait for streams the test holds: they time out.
             ("NCCL_TIMEOUT", "2"),
             // Abort and destroy return while the test holds the streams,
@@ -211,7 +211,7 @@ fn nonblocking_communicators_gate_device_calls() {
         &device_check(),
         &["3", "nonblocking"],
         &[
-            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
             ("NCCL_COMM_BLOCKING", "0"),
         ],
         Duration::from_secs(120),
@@ -226,7 +226,7 @@ fn nonblocking_communicators_gate_device_calls() {
 fn nccl_cuda_async_0_and_missing_stream_memops_keep_the_blocking_path() {
     let drv = fake_driver();
     for (knob, why) in [
-        (("NCCL_CUDA_ASYNC", "0"), "NCCL_CUDA_ASYNC=0"),
+        (("NCCL_RS_CUDA_ASYNC", "0"), "NCCL_RS_CUDA_ASYNC=0"),
         (
             ("FAKE_CUDA_MEMOPS", "0"),
             "a trial cuStreamWaitValue32 failed",
@@ -236,7 +236,7 @@ fn nccl_cuda_async_0_and_missing_stream_memops_keep_the_blocking_path() {
             &device_check(),
             &["2"],
             &[
-                ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+                ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
                 ("NCCL_DEBUG", "INFO"),
                 knob,
             ],
@@ -261,9 +261,9 @@ fn device_buffers_whole_buffer_staging_and_two_fake_gpus() {
         &device_check(),
         &["4"],
         &[
-            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
             ("FAKE_CUDA_DEVICES", "2"),
-            ("NCCL_CUDA_PIPELINE", "0"),
+            ("NCCL_RS_CUDA_PIPELINE", "0"),
             ("NCCL_DEBUG", "INFO"),
         ],
         Duration::from_secs(300),
@@ -288,12 +288,12 @@ fn device_buffers_whole_buffer_staging_and_two_fake_gpus() {
 fn staging_buffers_grow_during_gated_calls_without_freeing() {
     let drv = fake_driver();
     let env = [
-        ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+        ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
         ("FAKE_CUDA_FREE_SYNCS", "1"),
         ("FAKE_CUDA_FREE_SYNC_TIMEOUT_S", "20"),
         ("FAKE_CUDA_DELAY_US", "0"),
         // Whole buffers: every larger call needs larger staging buffers.
-        ("NCCL_CUDA_PIPELINE", "0"),
+        ("NCCL_RS_CUDA_PIPELINE", "0"),
         ("NCCL_DEBUG", "INFO"),
     ];
     for args in [&["4"][..], &["2", "perf", "4K", "1M", "1"][..]] {
@@ -320,7 +320,7 @@ fn perf_sweep_on_the_fake_driver() {
         &device_check(),
         &["2", "perf", "4K", "1M", "2"],
         &[
-            ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+            ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
             ("FAKE_CUDA_DELAY_US", "0"),
         ],
         Duration::from_secs(300),
@@ -339,7 +339,7 @@ fn perf_sweep_on_the_fake_driver() {
 fn host_memory_programs_pass_with_a_driver_present() {
     let drv = fake_driver();
     let envs = [
-        ("NCCL_CUDA_DRIVER", drv.to_str().unwrap()),
+        ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
         ("FAKE_CUDA_DEVICES", "4"),
     ];
     let exe = program(&manifest().join("tests/c/initall.c"), "initall");

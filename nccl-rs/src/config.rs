@@ -1,36 +1,13 @@
-//! Every `NCCL_*` setting, read once into one typed [`Config`].
-//!
-//! | variable | field | default |
-//! |---|---|---|
-//! | `NCCL_DEBUG` | `debug` | `WARN` (logging; see [`crate::init_logging`]) |
-//! | `NCCL_SOCKET_IFNAME` | `socket_ifname` | all up interfaces but `lo`/`docker*` |
-//! | `NCCL_SOCKET_FAMILY` | `socket_family` | any (`AF_INET` / `AF_INET6`) |
-//! | `NCCL_COMM_ID` | `comm_id` | none (`host:port` of the bootstrap root) |
-//! | `NCCL_RS_JOB_SECRET` (ours) | `job_secret` | none: 32 hex digits every rank of a job rendezvousing at a fixed address (`NCCL_COMM_ID`, `MASTER_ADDR`) presents to the root; `ncclrun` makes one per job. Without it that rendezvous is unauthenticated (all-zero secret) |
-//! | `NCCL_BUFFSIZE` | `buffsize` | 4 MiB: staging per connection, split in `NCCL_STEPS` slots; a rank's incoming shared-memory rings share it (at least 2 slots each); 2 MiB when all ranks share one host and outnumber its CPUs (`oversubscribed_buffsize`) |
-//! | `NCCL_STEPS` | `steps` | 8 slots in flight per connection |
-//! | `NCCL_TIMEOUT` | `timeout` | 1800 s per collective |
-//! | `NCCL_BOOTSTRAP_TIMEOUT` | `bootstrap_timeout` | 120 s for rendezvous and connection setup |
-//! | `NCCL_NSOCKS_PERTHREAD` | `nsocks_perthread` | 3 (TCP data sockets per thread) |
-//! | `NCCL_SOCKET_NTHREADS` | `socket_nthreads` | 1 (no TCP helper threads; measured in `transport-tcp`) |
-//! | `NCCL_ALGO` | `algo` | tuning model |
-//! | `NCCL_PROTO` | `proto` | tuning model |
-//! | `NCCL_NET` | `net` | `Socket` |
-//! | `NCCL_IB_DISABLE` | `ib_disable` | false |
-//! | `NCCL_SHM_DISABLE` | `shm_disable` | false |
-//! | `NCCL_SHM_USE_CMA` (ours) | `shm_use_cma` | true; 0: never single copy. Shared-memory messages of all-gather, all-to-all and send/recv groups single-copy by `process_vm_readv` where a probe allows (by `memcpy` from a mapping when the sender's buffer is shared memory) |
-//! | `NCCL_SHM_CMA_MIN_BYTES` (ours) | `shm_cma_min_bytes` | 16 KiB: smallest single-copy message |
-//! | `NCCL_SHM_CMA_MAX_BYTES` (ours) | `shm_cma_max_bytes` | 2 MiB: largest call (bytes of this rank's buffers; a quarter of it on a rank that only sends) that goes single copy; larger ones use the ring. All-to-all (and all-gather at 2 ranks or with more local ranks than CPUs, in one hop) with every rank on one host goes single copy at any size; with more local ranks than CPUs nothing else does |
-//! | `NCCL_RS_SHM_STREAM_BYTES` (ours) | `shm_stream_bytes` | half the last-level cache (4-32 MiB): outputs at least this large are received with streaming stores (calls that neither reduce nor relay), and decide a 2-rank all-gather's and all-to-all's shape by placement; 0: never |
-//! | `NCCL_RS_PLACEMENT` (ours) | `placement` | `adaptive`: time round trips to the peer before the 2-rank calls whose plan depends on where the CPUs are; `near`, `apart` or `unknown` fix it; `0` is `unknown` |
-//! | `NCCL_LOCAL_REGISTER` | `local_register` | true: collectives whose buffers every rank allocated as shared host memory (`ShmBuffer`, `ncclMemAlloc`), on ranks that all share one host, copy straight between the ranks' buffers |
-//! | `NCCL_SHM_ZERO_COPY_MIN_BYTES` (ours) | `zero_copy_min_bytes` | 32 KiB: smallest collective (bytes per rank) that tries the zero-copy path |
-//! | `NCCL_SOCKET_SNDBUF` (ours) | `socket_buf_bytes` | 4 MiB socket buffers (`SO_SNDBUF` and `SO_RCVBUF`); 0: the kernel's autotuning |
-//! | `NCCL_SOCKET_SPLICE_MIN_BYTES` (ours) | `socket_splice_min_bytes` | 256 KiB: TCP messages this large (and striped) are sent with `vmsplice` + `splice`, no copy on the sending side, completed on the receiver's acknowledgement; 0: never |
-//! | `NCCL_SOCKET_SPLICE_MAX_BYTES` (ours) | `socket_splice_max_bytes` | 1 MiB: the largest TCP message sent spliced (larger ones outgrow the caches: the receiver's copy then reads the sender's pages from memory) |
-//! | `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`, `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `NCCL_IB_QPS_PER_CONNECTION` | `ib` | see `transport-verbs` |
+//! Every environment variable the library reads, read once into one typed
+//! [`Config`]; the variables, their defaults and meanings are listed in
+//! `docs/configuration.md` (a test checks that list against [`VARS`]).
+
+mod cuda;
+
+pub use cuda::{CudaConfig, DeviceReduce, GdrLevel};
 
 use crate::error::{Error, Result};
+use std::sync::OnceLock;
 use std::time::Duration;
 pub use transport_tcp::AddrFamily;
 
@@ -61,13 +38,20 @@ pub use transport_tcp::AddrFamily;
 pub const OVERSUBSCRIBED_BUFFSIZE: usize = 2 << 20;
 
 /// Every variable [`Config::from_lookup`] reads (the `NCCL_IB_*` ones
-/// through `transport_verbs::VerbsOptions`).
+/// through `transport_verbs::VerbsOptions`, the device ones through
+/// [`CudaConfig`]). The library reads no other `NCCL_*` variable; the
+/// launcher variables of [`crate::launch::LaunchEnv`] (`RANK`,
+/// `WORLD_SIZE`, `MASTER_ADDR`, ...) and `tracing`'s `RUST_LOG` are not
+/// settings of the library and are read where they are used.
 pub const VARS: &[&str] = &[
     "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS",
     "NCCL_SOCKET_IFNAME",
     "NCCL_SOCKET_FAMILY",
     "NCCL_COMM_ID",
     "NCCL_RS_JOB_SECRET",
+    "NCCL_COMM_BLOCKING",
     "NCCL_BUFFSIZE",
     "NCCL_STEPS",
     "NCCL_TIMEOUT",
@@ -79,16 +63,15 @@ pub const VARS: &[&str] = &[
     "NCCL_NET",
     "NCCL_IB_DISABLE",
     "NCCL_SHM_DISABLE",
-    "NCCL_SHM_USE_CMA",
-    "NCCL_SHM_CMA_MIN_BYTES",
-    "NCCL_SHM_CMA_MAX_BYTES",
+    "NCCL_RS_SHM_SINGLE_COPY",
+    "NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES",
+    "NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES",
     "NCCL_RS_SHM_STREAM_BYTES",
     "NCCL_RS_PLACEMENT",
     "NCCL_LOCAL_REGISTER",
-    "NCCL_SHM_ZERO_COPY_MIN_BYTES",
-    "NCCL_SOCKET_SNDBUF",
-    "NCCL_SOCKET_SPLICE_MIN_BYTES",
-    "NCCL_SOCKET_SPLICE_MAX_BYTES",
+    "NCCL_RS_ZERO_COPY_MIN_BYTES",
+    "NCCL_RS_SOCKET_BUF_BYTES",
+    "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
@@ -99,6 +82,15 @@ pub const VARS: &[&str] = &[
     "NCCL_IB_TC",
     "NCCL_IB_SL",
     "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_DMABUF_ENABLE",
+    "NCCL_RS_CUDA_DISABLE",
+    "NCCL_RS_CUDA_DRIVER",
+    "NCCL_RS_CUDA_STAGING_CHUNK",
+    "NCCL_RS_CUDA_PIPELINE",
+    "NCCL_RS_CUDA_ASYNC",
+    "NCCL_RS_CUDA_REDUCE",
+    "NCCL_RS_NVRTC_LIBRARY",
 ];
 
 /// All `NCCL_*` settings, parsed once.
@@ -106,6 +98,12 @@ pub const VARS: &[&str] = &[
 pub struct Config {
     /// `NCCL_DEBUG`.
     pub debug: Option<String>,
+    /// `NCCL_DEBUG_FILE`: the file log lines go to (`%h` the host name,
+    /// `%p` the process id) instead of stderr (the C library).
+    pub debug_file: Option<String>,
+    /// `NCCL_DEBUG_SUBSYS`: the subsystems whose INFO and TRACE lines are
+    /// shown (the C library).
+    pub debug_subsys: Option<String>,
     /// `NCCL_SOCKET_IFNAME`: NCCL's interface list syntax (`^` excludes, `=` exact).
     pub socket_ifname: Option<String>,
     /// `NCCL_SOCKET_FAMILY`.
@@ -115,6 +113,9 @@ pub struct Config {
     /// `NCCL_RS_JOB_SECRET`: the secret ranks present to a root at a fixed
     /// rendezvous address (the id of `ncclGetUniqueId` carries its own).
     pub job_secret: Option<[u8; 16]>,
+    /// `NCCL_COMM_BLOCKING`: whether calls of the C library complete
+    /// before returning; overrides `ncclConfig_t.blocking` (`None`: unset).
+    pub comm_blocking: Option<bool>,
     /// `NCCL_BUFFSIZE`: staging bytes per connection.
     pub buffsize: usize,
     /// Staging bytes per connection of a communicator whose ranks all share
@@ -143,12 +144,12 @@ pub struct Config {
     pub ib_disable: bool,
     /// `NCCL_SHM_DISABLE`.
     pub shm_disable: bool,
-    /// `NCCL_SHM_USE_CMA`: single-copy (cross-memory attach) for
+    /// `NCCL_RS_SHM_SINGLE_COPY`: single-copy (cross-memory attach) for
     /// shared-memory messages of copy-only calls.
     pub shm_use_cma: bool,
-    /// `NCCL_SHM_CMA_MIN_BYTES`: smallest message sent single-copy.
+    /// `NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES`: smallest message sent single-copy.
     pub shm_cma_min_bytes: usize,
-    /// `NCCL_SHM_CMA_MAX_BYTES`: largest call (output bytes of this rank)
+    /// `NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES`: largest call (output bytes of this rank)
     /// whose messages may go single-copy.
     pub shm_cma_max_bytes: usize,
     /// `NCCL_RS_SHM_STREAM_BYTES`: outputs of at least this many bytes are
@@ -161,26 +162,35 @@ pub struct Config {
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
     /// buffers of co-located ranks.
     pub local_register: bool,
-    /// `NCCL_SHM_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
+    /// `NCCL_RS_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
     pub zero_copy_min_bytes: usize,
-    /// `NCCL_SOCKET_SNDBUF`: kernel socket buffer size.
+    /// `NCCL_RS_SOCKET_BUF_BYTES`: kernel socket buffer size (`SO_SNDBUF`
+    /// and `SO_RCVBUF`; 0: the kernel's autotuning).
     pub socket_buf_bytes: usize,
-    /// `NCCL_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent spliced.
+    /// `NCCL_RS_SOCKET_SPLICE_MIN_BYTES`: smallest TCP message sent
+    /// spliced (0: never).
     pub socket_splice_min_bytes: usize,
-    /// `NCCL_SOCKET_SPLICE_MAX_BYTES`: largest TCP message sent spliced.
+    /// Largest TCP message sent spliced: no variable, derived from the
+    /// host's last-level cache
+    /// ([`transport_tcp::default_splice_max_bytes`]).
     pub socket_splice_max_bytes: usize,
     /// The `NCCL_IB_*` settings of the verbs transport.
     pub ib: transport_verbs::VerbsOptions,
+    /// The settings of device buffers (the `cuda` feature).
+    pub cuda: CudaConfig,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             debug: None,
+            debug_file: None,
+            debug_subsys: None,
             socket_ifname: None,
             socket_family: None,
             comm_id: None,
             job_secret: None,
+            comm_blocking: None,
             buffsize: 4 << 20,
             oversubscribed_buffsize: OVERSUBSCRIBED_BUFFSIZE,
             steps: 8,
@@ -202,8 +212,9 @@ impl Default for Config {
             zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
             socket_splice_min_bytes: transport_tcp::DEFAULT_SPLICE_MIN_BYTES,
-            socket_splice_max_bytes: transport_tcp::DEFAULT_SPLICE_MAX_BYTES,
+            socket_splice_max_bytes: transport_tcp::default_splice_max_bytes(),
             ib: transport_verbs::VerbsOptions::default(),
+            cuda: CudaConfig::default(),
         }
     }
 }
@@ -220,10 +231,94 @@ fn parse_secret(v: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// The logging settings, which parse whatever their values (unknown
+/// levels log at the default one), so that logging works even where
+/// another variable is invalid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogSettings {
+    /// `NCCL_DEBUG`.
+    pub debug: Option<String>,
+    /// `NCCL_DEBUG_FILE`.
+    pub debug_file: Option<String>,
+    /// `NCCL_DEBUG_SUBSYS`.
+    pub debug_subsys: Option<String>,
+}
+
+impl LogSettings {
+    fn from_text(text: &Text<'_>) -> LogSettings {
+        LogSettings {
+            debug: text("NCCL_DEBUG"),
+            debug_file: text("NCCL_DEBUG_FILE"),
+            debug_subsys: text("NCCL_DEBUG_SUBSYS"),
+        }
+    }
+}
+
+/// A variable's value, trimmed; `None` when unset or blank.
+pub(crate) type Text<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// The process environment as read once: [`Config::global`].
+struct Global {
+    config: std::result::Result<Config, String>,
+    log: LogSettings,
+}
+
+fn global() -> &'static Global {
+    static GLOBAL: OnceLock<Global> = OnceLock::new();
+    GLOBAL.get_or_init(|| {
+        let env: Vec<(&str, std::ffi::OsString)> = VARS
+            .iter()
+            .filter_map(|k| Some((*k, std::env::var_os(k)?)))
+            .collect();
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        let text = |k: &str| {
+            get(k)
+                .and_then(|v| v.into_string().ok())
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        Global {
+            // Kept as the message, returned as `InvalidArgument` again.
+            config: Config::from_os_lookup(get).map_err(|e| match e {
+                Error::InvalidArgument(m) => m,
+                other => other.to_string(),
+            }),
+            log: LogSettings::from_text(&text),
+        }
+    })
+}
+
 impl Config {
-    /// Reads every `NCCL_*` variable from the process environment.
+    /// Reads every variable of [`VARS`] from the process environment.
     pub fn from_env() -> Result<Config> {
         Config::from_os_lookup(|k| std::env::var_os(k))
+    }
+
+    /// The process environment, read once, on first use, into a `Config`
+    /// for the parts of the library no communicator's `Config` reaches
+    /// (loading the CUDA driver and NVRTC, the stager's defaults, the
+    /// launcher's `NCCL_COMM_ID`); an invalid variable is an error each
+    /// time. A later change to the environment is not seen.
+    pub fn global() -> Result<&'static Config> {
+        global()
+            .config
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))
+    }
+
+    /// The logging settings of the process environment as [`Config::global`]
+    /// read them, valid even where another variable is not.
+    pub fn global_log() -> &'static LogSettings {
+        &global().log
+    }
+
+    /// This config's logging settings.
+    pub fn log(&self) -> LogSettings {
+        LogSettings {
+            debug: self.debug.clone(),
+            debug_file: self.debug_file.clone(),
+            debug_subsys: self.debug_subsys.clone(),
+        }
     }
 
     /// As [`Config::from_lookup`], for values that need not be UTF-8 (the
@@ -275,28 +370,15 @@ impl Config {
                 parse_secret(&v).ok_or_else(|| bad("NCCL_RS_JOB_SECRET", &v, "32 hex digits"))?,
             ),
         };
-        let splice_min = num(
-            &text,
-            "NCCL_SOCKET_SPLICE_MIN_BYTES",
-            d.socket_splice_min_bytes,
-            0..=usize::MAX,
-        )?;
-        let splice_max = num(
-            &text,
-            "NCCL_SOCKET_SPLICE_MAX_BYTES",
-            d.socket_splice_max_bytes,
-            0..=usize::MAX,
-        )?;
-        // 0 means never; otherwise a minimum above the maximum splices nothing.
-        if splice_min > splice_max && splice_min != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "NCCL_SOCKET_SPLICE_MIN_BYTES={splice_min} exceeds \
-                 NCCL_SOCKET_SPLICE_MAX_BYTES={splice_max}: nothing would be spliced \
-                 (0 turns splicing off)"
-            )));
-        }
+        let log = LogSettings::from_text(&text);
+        let comm_blocking = match text("NCCL_COMM_BLOCKING") {
+            None => None,
+            Some(_) => Some(flag(&text, "NCCL_COMM_BLOCKING")?),
+        };
         Ok(Config {
-            debug: text("NCCL_DEBUG"),
+            debug: log.debug,
+            debug_file: log.debug_file,
+            debug_subsys: log.debug_subsys,
             socket_ifname,
             socket_family: match text("NCCL_SOCKET_FAMILY").as_deref() {
                 None => None,
@@ -306,6 +388,7 @@ impl Config {
             },
             comm_id,
             job_secret,
+            comm_blocking,
             buffsize: num(&text, "NCCL_BUFFSIZE", d.buffsize, 4096..=(1 << 30))?,
             oversubscribed_buffsize: num(
                 &text,
@@ -323,16 +406,17 @@ impl Config {
             net,
             ib_disable: flag(&text, "NCCL_IB_DISABLE")?,
             shm_disable: flag(&text, "NCCL_SHM_DISABLE")?,
-            shm_use_cma: text("NCCL_SHM_USE_CMA").is_none() || flag(&text, "NCCL_SHM_USE_CMA")?,
+            shm_use_cma: text("NCCL_RS_SHM_SINGLE_COPY").is_none()
+                || flag(&text, "NCCL_RS_SHM_SINGLE_COPY")?,
             shm_cma_min_bytes: num(
                 &text,
-                "NCCL_SHM_CMA_MIN_BYTES",
+                "NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES",
                 d.shm_cma_min_bytes,
                 0..=usize::MAX,
             )?,
             shm_cma_max_bytes: num(
                 &text,
-                "NCCL_SHM_CMA_MAX_BYTES",
+                "NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES",
                 d.shm_cma_max_bytes,
                 0..=usize::MAX,
             )?,
@@ -355,24 +439,30 @@ impl Config {
                 || flag(&text, "NCCL_LOCAL_REGISTER")?,
             zero_copy_min_bytes: num(
                 &text,
-                "NCCL_SHM_ZERO_COPY_MIN_BYTES",
+                "NCCL_RS_ZERO_COPY_MIN_BYTES",
                 d.zero_copy_min_bytes,
                 0..=usize::MAX,
             )?,
-            socket_buf_bytes: match text("NCCL_SOCKET_SNDBUF").map(|v| v.parse::<usize>()) {
+            socket_buf_bytes: match text("NCCL_RS_SOCKET_BUF_BYTES").map(|v| v.parse::<usize>()) {
                 // 0: the kernel's buffer autotuning (`TcpOptions`).
                 Some(Ok(0)) => 0,
                 _ => num(
                     &text,
-                    "NCCL_SOCKET_SNDBUF",
+                    "NCCL_RS_SOCKET_BUF_BYTES",
                     d.socket_buf_bytes,
                     4096..=(1 << 30),
                 )?,
             },
-            socket_splice_min_bytes: splice_min,
-            socket_splice_max_bytes: splice_max,
+            socket_splice_min_bytes: num(
+                &text,
+                "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
+                d.socket_splice_min_bytes,
+                0..=usize::MAX,
+            )?,
+            socket_splice_max_bytes: d.socket_splice_max_bytes,
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
+            cuda: CudaConfig::from_text(&text)?,
         })
     }
 
@@ -393,7 +483,7 @@ impl Config {
     }
 }
 
-fn bad(var: &str, value: &str, want: &str) -> Error {
+pub(crate) fn bad(var: &str, value: &str, want: &str) -> Error {
     Error::InvalidArgument(format!("{var}={value:?} is not valid: expected {want}"))
 }
 
@@ -480,7 +570,7 @@ fn check_host_port(v: &str) -> Result<()> {
     }
 }
 
-fn flag(text: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {
+pub(crate) fn flag(text: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {
     match text(var).as_deref() {
         None | Some("0") => Ok(false),
         Some("1") => Ok(true),

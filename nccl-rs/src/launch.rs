@@ -1,5 +1,11 @@
 //! Reads rank, world size and root address from launcher environments:
 //! torchrun, Open MPI, PMI and Slurm.
+//!
+//! The launchers' variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`, `OMPI_COMM_WORLD_*`, `PMI_*`,
+//! `MPI_LOCALRANKID`, `SLURM_*`) are not settings of this library, so they
+//! are read here rather than into [`crate::Config`]; `NCCL_COMM_ID`, which
+//! is one, comes from [`crate::Config::global`].
 
 /// What a launcher told this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,9 +24,15 @@ pub struct LaunchEnv {
 }
 
 impl LaunchEnv {
-    /// Reads the process environment.
+    /// Reads the process environment: the launcher's variables, and
+    /// `NCCL_COMM_ID` through [`crate::Config::global`] (ignored where the
+    /// environment holds an invalid setting).
     pub fn detect() -> Option<LaunchEnv> {
-        LaunchEnv::from_lookup(|k| std::env::var(k).ok())
+        let comm_id = crate::Config::global().ok().and_then(|c| c.comm_id.clone());
+        LaunchEnv::from_lookup(|k| match k {
+            "NCCL_COMM_ID" => comm_id.clone(),
+            _ => std::env::var(k).ok(),
+        })
     }
 
     /// Reads through `get` (for tests).

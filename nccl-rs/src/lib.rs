@@ -55,7 +55,7 @@ pub mod transport;
 
 pub use bootstrap::UniqueId;
 pub use comm::{Communicator, P2pGroup};
-pub use config::Config;
+pub use config::{Config, CudaConfig, LogSettings};
 pub use datatype::{DataType, Element, RedOp};
 pub use error::{Error, Result};
 pub use hostmem::ShmBuffer;

@@ -29,7 +29,7 @@ fn probe_without_a_driver_is_an_error_not_a_panic() {
         }
         Err(e) => {
             eprintln!("no CUDA: {e}");
-            if !driver_present() && std::env::var_os("NCCL_CUDA_DRIVER").is_none() {
+            if !driver_present() && std::env::var_os("NCCL_RS_CUDA_DRIVER").is_none() {
                 assert!(
                     matches!(e, CudaError::NotFound | CudaError::Disabled),
                     "{e:?}"

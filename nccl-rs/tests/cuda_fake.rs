@@ -45,7 +45,7 @@ fn real() -> bool {
     std::env::var("NCCL_RS_CUDA_TESTS").is_ok_and(|v| v == "real")
 }
 
-/// Builds the fake driver once and points `NCCL_CUDA_DRIVER` at it (unless
+/// Builds the fake driver once and points `NCCL_RS_CUDA_DRIVER` at it (unless
 /// [`real`]). Every test calls this first, so the variables are set before
 /// any thread reads the environment.
 fn fake_driver() -> &'static Path {
@@ -55,7 +55,7 @@ fn fake_driver() -> &'static Path {
             return PathBuf::new();
         }
         let lib = fake_build::build_in_tmp("fakecuda");
-        std::env::set_var("NCCL_CUDA_DRIVER", &lib);
+        std::env::set_var("NCCL_RS_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DELAY_US", "50");
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
         lib

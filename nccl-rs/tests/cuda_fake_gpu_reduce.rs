@@ -104,9 +104,9 @@ fn setup() -> Result<(), String> {
         std::fs::write(&nvrtc_src, FAKE_NVRTC).unwrap();
         let nvrtc = dir.join("libnvrtc.so.13");
         build("cc", &["-shared", "-fPIC", "-O1"], &[&nvrtc_src], &nvrtc)?;
-        std::env::set_var("NCCL_CUDA_DRIVER", &driver);
+        std::env::set_var("NCCL_RS_CUDA_DRIVER", &driver);
         std::env::set_var("FAKE_CUDA_DELAY_US", "50");
-        std::env::set_var("NCCL_NVRTC_LIBRARY", &nvrtc);
+        std::env::set_var("NCCL_RS_NVRTC_LIBRARY", &nvrtc);
         std::env::set_var("FAKE_NVRTC_IMAGE", &kernels);
         Ok(())
     })

@@ -20,7 +20,7 @@ fn fake_driver() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = fake_build::build_in_tmp("fakecuda-netreg");
-        std::env::set_var("NCCL_CUDA_DRIVER", &lib);
+        std::env::set_var("NCCL_RS_CUDA_DRIVER", &lib);
         std::env::set_var("FAKE_CUDA_DMABUF", "1");
         lib
     })

@@ -58,9 +58,9 @@ fn all_reduce_on_device_buffers_two_ranks() {
         .args(["-n", "2", tool("all_reduce_perf")])
         .args(["--device", "1", "-b", "8", "-e", "3M", "-f", "8", "-c", "1"])
         .args(["-n", "2", "-w", "1", "-o", "all"])
-        .env("NCCL_CUDA_DRIVER", lib)
-        .env("NCCL_CUDA_STAGING_CHUNK", "64K")
-        .env_remove("NCCL_CUDA_DISABLE")
+        .env("NCCL_RS_CUDA_DRIVER", lib)
+        .env("NCCL_RS_CUDA_STAGING_CHUNK", "64K")
+        .env_remove("NCCL_RS_CUDA_DISABLE")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
@@ -83,9 +83,9 @@ fn threads_spread_over_two_devices() {
             "-t", "2", "--device", "1", "-b", "1K", "-e", "256K", "-f", "16",
         ])
         .args(["-c", "1", "-n", "2", "-w", "1"])
-        .env("NCCL_CUDA_DRIVER", lib)
+        .env("NCCL_RS_CUDA_DRIVER", lib)
         .env("FAKE_CUDA_DEVICES", "2")
-        .env_remove("NCCL_CUDA_DISABLE")
+        .env_remove("NCCL_RS_CUDA_DISABLE")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
@@ -105,7 +105,7 @@ fn threads_spread_over_two_devices() {
 fn device_flag_without_a_driver_is_a_clean_error() {
     let o = Command::new(tool("all_reduce_perf"))
         .args(["--device", "1", "-b", "1K", "-e", "1K"])
-        .env("NCCL_CUDA_DISABLE", "1")
+        .env("NCCL_RS_CUDA_DISABLE", "1")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));

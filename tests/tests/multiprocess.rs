@@ -161,8 +161,8 @@ fn matrix_2_ranks_single_copy() {
         2,
         &[
             INFO,
-            ("NCCL_SHM_CMA_MIN_BYTES", "64"),
-            ("NCCL_SHM_CMA_MAX_BYTES", "1099511627776"),
+            ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", "64"),
+            ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", "1099511627776"),
         ],
     );
     let log = rank0_log(&outs);
@@ -261,7 +261,7 @@ const SHARED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "shared");
 /// Shared buffers everywhere but on rank 1: all ranks must fall back.
 const MIXED: (&str, &str) = ("NCCL_RS_TEST_BUFFERS", "mixed");
 /// Every call tries the zero-copy path, even the 1-element cases.
-const ZC_ALL: (&str, &str) = ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1");
+const ZC_ALL: (&str, &str) = ("NCCL_RS_ZERO_COPY_MIN_BYTES", "1");
 /// Logs at INFO (to stderr), where rank 0 says when zero copy first ran.
 const INFO: (&str, &str) = ("NCCL_DEBUG", "INFO");
 /// Rank 0's INFO line the first time the zero-copy path runs.

@@ -6,7 +6,7 @@
 //! `NSOCKS` sockets per connection (default 1), `NTHREADS` helper threads
 //! per comm (default 1: none), messages from `SPLICE_MIN` bytes spliced
 //! (default as `TcpOptions`; 0: none), however large (the transport's
-//! default stops at `DEFAULT_SPLICE_MAX_BYTES`).
+//! default stops at `default_splice_max_bytes()`).
 //!
 //! With `YIELD` = 1 the polling threads call `yield_now` between unfinished
 //! polls, which helps on a machine with fewer free cores than pollers.

@@ -51,6 +51,7 @@
 //! Linux only (like NCCL): it relies on `accept4`, `SOCK_NONBLOCK` and
 //! `MSG_NOSIGNAL`.
 
+pub mod cache;
 mod comm;
 mod connect;
 pub mod handle;
@@ -61,6 +62,7 @@ mod stripe;
 mod sys;
 mod wire;
 
+pub use cache::{default_splice_max_bytes, last_level_cache_bytes};
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
 pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
@@ -83,14 +85,6 @@ pub const DEFAULT_SOCKET_BUF_BYTES: usize = 4 << 20;
 /// gained 5-40%, measured in paired rounds of a 2-rank broadcast over
 /// loopback).
 pub const DEFAULT_SPLICE_MIN_BYTES: usize = 256 << 10;
-/// Default [`TcpOptions::splice_max_bytes`]. A spliced message leaves the
-/// sender's core idle and makes the receiver's copy read the sender's
-/// pages, where it would read socket buffers the sender has just written:
-/// that pays while those pages are in a cache, not once the buffer is
-/// larger. Fitted on a 2-core VM (2-rank broadcast over loopback: spliced
-/// faster up to 1 MiB, copied 1.3-1.8× faster from 2 MiB); revisit on real
-/// hardware.
-pub const DEFAULT_SPLICE_MAX_BYTES: usize = 1 << 20;
 /// Requests that may be outstanding on one comm (NCCL's
 /// `NCCL_NET_MAX_REQUESTS`); `isend` / `irecv` return `Ok(None)` beyond.
 pub const MAX_REQUESTS: usize = 32;
@@ -141,7 +135,7 @@ pub struct TcpOptions {
     /// `lanes` module); 0: never. Default [`DEFAULT_SPLICE_MIN_BYTES`].
     pub splice_min_bytes: usize,
     /// ... and of at most this many bytes. Default
-    /// [`DEFAULT_SPLICE_MAX_BYTES`].
+    /// [`default_splice_max_bytes`], from the last-level cache.
     pub splice_max_bytes: usize,
 }
 
@@ -154,7 +148,7 @@ impl Default for TcpOptions {
             nsocks: DEFAULT_NSOCKS_PERTHREAD * DEFAULT_NTHREADS,
             nthreads: DEFAULT_NTHREADS,
             splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
-            splice_max_bytes: DEFAULT_SPLICE_MAX_BYTES,
+            splice_max_bytes: default_splice_max_bytes(),
         }
     }
 }

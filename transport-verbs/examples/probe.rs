@@ -28,7 +28,7 @@ fn main() {
         }
         Err(e) => println!("no ports: {e}"),
     }
-    let opts = match VerbsOptions::from_env() {
+    let opts = match VerbsOptions::from_env_lookup(|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(e) => {
             println!("{e}");

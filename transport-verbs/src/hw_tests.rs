@@ -9,7 +9,8 @@ use nccl_net::{Listener, Net, NetError, RecvComm, SendComm};
 use std::time::{Duration, Instant};
 
 fn options() -> VerbsOptions {
-    let mut o = VerbsOptions::from_env().expect("valid NCCL_IB_* settings");
+    let mut o =
+        VerbsOptions::from_env_lookup(|k| std::env::var(k).ok()).expect("valid NCCL_IB_* settings");
     if o.hca.is_none() {
         o.hca = std::env::var("VERBS_TEST_DEVICE")
             .ok()

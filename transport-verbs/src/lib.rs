@@ -6,7 +6,10 @@
 //! ```no_run
 //! use transport_verbs::{VerbsNet, VerbsOptions};
 //! use nccl_net::Net;
-//! let opts = VerbsOptions::from_env().expect("valid NCCL_IB_* settings");
+//! // nccl-rs reads these into its `Config`; a program of its own passes
+//! // its lookup.
+//! let opts = VerbsOptions::from_env_lookup(|k| std::env::var(k).ok())
+//!     .expect("valid NCCL_IB_* settings");
 //! match VerbsNet::new(opts) {
 //!     Ok(net) => println!("RDMA via {}", net.properties().name),
 //!     // No libibverbs, no device, no active port: fall back to TCP.

@@ -1,5 +1,7 @@
 //! [`VerbsOptions`]: every setting of the verbs transport, with NCCL's
-//! names and defaults.
+//! names and defaults. The library reads no environment itself: nccl-rs
+//! reads these variables once into its `Config` and passes its lookup to
+//! [`VerbsOptions::from_env_lookup`].
 //!
 //! | variable | field | default |
 //! |---|---|---|
@@ -77,11 +79,6 @@ impl Default for VerbsOptions {
 }
 
 impl VerbsOptions {
-    /// Reads the `NCCL_IB_*` variables of the process environment.
-    pub fn from_env() -> Result<VerbsOptions, VerbsError> {
-        VerbsOptions::from_env_lookup(|k| std::env::var(k).ok())
-    }
-
     /// Reads the `NCCL_IB_*` variables through `get` (nccl-rs's `Config`
     /// and tests use this). Unset or empty variables keep the defaults;
     /// malformed ones are errors naming the variable.

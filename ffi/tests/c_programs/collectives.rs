@@ -42,7 +42,7 @@ fn multiproc_on_ncclmemalloc(name: &str, n: usize) -> String {
             c.args([r.to_string(), n.to_string()])
                 .arg(&idfile)
                 .env("MULTIPROC_MEMALLOC", "1")
-                .env("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1")
+                .env("NCCL_RS_ZERO_COPY_MIN_BYTES", "1")
                 .env("NCCL_DEBUG", "INFO");
             start(c)
         })

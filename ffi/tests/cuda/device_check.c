@@ -2,7 +2,7 @@
  * semantics, checked exactly. Runs against our libnccl.so.2 (cuda feature)
  * or NVIDIA's (LD_LIBRARY_PATH), on a real GPU or on the fake driver of
  * fake_libcuda.c. Needs no CUDA headers: the driver API is loaded with
- * dlopen ($NCCL_CUDA_DRIVER, else libcuda.so.1).
+ * dlopen ($NCCL_RS_CUDA_DRIVER, else libcuda.so.1).
  *
  *   device_check N                 N ranks (threads of this process, one
  *                                   communicator each via ncclCommInitAll,
@@ -37,7 +37,7 @@
  * blocked (a library that waits for the stream hangs here, and alarm()
  * fails the run), back to back, then the flag is set and the results are
  * checked exactly. Also host-memory calls interleaved with device ones.
- * Skipped when NCCL_CUDA_ASYNC=0 or the driver lacks stream memory
+ * Skipped when NCCL_RS_CUDA_ASYNC=0 or the driver lacks stream memory
  * operations. */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -100,7 +100,7 @@ static CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned
   } while (0)
 
 static void load_driver(void) {
-  const char* path = getenv("NCCL_CUDA_DRIVER");
+  const char* path = getenv("NCCL_RS_CUDA_DRIVER");
   void* h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
     fprintf(stderr, "device_check: cannot load the CUDA driver: %s\n", dlerror());

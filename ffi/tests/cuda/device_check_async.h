@@ -45,7 +45,7 @@ static void expect_blocked(const char* what) {
 }
 
 static int async_wanted(void) {
-  const char* a = getenv("NCCL_CUDA_ASYNC");
+  const char* a = getenv("NCCL_RS_CUDA_ASYNC");
   return !(a && strcmp(a, "0") == 0);
 }
 
@@ -56,7 +56,7 @@ static uint32_t hold_seq;
  * then the streams go and the results are exact. */
 static void test_async_return(size_t count) {
   if (!async_wanted() || !hold_streams(++hold_seq)) {
-    printf("device_check: async checks skipped (NCCL_CUDA_ASYNC=0 or no stream memory operations)\n");
+    printf("device_check: async checks skipped (NCCL_RS_CUDA_ASYNC=0 or no stream memory operations)\n");
     return;
   }
   for (int r = 0; r < n; r++) {
@@ -231,7 +231,7 @@ static void test_host_device_interleaved(size_t count) {
 static void test_async_failures(void) {
   size_t count = 1000;
   if (!async_wanted() || !hold_streams(++hold_seq)) {
-    printf("device_check: async checks skipped (NCCL_CUDA_ASYNC=0 or no stream memory operations)\n");
+    printf("device_check: async checks skipped (NCCL_RS_CUDA_ASYNC=0 or no stream memory operations)\n");
     return;
   }
   NC(ncclGroupStart());
@@ -279,7 +279,7 @@ static void test_async_failures(void) {
  * once the streams go, results exact. */
 static void test_async_nonblocking(size_t count) {
   if (!async_wanted() || !hold_streams(++hold_seq)) {
-    printf("device_check: async checks skipped (NCCL_CUDA_ASYNC=0 or no stream memory operations)\n");
+    printf("device_check: async checks skipped (NCCL_RS_CUDA_ASYNC=0 or no stream memory operations)\n");
     return;
   }
   for (int r = 0; r < n; r++) {

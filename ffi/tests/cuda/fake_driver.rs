@@ -7,7 +7,7 @@
 //! mod fake_driver;
 //! ```
 //!
-//! Each sets its own environment (`NCCL_CUDA_DRIVER`, `FAKE_CUDA_*`), since
+//! Each sets its own environment (`NCCL_RS_CUDA_DRIVER`, `FAKE_CUDA_*`), since
 //! what it needs differs.
 // Each test crate uses a part of this file.
 #![allow(dead_code)]

@@ -805,7 +805,7 @@ API unsigned long long fakeCudaAsyncCopies(void) { return atomic_load(&g_async_c
 /* ------------------------------------------------------------- modules
  * (gpured block) Real PTX cannot run here: cuModuleLoadData fails with
  * CUDA_ERROR_NOT_SUPPORTED, so staged reductions take the host path
- * (NCCL_CUDA_REDUCE=auto) or fail cleanly (=gpu). For tests of the GPU
+ * (NCCL_RS_CUDA_REDUCE=auto) or fail cleanly (=gpu). For tests of the GPU
  * reduction path, an image "FAKECPU:<path>" loads <path>, the reduction
  * kernels built for the CPU (nccl-rs/src/cuda/kernels_cpu_shim.h; a test
  * NVRTC hands out such images), and cuLaunchKernel runs them on the

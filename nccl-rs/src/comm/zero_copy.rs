@@ -5,7 +5,7 @@
 //!
 //! A call on a communicator whose ranks all share one host over the
 //! shared-memory transport (and `NCCL_LOCAL_REGISTER` not 0), moving at
-//! least `NCCL_SHM_ZERO_COPY_MIN_BYTES`, goes:
+//! least `NCCL_RS_ZERO_COPY_MIN_BYTES`, goes:
 //! 1. all-gather of every rank's buffer descriptor (pid, allocation, offset,
 //!    length; zeros where a buffer is not shared memory) over the transport:
 //!    also the entry barrier (no rank touches a peer's buffer before the

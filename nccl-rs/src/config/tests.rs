@@ -49,15 +49,15 @@ fn defaults_and_overrides() {
     assert_eq!(c.zero_copy_min_bytes, 32 << 10);
     let c2 = cfg(&[
         ("NCCL_LOCAL_REGISTER", "0"),
-        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", "1"),
+        ("NCCL_RS_ZERO_COPY_MIN_BYTES", "1"),
     ])
     .unwrap();
     assert!(!c2.local_register);
     assert_eq!(c2.zero_copy_min_bytes, 1);
     let c = cfg(&[
-        ("NCCL_SHM_USE_CMA", "0"),
-        ("NCCL_SHM_CMA_MIN_BYTES", "4096"),
-        ("NCCL_SHM_CMA_MAX_BYTES", "65536"),
+        ("NCCL_RS_SHM_SINGLE_COPY", "0"),
+        ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", "4096"),
+        ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", "65536"),
         ("NCCL_RS_SHM_STREAM_BYTES", "0"),
     ])
     .unwrap();
@@ -67,9 +67,13 @@ fn defaults_and_overrides() {
     assert!(!c.shm_use_cma);
     assert_eq!(c.shm_cma_min_bytes, 4096);
     assert_eq!(c.shm_cma_max_bytes, 65536);
-    assert!(cfg(&[("NCCL_SHM_USE_CMA", "1")]).unwrap().shm_use_cma);
-    assert!(cfg(&[("NCCL_SHM_USE_CMA", "on")]).is_err());
-    let sndbuf = |v| cfg(&[("NCCL_SOCKET_SNDBUF", v)]).map(|c| c.socket_buf_bytes);
+    assert!(
+        cfg(&[("NCCL_RS_SHM_SINGLE_COPY", "1")])
+            .unwrap()
+            .shm_use_cma
+    );
+    assert!(cfg(&[("NCCL_RS_SHM_SINGLE_COPY", "on")]).is_err());
+    let sndbuf = |v| cfg(&[("NCCL_RS_SOCKET_BUF_BYTES", v)]).map(|c| c.socket_buf_bytes);
     assert_eq!(sndbuf("0").unwrap(), 0, "the kernel's autotuning");
     assert_eq!(sndbuf("65536").unwrap(), 65536);
     assert!(sndbuf("100").is_err());
@@ -186,18 +190,44 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_NET", vec!["bogus", "IBext", "Socket,IB"]),
         ("NCCL_IB_DISABLE", flag()),
         ("NCCL_SHM_DISABLE", flag()),
-        ("NCCL_SHM_USE_CMA", flag()),
+        ("NCCL_RS_SHM_SINGLE_COPY", flag()),
         ("NCCL_LOCAL_REGISTER", flag()),
-        ("NCCL_SHM_CMA_MIN_BYTES", count(&[])),
-        ("NCCL_SHM_CMA_MAX_BYTES", count(&[])),
+        ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", count(&[])),
+        ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", count(&[])),
         ("NCCL_RS_PLACEMENT", vec!["sideways", "2"]),
         ("NCCL_RS_SHM_STREAM_BYTES", count(&[])),
-        ("NCCL_SHM_ZERO_COPY_MIN_BYTES", count(&[])),
-        ("NCCL_SOCKET_SNDBUF", count(&["100", "4095", "1073741825"])),
-        // Above the default maximum (1 MiB): nothing would be spliced.
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", count(&["1048577"])),
-        // Below the default minimum (256 KiB), likewise.
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", count(&["0", "1000"])),
+        ("NCCL_RS_ZERO_COPY_MIN_BYTES", count(&[])),
+        (
+            "NCCL_RS_SOCKET_BUF_BYTES",
+            count(&["100", "4095", "1073741825"]),
+        ),
+        ("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", count(&[])),
+        ("NCCL_COMM_BLOCKING", flag()),
+        (
+            "NCCL_NET_GDR_LEVEL",
+            vec!["x", "LOCAL", "-1", "1.5", "P I X"],
+        ),
+        ("NCCL_DMABUF_ENABLE", flag()),
+        (
+            "NCCL_RS_CUDA_STAGING_CHUNK",
+            vec![
+                "lots",
+                "-1",
+                "1.5",
+                "12",
+                "4095",
+                "2T",
+                "4G",
+                "1 2",
+                "K",
+                "18446744073709551616G",
+            ],
+        ),
+        ("NCCL_RS_CUDA_PIPELINE", flag()),
+        (
+            "NCCL_RS_CUDA_REDUCE",
+            vec!["bogus", "gpus", "1", "host,gpu"],
+        ),
         (
             "NCCL_IB_HCA",
             vec!["mlx5_0:x", "mlx5_0:256", "mlx5_0:1,mlx5_1:-1"],
@@ -243,6 +273,26 @@ fn lenient() -> Vec<Lenient> {
         ("NCCL_IB_HCA", "nosuchdev", |c| {
             c.ib.hca.as_deref() == Some("nosuchdev")
         }),
+        // File names and subsystem lists are taken as they are (NCCL
+        // ignores subsystems it does not know).
+        ("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p", |c| {
+            c.debug_file.as_deref() == Some("/tmp/nccl.%h.%p")
+        }),
+        ("NCCL_DEBUG_SUBSYS", "^INIT,NOSUCH", |c| {
+            c.debug_subsys.as_deref() == Some("^INIT,NOSUCH")
+        }),
+        ("NCCL_RS_CUDA_DRIVER", "/opt/libcuda.so.1", |c| {
+            c.cuda.driver.as_deref() == Some("/opt/libcuda.so.1")
+        }),
+        ("NCCL_RS_NVRTC_LIBRARY", "libnvrtc.so.12", |c| {
+            c.cuda.nvrtc_library.as_deref() == Some("libnvrtc.so.12")
+        }),
+        // Any value but 0, false, no, off (any case) disables CUDA.
+        ("NCCL_RS_CUDA_DISABLE", "yes", |c| c.cuda.disable),
+        ("NCCL_RS_CUDA_DISABLE", "Off", |c| !c.cuda.disable),
+        // Only 0 turns asynchronous calls off.
+        ("NCCL_RS_CUDA_ASYNC", "no", |c| c.cuda.async_calls),
+        ("NCCL_RS_CUDA_ASYNC", "0", |c| !c.cuda.async_calls),
     ]
 }
 
@@ -316,32 +366,167 @@ fn the_tables_cover_every_variable_read() {
 }
 
 #[test]
-fn splice_bounds_that_splice_nothing_name_both_variables() {
-    let e = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4096"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "4095"),
-    ])
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("NCCL_SOCKET_SPLICE_MIN_BYTES") && e.contains("NCCL_SOCKET_SPLICE_MAX_BYTES"),
-        "{e}"
+fn the_largest_spliced_message_follows_the_cache_not_a_variable() {
+    let c = cfg(&[("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", "4194304")]).unwrap();
+    assert_eq!(c.socket_splice_min_bytes, 4 << 20);
+    assert_eq!(
+        c.socket_splice_max_bytes,
+        transport_tcp::default_splice_max_bytes()
     );
-    let off = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "0"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "0"),
+    assert_eq!(
+        cfg(&[("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", "0")])
+            .unwrap()
+            .socket_splice_min_bytes,
+        0,
+        "0: never"
+    );
+    assert!(!VARS.iter().any(|v| v.contains("SPLICE_MAX")));
+}
+
+#[test]
+fn device_settings_parse() {
+    let d = cfg(&[]).unwrap().cuda;
+    assert_eq!(d, CudaConfig::default());
+    assert_eq!(d.staging_chunk_bytes, 2 << 20);
+    assert!(d.pipeline && d.async_calls && d.dmabuf_enable && !d.disable);
+    assert_eq!(d.reduce, DeviceReduce::Auto);
+    assert_eq!(d.gdr_level, GdrLevel::Pxb);
+    let c = cfg(&[
+        ("NCCL_RS_CUDA_STAGING_CHUNK", "64K"),
+        ("NCCL_RS_CUDA_PIPELINE", "0"),
+        ("NCCL_RS_CUDA_REDUCE", "GPU"),
+        ("NCCL_NET_GDR_LEVEL", "7"),
+        ("NCCL_DMABUF_ENABLE", "0"),
+        ("NCCL_RS_CUDA_DISABLE", "1"),
+    ])
+    .unwrap()
+    .cuda;
+    assert_eq!(c.staging_chunk_bytes, 64 << 10);
+    assert!(!c.pipeline && !c.dmabuf_enable && c.disable);
+    assert_eq!(c.reduce, DeviceReduce::Gpu);
+    assert_eq!(c.gdr_level, GdrLevel::Sys, "NCCL's integers past 4 are SYS");
+    assert_eq!(
+        cfg(&[("NCCL_RS_CUDA_REDUCE", "cpu")]).unwrap().cuda.reduce,
+        DeviceReduce::Host
+    );
+    assert_eq!(
+        cfg(&[("NCCL_NET_GDR_LEVEL", "phb")])
+            .unwrap()
+            .cuda
+            .gdr_level,
+        GdrLevel::Phb
+    );
+}
+
+#[test]
+fn logging_settings_come_with_the_config() {
+    let c = cfg(&[
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+        ("NCCL_DEBUG_FILE", " nccl.%p.log "),
     ])
     .unwrap();
     assert_eq!(
-        off.socket_splice_min_bytes, 0,
-        "0: never, whatever the maximum"
+        c.log(),
+        LogSettings {
+            debug: Some("INFO".into()),
+            debug_file: Some("nccl.%p.log".into()),
+            debug_subsys: Some("INIT,NET".into()),
+        }
     );
-    let both = cfg(&[
-        ("NCCL_SOCKET_SPLICE_MIN_BYTES", "4194304"),
-        ("NCCL_SOCKET_SPLICE_MAX_BYTES", "8388608"),
-    ])
-    .unwrap();
-    assert_eq!(both.socket_splice_min_bytes, 4 << 20);
+}
+
+/// The variables that are NCCL's own (checked against NCCL's documentation
+/// and source): they keep NCCL's names and meanings.
+const NCCL_OWN: &[&str] = &[
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_COMM_ID",
+    "NCCL_COMM_BLOCKING",
+    "NCCL_BUFFSIZE",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NET",
+    "NCCL_IB_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_IB_HCA",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_TC",
+    "NCCL_IB_SL",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_DMABUF_ENABLE",
+];
+
+/// Variables of ours that still carry an `NCCL_` name NCCL does not have
+/// (renamed to `NCCL_RS_*` or removed by changes of their own: the
+/// shared-memory placement knobs, and three general ones NCCL lacks as
+/// environment variables: its `NCCL_STEPS` is a compile-time constant).
+/// The list may only shrink.
+const OURS_NOT_YET_RENAMED: &[&str] = &[
+    "NCCL_STEPS",
+    "NCCL_TIMEOUT",
+    "NCCL_BOOTSTRAP_TIMEOUT",
+];
+
+/// `(variable, whose)` of every row of the table in
+/// `docs/configuration.md`: a row starts with a variable in backquotes,
+/// its second cell says `NCCL` or `ours`.
+fn documented() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+    let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+    doc.lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split('|');
+            let name = cells.next()?.trim().strip_suffix('`')?.to_string();
+            let whose = cells.next()?.trim().to_string();
+            Some((name, whose))
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_doc_lists_exactly_the_variables_read() {
+    let rows = documented();
+    let mut names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "a variable has two rows");
+    let mut vars = VARS.to_vec();
+    vars.sort();
+    assert_eq!(names, vars, "docs/configuration.md against config::VARS");
+    for (name, whose) in &rows {
+        let nccl = NCCL_OWN.contains(&name.as_str());
+        let want = if nccl { "NCCL" } else { "ours" };
+        assert_eq!(whose, want, "{name}: whose");
+    }
+}
+
+#[test]
+fn every_variable_nccl_lacks_is_named_ours() {
+    for var in VARS {
+        assert!(
+            NCCL_OWN.contains(var)
+                || var.starts_with("NCCL_RS_")
+                || OURS_NOT_YET_RENAMED.contains(var),
+            "{var}: not NCCL's, so NCCL_RS_*"
+        );
+    }
+    for var in NCCL_OWN.iter().chain(OURS_NOT_YET_RENAMED) {
+        assert!(VARS.contains(var), "{var} is not read any more");
+    }
 }
 
 #[test]
@@ -364,13 +549,13 @@ fn good_values_of_the_checked_forms_pass() {
         ("NCCL_PROTO", "allreduce:^LL128;allgather:Simple"),
         ("NCCL_ALGO", "allreduce:tree;broadcast:ring"),
         ("NCCL_TIMEOUT", "0.001"),
-        ("NCCL_SOCKET_SNDBUF", "00"),
+        ("NCCL_RS_SOCKET_BUF_BYTES", "00"),
         ("NCCL_IB_HCA", "=mlx5_0:1,mlx5_1"),
     ] {
         cfg(&[(var, v)]).unwrap_or_else(|e| panic!("{var}={v:?}: {e}"));
     }
     assert_eq!(
-        cfg(&[("NCCL_SOCKET_SNDBUF", "00")])
+        cfg(&[("NCCL_RS_SOCKET_BUF_BYTES", "00")])
             .unwrap()
             .socket_buf_bytes,
         0,

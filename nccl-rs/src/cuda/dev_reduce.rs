@@ -2,7 +2,7 @@
 //! once per context, loaded with `cuModuleLoadData`, and launched on the
 //! caller's stream; device scratch memory.
 //!
-//! `NCCL_CUDA_REDUCE` chooses where staged reductions run: `gpu` (fail
+//! `NCCL_RS_CUDA_REDUCE` chooses where staged reductions run: `gpu` (fail
 //! when the kernels cannot be built), `host` (reduce on the CPU), or
 //! `auto` (default: the GPU when the kernels load, else the host). One
 //! INFO line says which path was taken and why.
@@ -10,39 +10,19 @@
 use super::driver::{self, check, Ctx};
 use super::{kernels, nvrtc, CudaError};
 use crate::datatype::{DataType, RedOp};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use cudarc::driver::sys::CUstream;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Where staged reductions on device buffers run (`NCCL_CUDA_REDUCE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceReduce {
-    /// The GPU if its kernels load, else the host.
-    Auto,
-    /// The GPU; an error if its kernels cannot be loaded.
-    Gpu,
-    /// The host.
-    Host,
-}
+pub use crate::config::DeviceReduce;
 
 impl DeviceReduce {
-    /// From `NCCL_CUDA_REDUCE` (unset or empty: `Auto`).
+    /// `NCCL_RS_CUDA_REDUCE` of the process environment
+    /// ([`crate::Config::global`]; unset: `Auto`).
     pub fn from_env() -> Result<DeviceReduce> {
-        Self::parse(std::env::var("NCCL_CUDA_REDUCE").ok().as_deref())
-    }
-
-    /// Parses `gpu`, `host` or `auto` (None or empty: `Auto`).
-    pub fn parse(v: Option<&str>) -> Result<DeviceReduce> {
-        match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-            None | Some("") | Some("auto") => Ok(DeviceReduce::Auto),
-            Some("gpu") | Some("device") => Ok(DeviceReduce::Gpu),
-            Some("host") | Some("cpu") => Ok(DeviceReduce::Host),
-            Some(other) => Err(Error::InvalidArgument(format!(
-                "NCCL_CUDA_REDUCE={other:?}: expected gpu, host or auto"
-            ))),
-        }
+        Ok(crate::Config::global()?.cuda.reduce)
     }
 }
 
@@ -288,13 +268,13 @@ pub(crate) fn choose(
 ) -> std::result::Result<Option<Arc<Kernels>>, CudaError> {
     static ANNOUNCED: OnceLock<()> = OnceLock::new();
     let got = match mode {
-        DeviceReduce::Host => Err(CudaError::Unsupported("NCCL_CUDA_REDUCE=host".into())),
+        DeviceReduce::Host => Err(CudaError::Unsupported("NCCL_RS_CUDA_REDUCE=host".into())),
         _ => kernels(ctx),
     };
     match (&got, mode) {
         (Err(e), DeviceReduce::Gpu) => {
             return Err(CudaError::Unsupported(format!(
-                "NCCL_CUDA_REDUCE=gpu, but the reduction kernels cannot be loaded: {e}"
+                "NCCL_RS_CUDA_REDUCE=gpu, but the reduction kernels cannot be loaded: {e}"
             )))
         }
         (Ok(k), _) => {

@@ -12,9 +12,10 @@
 //! runs inside `catch_unwind`. cudarc supplies the types and the typed
 //! API on its `CudaSlice` (see `typed.rs`).
 //!
-//! `NCCL_CUDA_DISABLE=1` turns CUDA off (everything is host memory).
-//! `NCCL_CUDA_DRIVER=/path/libcuda.so.1` loads that file instead of
-//! `libcuda.so.1` (tests use it for a fake driver).
+//! `NCCL_RS_CUDA_DISABLE=1` turns CUDA off (everything is host memory).
+//! `NCCL_RS_CUDA_DRIVER=/path/libcuda.so.1` loads that file instead of
+//! `libcuda.so.1` (tests use it for a fake driver). Both are read from
+//! [`crate::Config::global`].
 
 use super::CudaError;
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream};
@@ -140,16 +141,6 @@ pub(crate) struct Driver {
     pub(crate) devices: i32,
 }
 
-/// Whether an environment flag is set to something true.
-pub(crate) fn env_flag(name: &str) -> bool {
-    std::env::var(name)
-        .map(|v| {
-            let v = v.trim().to_ascii_lowercase();
-            !(v.is_empty() || v == "0" || v == "false" || v == "no" || v == "off")
-        })
-        .unwrap_or(false)
-}
-
 /// The driver, loaded and initialised once per process; an error if CUDA
 /// is disabled, absent, or has no device.
 pub(crate) fn driver() -> Result<&'static Driver, CudaError> {
@@ -185,10 +176,11 @@ pub(crate) fn api() -> Result<&'static Api, CudaError> {
 }
 
 fn load() -> Result<Driver, CudaError> {
-    if env_flag("NCCL_CUDA_DISABLE") {
+    let cfg = crate::Config::global().map_err(|e| CudaError::Unsupported(e.to_string()))?;
+    if cfg.cuda.disable {
         return Err(CudaError::Disabled);
     }
-    let handle = open_driver()?;
+    let handle = open_driver(cfg.cuda.driver.as_deref())?;
     let get = |name: &[u8]| {
         // SAFETY: `name` is NUL-terminated; looking a symbol up has no
         // side effect, and the address is only used as the function cuda.h
@@ -229,13 +221,12 @@ fn load() -> Result<Driver, CudaError> {
     }
 }
 
-/// Opens the driver library (`NCCL_CUDA_DRIVER`, else `libcuda.so.1`,
-/// else `libcuda.so`) and keeps it loaded for the life of the process,
-/// globally, so that cudarc's own loader finds the same library.
-fn open_driver() -> Result<*mut c_void, CudaError> {
-    use std::os::unix::ffi::OsStrExt;
-    let explicit = std::env::var_os("NCCL_CUDA_DRIVER").filter(|p| !p.is_empty());
-    let names: Vec<Vec<u8>> = match &explicit {
+/// Opens the driver library (`explicit`, from `NCCL_RS_CUDA_DRIVER`, else
+/// `libcuda.so.1`, else `libcuda.so`) and keeps it loaded for the life of
+/// the process, globally, so that cudarc's own loader finds the same
+/// library.
+fn open_driver(explicit: Option<&str>) -> Result<*mut c_void, CudaError> {
+    let names: Vec<Vec<u8>> = match explicit {
         Some(p) => vec![p.as_bytes().to_vec()],
         None => vec![b"libcuda.so.1".to_vec(), b"libcuda.so".to_vec()],
     };
@@ -263,8 +254,8 @@ fn open_driver() -> Result<*mut c_void, CudaError> {
     }
     match explicit {
         Some(p) => Err(CudaError::Unsupported(format!(
-            "NCCL_CUDA_DRIVER={}: {}",
-            p.to_string_lossy(),
+            "NCCL_RS_CUDA_DRIVER={}: {}",
+            p,
             why.join("; ")
         ))),
         None => Err(CudaError::NotFound),

@@ -23,57 +23,7 @@ use super::CudaError;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// A NIC↔GPU path distance, nearest first (NCCL's names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum GdrLevel {
-    /// Same device only: GPUDirect never used.
-    Loc,
-    /// Behind the same PCI switch port.
-    Pix,
-    /// Across PCI switches, not the CPU.
-    Pxb,
-    /// Through the CPU's host bridge.
-    Phb,
-    /// Across CPU sockets.
-    Sys,
-}
-
-impl GdrLevel {
-    /// `LOC`, `PIX`, `PXB`, `PHB`, `SYS` (any case), or NCCL's legacy
-    /// integers 0 to 4 (larger values are `SYS`).
-    pub fn parse(s: &str) -> Option<GdrLevel> {
-        let s = s.trim();
-        if let Ok(n) = s.parse::<u32>() {
-            return Some(match n {
-                0 => GdrLevel::Loc,
-                1 => GdrLevel::Pix,
-                2 => GdrLevel::Pxb,
-                3 => GdrLevel::Phb,
-                _ => GdrLevel::Sys,
-            });
-        }
-        Some(match s.to_ascii_uppercase().as_str() {
-            "LOC" => GdrLevel::Loc,
-            "PIX" => GdrLevel::Pix,
-            "PXB" => GdrLevel::Pxb,
-            "PHB" => GdrLevel::Phb,
-            "SYS" => GdrLevel::Sys,
-            _ => return None,
-        })
-    }
-}
-
-impl std::fmt::Display for GdrLevel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            GdrLevel::Loc => "LOC",
-            GdrLevel::Pix => "PIX",
-            GdrLevel::Pxb => "PXB",
-            GdrLevel::Phb => "PHB",
-            GdrLevel::Sys => "SYS",
-        })
-    }
-}
+pub use crate::config::GdrLevel;
 
 /// The GPUDirect settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,38 +44,22 @@ impl Default for GdrConfig {
 }
 
 impl GdrConfig {
-    /// From the process environment.
+    /// From the process environment ([`crate::Config::global`]).
     pub fn from_env() -> crate::Result<GdrConfig> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Ok(Self::from_config(crate::Config::global()?))
     }
 
-    /// Through `get` (tests).
+    /// From `NCCL_NET_GDR_LEVEL` and `NCCL_DMABUF_ENABLE` of `c`.
+    pub fn from_config(c: &crate::Config) -> GdrConfig {
+        GdrConfig {
+            level: c.cuda.gdr_level,
+            dmabuf: c.cuda.dmabuf_enable,
+        }
+    }
+
+    /// Through `get`, as [`crate::Config::from_lookup`] reads it (tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> crate::Result<GdrConfig> {
-        let mut c = GdrConfig::default();
-        let text = |k: &str| {
-            get(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        if let Some(v) = text("NCCL_NET_GDR_LEVEL") {
-            c.level = GdrLevel::parse(&v).ok_or_else(|| {
-                crate::Error::InvalidArgument(format!(
-                    "NCCL_NET_GDR_LEVEL={v:?}: expected LOC, PIX, PXB, PHB, SYS or 0-4"
-                ))
-            })?;
-        }
-        if let Some(v) = text("NCCL_DMABUF_ENABLE") {
-            c.dmabuf = match v.as_str() {
-                "0" => false,
-                "1" => true,
-                _ => {
-                    return Err(crate::Error::InvalidArgument(format!(
-                        "NCCL_DMABUF_ENABLE={v:?}: expected 0 or 1"
-                    )))
-                }
-            };
-        }
-        Ok(c)
+        Ok(Self::from_config(&crate::Config::from_lookup(get)?))
     }
 }
 

@@ -30,16 +30,10 @@
 //!   INFO line that says whether staging or DMA-BUF would be used.
 //!
 //! # Environment
-//! | variable | effect |
-//! |---|---|
-//! | `NCCL_CUDA_DISABLE=1` | never load CUDA: every pointer is host memory |
-//! | `NCCL_CUDA_DRIVER=path` | load this driver library first (e.g. a test double) |
-//! | `NCCL_CUDA_STAGING_CHUNK` | bytes staged per pipeline step (default 2 MiB; must be equal on every rank) |
-//! | `NCCL_CUDA_PIPELINE=0` | stage whole buffers in one step |
-//! | `NCCL_CUDA_ASYNC=0` | calls on device buffers block until the stream's earlier work is done (default: they return at once where stream memory operations work, see `streamop.rs`) |
-//! | `NCCL_CUDA_REDUCE=gpu\|host\|auto` | where staged all-reduce, reduce-scatter and reduce compute (default `auto`: the GPU when NVRTC and module loading work, else the host; one INFO line says which; set alike on every rank) |
-//! | `NCCL_NVRTC_LIBRARY=path` | the NVRTC library (default `libnvrtc.so.13`, `.so.12`, `libnvrtc.so`) |
-//! | `NCCL_NET_GDR_LEVEL`, `NCCL_DMABUF_ENABLE` | see [`gdr`] |
+//! The `NCCL_RS_CUDA_*` variables, `NCCL_RS_NVRTC_LIBRARY`,
+//! `NCCL_NET_GDR_LEVEL` and `NCCL_DMABUF_ENABLE` ([`crate::CudaConfig`]),
+//! read once with the rest into [`crate::Config::global`]; see
+//! `docs/configuration.md`.
 //!
 //! # Rules
 //! Every rank of a call must use the same kind of memory when the
@@ -72,8 +66,8 @@ use std::ffi::{c_char, c_int, c_void};
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CudaError {
-    /// `NCCL_CUDA_DISABLE` is set.
-    #[error("CUDA is disabled (NCCL_CUDA_DISABLE)")]
+    /// `NCCL_RS_CUDA_DISABLE` is set.
+    #[error("CUDA is disabled (NCCL_RS_CUDA_DISABLE)")]
     Disabled,
     /// No driver library on this host.
     #[error(
@@ -269,7 +263,7 @@ pub fn probe() -> Result<CudaInfo, CudaError> {
 /// context, or device 0's primary context when the thread has none, and
 /// says how (NVRTC version, architecture), or why they cannot be used
 /// (no NVRTC, no module support in the driver, ...). Staged reductions
-/// take the host path in the second case unless `NCCL_CUDA_REDUCE=gpu`.
+/// take the host path in the second case unless `NCCL_RS_CUDA_REDUCE=gpu`.
 pub fn device_reduce_probe() -> Result<String, CudaError> {
     let ctx = match driver::current_ctx() {
         Some(c) => c,

@@ -3,7 +3,7 @@
 //! is a [`CudaError`], never a panic (cudarc's NVRTC loader panics on
 //! both).
 //!
-//! The library is `NCCL_NVRTC_LIBRARY` when set, else the first of
+//! The library is `NCCL_RS_NVRTC_LIBRARY` when set, else the first of
 //! `libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so` that loads.
 
 use super::CudaError;
@@ -53,21 +53,23 @@ fn nvrtc() -> Result<&'static Nvrtc, CudaError> {
     .map_err(Clone::clone)
 }
 
-/// The library names tried, in order.
-fn candidates() -> Vec<String> {
-    match std::env::var("NCCL_NVRTC_LIBRARY") {
-        Ok(p) if !p.trim().is_empty() => vec![p],
-        _ => ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+/// The library names tried, in order (`NCCL_RS_NVRTC_LIBRARY` of
+/// [`crate::Config::global`], else the usual names).
+fn candidates() -> Result<Vec<String>, CudaError> {
+    let cfg = crate::Config::global().map_err(|e| CudaError::Unsupported(e.to_string()))?;
+    Ok(match &cfg.cuda.nvrtc_library {
+        Some(p) => vec![p.clone()],
+        None => ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
             .map(String::from)
             .to_vec(),
-    }
+    })
 }
 
 // The transmutes' target types are the `Api` fields they initialise.
 #[allow(clippy::missing_transmute_annotations)]
 fn load() -> Result<Nvrtc, CudaError> {
     let mut why = Vec::new();
-    for name in candidates() {
+    for name in candidates()? {
         let Ok(c) = CString::new(name.clone()) else {
             why.push(format!("{name}: contains a NUL byte"));
             continue;
@@ -140,7 +142,7 @@ fn load() -> Result<Nvrtc, CudaError> {
         });
     }
     Err(CudaError::Unsupported(format!(
-        "NVRTC not found ({}); set NCCL_NVRTC_LIBRARY",
+        "NVRTC not found ({}); set NCCL_RS_NVRTC_LIBRARY",
         why.join("; ")
     )))
 }
@@ -303,7 +305,7 @@ mod tests {
     use super::*;
 
     /// Compiles the real kernel source with NVRTC for sm_90, where NVRTC
-    /// is installed (e.g. `NCCL_NVRTC_LIBRARY=.../libnvrtc.so.13` from the
+    /// is installed (e.g. `NCCL_RS_NVRTC_LIBRARY=.../libnvrtc.so.13` from the
     /// `nvidia-cuda-nvrtc` wheel); skipped, saying why, elsewhere.
     #[test]
     fn kernels_compile_with_nvrtc_for_sm_90() {

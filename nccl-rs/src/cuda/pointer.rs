@@ -47,7 +47,7 @@ impl PtrInfo {
 }
 
 /// Host or device memory. Without CUDA (no driver, no device, or
-/// `NCCL_CUDA_DISABLE`) every pointer is host memory, and NULL always is.
+/// `NCCL_RS_CUDA_DISABLE`) every pointer is host memory, and NULL always is.
 /// Memory the driver does not know (pageable host memory) is host memory:
 /// the driver answers `CUDA_ERROR_INVALID_VALUE` for it.
 pub fn classify(ptr: *const c_void) -> MemKind {

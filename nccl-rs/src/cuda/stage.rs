@@ -17,7 +17,7 @@
 //!
 //! # Calls that return at once
 //! The C ABI makes calls on device buffers return at once where stream
-//! memory operations work (`streamop/`; `NCCL_CUDA_ASYNC=0` turns it
+//! memory operations work (`streamop/`; `NCCL_RS_CUDA_ASYNC=0` turns it
 //! off): each communicator then runs every call of it, in call order, on a
 //! proxy thread (`ffi/src/worker.rs`, `ffi/src/gate.rs`). At the call, the
 //! application's stream gets an event after its earlier work and a
@@ -39,11 +39,11 @@
 //!
 //! # Reductions
 //! All-reduce, reduce-scatter and reduce reduce on the GPU when its
-//! kernels load (`NCCL_CUDA_REDUCE`, `stage_gpu.rs`): the host then only
+//! kernels load (`NCCL_RS_CUDA_REDUCE`, `stage_gpu.rs`): the host then only
 //! moves bytes; otherwise the host collective reduces the staged copies.
 //!
 //! # Pipeline
-//! A buffer larger than one chunk (`NCCL_CUDA_STAGING_CHUNK`, 2 MiB by
+//! A buffer larger than one chunk (`NCCL_RS_CUDA_STAGING_CHUNK`, 2 MiB by
 //! default) runs as consecutive collectives on chunks. The device→host
 //! copy of chunk k+1 is enqueued before the network works on chunk k, and
 //! the copy back of chunk k is enqueued right after it, so copies in both

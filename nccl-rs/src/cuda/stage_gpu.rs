@@ -36,7 +36,7 @@ type CudaResult<T> = std::result::Result<T, CudaError>;
 /// The GPU path's state in a [`Stager`].
 #[derive(Default)]
 pub(super) struct GpuState {
-    /// `NCCL_CUDA_REDUCE`, read on first use.
+    /// `NCCL_RS_CUDA_REDUCE`, read on first use.
     mode: Option<DeviceReduce>,
     /// Whether every rank of the communicator can reduce on its GPU
     /// (agreed once, on the first eligible call).
@@ -72,7 +72,7 @@ pub(super) fn eligible(a: &RawArgs, si: &PtrInfo, ri: &PtrInfo, rb: usize) -> bo
 }
 
 impl Stager {
-    /// Where this stager's reductions run, instead of `NCCL_CUDA_REDUCE`
+    /// Where this stager's reductions run, instead of `NCCL_RS_CUDA_REDUCE`
     /// (set it alike on every rank, before the first reduction).
     pub fn set_device_reduce(&mut self, mode: DeviceReduce) {
         self.gpu.mode = Some(mode);
@@ -114,7 +114,7 @@ impl Stager {
             let ok = all[0] == 1;
             if !ok && mode == DeviceReduce::Gpu {
                 return Err(Error::InvalidArgument(
-                    "NCCL_CUDA_REDUCE=gpu, but another rank cannot reduce on its GPU".into(),
+                    "NCCL_RS_CUDA_REDUCE=gpu, but another rank cannot reduce on its GPU".into(),
                 ));
             }
             if !ok && k.is_some() {

@@ -1,7 +1,7 @@
-//! The stager's settings ([`StagingOptions`], from `NCCL_CUDA_STAGING_CHUNK`
-//! and `NCCL_CUDA_PIPELINE`) and the C API's stream handle ([`Stream`]).
+//! The stager's settings ([`StagingOptions`], from `NCCL_RS_CUDA_STAGING_CHUNK`
+//! and `NCCL_RS_CUDA_PIPELINE`) and the C API's stream handle ([`Stream`]).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use cudarc::driver::sys::CUstream;
 
 /// A CUDA stream as the C API passes it (`cudaStream_t` / `CUstream`): 0
@@ -40,10 +40,10 @@ impl Stream {
 /// Tuning of the staging engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagingOptions {
-    /// Bytes staged per pipeline step (`NCCL_CUDA_STAGING_CHUNK`, default
+    /// Bytes staged per pipeline step (`NCCL_RS_CUDA_STAGING_CHUNK`, default
     /// 2 MiB, at least 4 KiB). Every rank must use the same value.
     pub chunk_bytes: usize,
-    /// Split large buffers into chunks (`NCCL_CUDA_PIPELINE`, default on).
+    /// Split large buffers into chunks (`NCCL_RS_CUDA_PIPELINE`, default on).
     pub pipeline: bool,
 }
 
@@ -57,48 +57,23 @@ impl Default for StagingOptions {
 }
 
 impl StagingOptions {
-    /// From the process environment.
+    /// From the process environment ([`crate::Config::global`]).
     pub fn from_env() -> Result<StagingOptions> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Ok(Self::from_config(crate::Config::global()?))
     }
 
-    /// Through `get` (tests).
+    /// From `NCCL_RS_CUDA_STAGING_CHUNK` and `NCCL_RS_CUDA_PIPELINE` of `c`.
+    pub fn from_config(c: &crate::Config) -> StagingOptions {
+        StagingOptions {
+            chunk_bytes: c.cuda.staging_chunk_bytes,
+            pipeline: c.cuda.pipeline,
+        }
+    }
+
+    /// Through `get`, as [`crate::Config::from_lookup`] reads it (tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<StagingOptions> {
-        let mut o = StagingOptions::default();
-        if let Some(v) = get("NCCL_CUDA_STAGING_CHUNK").filter(|v| !v.trim().is_empty()) {
-            o.chunk_bytes = parse_bytes(&v)
-                .filter(|&b| (4096..=(1usize << 30)).contains(&b))
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "NCCL_CUDA_STAGING_CHUNK={v:?}: expected bytes between 4096 and 1G (suffix K, M or G allowed)"
-                    ))
-                })?;
-        }
-        if let Some(v) = get("NCCL_CUDA_PIPELINE").filter(|v| !v.trim().is_empty()) {
-            o.pipeline = match v.trim() {
-                "0" => false,
-                "1" => true,
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "NCCL_CUDA_PIPELINE={v:?}: expected 0 or 1"
-                    )))
-                }
-            };
-        }
-        Ok(o)
+        Ok(Self::from_config(&crate::Config::from_lookup(get)?))
     }
-}
-
-/// `123`, `64K`, `2M`, `1G` (binary units).
-fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, shift) = match s.chars().last()?.to_ascii_uppercase() {
-        'K' => (&s[..s.len() - 1], 10),
-        'M' => (&s[..s.len() - 1], 20),
-        'G' => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
 }
 
 #[cfg(test)]
@@ -120,23 +95,23 @@ mod tests {
             StagingOptions::default()
         );
         let o = StagingOptions::from_lookup(get(&[
-            ("NCCL_CUDA_STAGING_CHUNK", "64K"),
-            ("NCCL_CUDA_PIPELINE", "0"),
+            ("NCCL_RS_CUDA_STAGING_CHUNK", "64K"),
+            ("NCCL_RS_CUDA_PIPELINE", "0"),
         ]))
         .unwrap();
         assert_eq!((o.chunk_bytes, o.pipeline), (65536, false));
         assert_eq!(
-            StagingOptions::from_lookup(get(&[("NCCL_CUDA_STAGING_CHUNK", "8388608")]))
+            StagingOptions::from_lookup(get(&[("NCCL_RS_CUDA_STAGING_CHUNK", "8388608")]))
                 .unwrap()
                 .chunk_bytes,
             8 << 20
         );
         for bad in ["12", "x", "2T", "4G"] {
             let pairs: &'static [(&str, &str)] =
-                Box::leak(Box::new([("NCCL_CUDA_STAGING_CHUNK", bad)]));
+                Box::leak(Box::new([("NCCL_RS_CUDA_STAGING_CHUNK", bad)]));
             assert!(StagingOptions::from_lookup(get(pairs)).is_err(), "{bad}");
         }
-        assert!(StagingOptions::from_lookup(get(&[("NCCL_CUDA_PIPELINE", "yes")])).is_err());
+        assert!(StagingOptions::from_lookup(get(&[("NCCL_RS_CUDA_PIPELINE", "yes")])).is_err());
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub(crate) fn version() -> String {
 }
 
 /// Installs a `tracing` subscriber writing NCCL-style lines to stderr, at
-/// the level given by `NCCL_DEBUG` (`VERSION` → the version line only,
+/// the level given by `NCCL_DEBUG` (of [`crate::Config::global_log`]) (`VERSION` → the version line only,
 /// `WARN` → warnings, `INFO`, `TRACE`; unset → warnings). `RUST_LOG`, if
 /// set, overrides the filter. Calling it again does nothing; if the program
 /// already installed a subscriber, that one is kept.
@@ -112,7 +112,9 @@ fn install(directives: Option<String>, file: Option<std::fs::File>) {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let verbosity = Verbosity::parse(std::env::var("NCCL_DEBUG").ok().as_deref());
+    let verbosity = Verbosity::parse(crate::Config::global_log().debug.as_deref());
+    // `RUST_LOG` is `tracing`'s own variable, not a setting of this library
+    // (not in `config::VARS`): read here, where the filter is made.
     let filter = directives
         .or_else(|| std::env::var("RUST_LOG").ok())
         .unwrap_or_else(|| verbosity.filter().to_string());

@@ -19,44 +19,12 @@ pub(crate) const STREAM_OUTPUT_FLOOR: usize = 4 << 20;
 pub(crate) fn stream_output_min() -> usize {
     static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *MIN.get_or_init(|| {
-        last_level_cache_bytes().map_or(STREAM_OUTPUT_MIN, |c| {
+        transport_tcp::last_level_cache_bytes().map_or(STREAM_OUTPUT_MIN, |c| {
             (c / 2).clamp(STREAM_OUTPUT_FLOOR, STREAM_OUTPUT_MIN)
         })
     })
 }
 
-/// The size of the highest-level cache of CPU 0 as the kernel reports it
-/// (`/sys/devices/system/cpu/cpu0/cache/index*/size`, such as `32768K`).
-fn last_level_cache_bytes() -> Option<usize> {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    let mut best: Option<(u32, usize)> = None;
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).ok();
-        let (Some(level), Some(size)) = (read("level"), read("size")) else {
-            continue;
-        };
-        let (Ok(level), Some(bytes)) = (level.trim().parse::<u32>(), parse_cache_size(&size))
-        else {
-            continue;
-        };
-        if best.is_none_or(|(l, _)| level > l) {
-            best = Some((level, bytes));
-        }
-    }
-    best.map(|(_, b)| b)
-}
-
-/// `32768K`, `1M`, `512` (bytes) as the kernel writes cache sizes.
-fn parse_cache_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, unit) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 1 << 10),
-        b'M' => (&s[..s.len() - 1], 1 << 20),
-        b'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(unit)
-}
 /// ... for copies of at least this many bytes.
 pub(crate) const STREAM_COPY_MIN: usize = 64 << 10;
 /// A transport copying a message in pieces (as they arrive) streams pieces
@@ -107,16 +75,11 @@ pub(crate) fn copy_streaming(dst: &mut [u8], src: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_streaming, parse_cache_size, stream_output_min};
+    use super::{copy_streaming, stream_output_min};
     use super::{STREAM_OUTPUT_FLOOR, STREAM_OUTPUT_MIN};
 
     #[test]
-    fn cache_sizes_and_the_threshold() {
-        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
-        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
-        assert_eq!(parse_cache_size("512"), Some(512));
-        assert_eq!(parse_cache_size("K"), None);
-        assert_eq!(parse_cache_size("lots"), None);
+    fn the_threshold_is_half_the_cache_within_bounds() {
         let m = stream_output_min();
         assert!(
             (STREAM_OUTPUT_FLOOR..=STREAM_OUTPUT_MIN).contains(&m),

@@ -43,7 +43,7 @@ fn device_reductions_fall_back_to_the_host_without_kernels() {
             probe.expect("kernels on a real GPU")
         );
     } else {
-        // No NVRTC, or (with NCCL_NVRTC_LIBRARY) a driver without modules.
+        // No NVRTC, or (with NCCL_RS_NVRTC_LIBRARY) a driver without modules.
         let e = probe
             .expect_err("the fake driver runs no kernels")
             .to_string();
@@ -107,7 +107,7 @@ fn forced_gpu_reduction_without_kernels_fails_cleanly() {
             let cause = nccl_rs::cuda::CudaError::of(&e)
                 .expect("a CUDA error")
                 .to_string();
-            assert!(cause.contains("NCCL_CUDA_REDUCE=gpu"), "{cause}");
+            assert!(cause.contains("NCCL_RS_CUDA_REDUCE=gpu"), "{cause}");
             // The communicator is still usable, with host reductions.
             st.set_device_reduce(DeviceReduce::Host);
             try_coll(

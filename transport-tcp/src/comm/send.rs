@@ -135,7 +135,7 @@ impl TcpSendComm {
     /// striped, and this thread receives nothing meanwhile. A spliced
     /// message leaves the only copy to the receiver; that pays when the
     /// sender would otherwise spend its core copying into the socket and
-    /// nothing else (up to [`crate::DEFAULT_SPLICE_MAX_BYTES`]), but not
+    /// nothing else (up to [`crate::default_splice_max_bytes`]), but not
     /// when each side also receives: the send copy goes, but the receive
     /// copy grows by more, since it now reads the sender's pages rather
     /// than socket buffers the sender has just written, and pinning the

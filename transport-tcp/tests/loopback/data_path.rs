@@ -31,7 +31,7 @@ fn one_mib_and_64_mib() {
 
 #[test]
 fn kernel_autotuned_buffers() {
-    // `socket_buf_bytes: 0` (`NCCL_SOCKET_SNDBUF=0`) sets no buffer sizes:
+    // `socket_buf_bytes: 0` (`NCCL_RS_SOCKET_BUF_BYTES=0`) sets no buffer sizes:
     // the kernel's autotuning; data still arrives intact, striped or not.
     let net = TcpNet::with_local_ip(
         "127.0.0.1".parse().unwrap(),

@@ -22,7 +22,7 @@
 //! exports `cuStreamWaitValue32_v2` (available by default since CUDA
 //! 11.7) or `cuStreamWaitValue32` with `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS`
 //! on every device, and one trial wait on a flag already set completes.
-//! `NCCL_CUDA_ASYNC=0` turns it off (calls on device buffers then block
+//! `NCCL_RS_CUDA_ASYNC=0` turns it off (calls on device buffers then block
 //! until the stream's earlier work is done, as before).
 //!
 //! Flags are never freed (a stream may still read one after its
@@ -113,7 +113,7 @@ static SUPPORT: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// Whether calls on device buffers may return before the stream's earlier
 /// work is done: `Ok` when stream memory operations work here and
-/// `NCCL_CUDA_ASYNC` is not 0, else why not. Probed once per process (in
+/// `NCCL_RS_CUDA_ASYNC` is not 0, else why not. Probed once per process (in
 /// the calling thread's context, or device 0's); the outcome is logged
 /// once at INFO.
 pub fn async_support() -> Result<(), String> {
@@ -123,7 +123,7 @@ pub fn async_support() -> Result<(), String> {
             match &r {
                 Ok(()) => tracing::info!(
                     "device buffers: calls return at once; a proxy thread per communicator runs \
-                     them and releases the stream with cuStreamWaitValue32 (NCCL_CUDA_ASYNC=0 to block)"
+                     them and releases the stream with cuStreamWaitValue32 (NCCL_RS_CUDA_ASYNC=0 to block)"
                 ),
                 Err(why) => tracing::info!(
                     "device buffers: calls block until the stream's earlier work is done: {why}"
@@ -151,10 +151,9 @@ fn call_ctx(stream: Stream, bufs: &[*const u8]) -> Result<Ctx, CudaError> {
 }
 
 fn probe_async() -> Result<(), String> {
-    if let Ok(v) = std::env::var("NCCL_CUDA_ASYNC") {
-        if v.trim() == "0" {
-            return Err("NCCL_CUDA_ASYNC=0".into());
-        }
+    let cfg = crate::Config::global().map_err(|e| e.to_string())?;
+    if !cfg.cuda.async_calls {
+        return Err("NCCL_RS_CUDA_ASYNC=0".into());
     }
     let d = driver::driver().map_err(|e| e.to_string())?;
     let ops = memops().map_err(|e| format!("no stream memory operations: {e}"))?;

@@ -94,7 +94,7 @@
 //! (`shm::tests_bench::bench_stream_receive` compares the two).
 //!
 //! # Single copy
-//! With [`ShmOptions::cma`] (`NCCL_SHM_USE_CMA`, on by default), a message
+//! With [`ShmOptions::cma`] (`NCCL_RS_SHM_SINGLE_COPY`, on by default), a message
 //! of at least [`ShmOptions::cma_min_bytes`] travels as a one-line
 //! descriptor frame (mark `CMA1`, the sender's buffer address) and the
 //! receiver copies it with `process_vm_readv` straight from the sender's
@@ -208,12 +208,12 @@ pub struct ShmOptions {
     /// messages.
     pub slots: usize,
     /// Whether large messages may go single-copy by cross-memory attach
-    /// (`NCCL_SHM_USE_CMA`, on in the default `Config`; false in
+    /// (`NCCL_RS_SHM_SINGLE_COPY`, on in the default `Config`; false in
     /// `ShmOptions::default()`). Used only where a probe at
     /// connection time shows that the receiver may read the sender.
     pub cma: bool,
     /// Messages of at least this many bytes go single-copy
-    /// (`NCCL_SHM_CMA_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
+    /// (`NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES`; default [`DEFAULT_CMA_MIN_BYTES`]).
     pub cma_min_bytes: usize,
     /// Whether both ends copy a large single-copy message, each a part
     /// (default true): the sender, which otherwise waits, writes into the

@@ -28,7 +28,7 @@ fn opts(min: usize) -> cma::CmaOpts {
     cma::CmaOpts { min, split: true }
 }
 
-/// Default options with single copy on (as `NCCL_SHM_USE_CMA=1` sets it).
+/// Default options with single copy on (as `NCCL_RS_SHM_SINGLE_COPY=1` sets it).
 pub(super) fn cma_default() -> ShmNet {
     ShmNet::new(ShmOptions {
         cma: true,

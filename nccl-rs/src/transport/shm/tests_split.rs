@@ -111,7 +111,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     assert_eq!(r.test(rq).unwrap(), Some(len));
     assert!(buf == data);
     poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-    // A receiver that does not split (`NCCL_SHM_CMA_SPLIT=0` there) does not
+    // A receiver that does not split (`ShmOptions::cma_split` off there) does not
     // publish its probe word, so the sender never offers to help.
     let geom = Geometry::new(4 << 20, 8).unwrap();
     let no_split = CmaOpts {
