@@ -46,7 +46,7 @@ passes=()
 # the NVIDIA comparison can swap libraries the same way).
 ours=(env "LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-export NCCL_TIMEOUT=${NCCL_TIMEOUT:-120}
+export NCCL_RS_TIMEOUT=${NCCL_RS_TIMEOUT:-120}
 unset NCCL_RS_CUDA_DISABLE
 # GPU_CHECK_FAKE_DRIVER=/path/libcuda.so.1 (built from src/fake_libcuda.c):
 # a dry run of this script on a machine without a GPU.

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=target/release
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_TIMEOUT=${NCCL_TIMEOUT:-60}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_RS_TIMEOUT=${NCCL_RS_TIMEOUT:-60}
 run() { echo "-- $*"; timeout 300 "$@" > /tmp/perf-check.log 2>&1 || { cat /tmp/perf-check.log; echo "FAILED: $*"; exit 1; }; tail -n 3 /tmp/perf-check.log; }
 for tool in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf alltoall_perf sendrecv_perf gather_perf scatter_perf; do
   run $B/ncclrun -n 2 $B/$tool -b 8 -e 4M -f 8 -n 3 -w 1 -c 1

@@ -50,7 +50,7 @@
  * ENVIRONMENT
  *   NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE control logging (through
  *   Rust's `tracing`); NCCL_COMM_ID, NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY,
- *   NCCL_TIMEOUT, NCCL_BOOTSTRAP_TIMEOUT, NCCL_BUFFSIZE and the other settings
+ *   NCCL_RS_TIMEOUT, NCCL_RS_BOOTSTRAP_TIMEOUT, NCCL_BUFFSIZE and the other settings
  *   of nccl-rs' Config are read at init.
  */
 
@@ -115,7 +115,7 @@ typedef enum {
   ncclInvalidUsage = 5,       /* bad call sequence, mismatched calls, or an unimplemented function */
   ncclRemoteError = 6,        /* a peer left or the network failed */
   ncclInProgress = 7,         /* a non-blocking operation is still running */
-  ncclTimeout = 8,            /* a deadline (NCCL_TIMEOUT, NCCL_BOOTSTRAP_TIMEOUT) passed */
+  ncclTimeout = 8,            /* a deadline (NCCL_RS_TIMEOUT, NCCL_RS_BOOTSTRAP_TIMEOUT) passed */
   ncclNumResults = 9
 } ncclResult_t;
 

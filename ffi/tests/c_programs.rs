@@ -156,8 +156,8 @@ fn compile_now(src: &str, extra: &[&str]) -> PathBuf {
 fn command(exe: &Path) -> Command {
     let mut c = Command::new(exe);
     c.env("NCCL_SOCKET_IFNAME", "lo")
-        .env("NCCL_TIMEOUT", "60")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env("NCCL_RS_TIMEOUT", "60")
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60")
         .env_remove("NCCL_COMM_BLOCKING")
         .env_remove("NCCL_COMM_ID")
         .stdout(Stdio::piped())

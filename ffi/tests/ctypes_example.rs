@@ -70,8 +70,8 @@ fn ctypes_example_runs_with_no_arguments() {
     c.arg("ffi/examples/allreduce_ctypes.py")
         .current_dir(&workspace)
         .env("NCCL_SOCKET_IFNAME", "lo")
-        .env("NCCL_TIMEOUT", "60")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env("NCCL_RS_TIMEOUT", "60")
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60")
         .env_remove("NCCL_COMM_ID")
         // Its own group, so that a deadline kills its ranks too.
         .process_group(0)

@@ -97,8 +97,8 @@ fn run(exe: &Path, args: &[&str], envs: &[(&str, &str)], limit: Duration) -> Str
     let mut child = Command::new(exe)
         .args(args)
         .env("NCCL_SOCKET_IFNAME", "lo")
-        .env("NCCL_TIMEOUT", "60")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env("NCCL_RS_TIMEOUT", "60")
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60")
         .env_remove("NCCL_COMM_ID")
         .env_remove("NCCL_COMM_BLOCKING")
         .envs(envs.iter().copied())
@@ -183,7 +183,7 @@ fn async_failures_surface_and_release_the_streams() {
         &[
             ("NCCL_RS_CUDA_DRIVER", drv.to_str().unwrap()),
             // The calls wait for streams the test holds: they time out.
-            ("NCCL_TIMEOUT", "2"),
+            ("NCCL_RS_TIMEOUT", "2"),
             // Abort and destroy return while the test holds the streams,
             // also where frees wait for every stream (they run apart).
             ("FAKE_CUDA_FREE_SYNCS", "1"),

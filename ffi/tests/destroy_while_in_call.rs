@@ -1,7 +1,7 @@
 //! `ncclCommDestroy` while another thread is blocked in a collective on the
 //! same communicator: NCCL allows one thread at a time on a communicator,
 //! so the call is refused at once with `ncclInvalidUsage` (it used to wait
-//! for `NCCL_TIMEOUT`, 1800 s by default); `ncclCommAbort` then stops the
+//! for `NCCL_RS_TIMEOUT`, 1800 s by default); `ncclCommAbort` then stops the
 //! blocked collective, which returns an error promptly.
 
 use nccl::coll::ncclAllReduce;
@@ -26,7 +26,7 @@ unsafe impl Send for Comm {}
 fn destroy_under_a_blocked_collective_is_refused_and_abort_unblocks_it() {
     // Bounds a regression (a destroy that waits for the collective) to a
     // failure after 20 s instead of a hang. The only test of this binary.
-    std::env::set_var("NCCL_TIMEOUT", "20");
+    std::env::set_var("NCCL_RS_TIMEOUT", "20");
     let mut comms: [ncclComm_t; 2] = [std::ptr::null_mut(); 2];
     // SAFETY: `comms` has room for the 2 handles; a NULL devlist is allowed.
     let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) };

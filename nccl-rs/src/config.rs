@@ -13,13 +13,13 @@ pub use transport_tcp::AddrFamily;
 
 /// Staging per connection (`NCCL_BUFFSIZE` unset) when every rank of a
 /// communicator is on one host and they outnumber its CPUs: 256 KiB chunks
-/// (8 `NCCL_STEPS`) and 512 KiB shared-memory rings at 4 ranks, where the
+/// (8 `NCCL_RS_STEPS`) and 512 KiB shared-memory rings at 4 ranks, where the
 /// default 4 MiB gives 512 KiB chunks and 1 MiB rings. First measured on
 /// an earlier host (`ncclrun -n 4 <tool> -c 0`, interleaved runs, 4 MiB →
 /// 1 MiB, so 512 → 128 KiB chunks and 1 MiB → 256 KiB rings): all-reduce
 /// 1 MiB 527–581 → 475–505 µs, 16 MiB 9.1–9.6 → 8.5–9.2 ms; reduce-scatter
 /// 16 MiB 4.9–5.1 → 4.6–4.8 ms; broadcast 16 MiB 4.7 → 4.2 ms; all-gather
-/// within noise; smaller chunks alone (`NCCL_STEPS=32`) lost. On the 2-core
+/// within noise; smaller chunks alone (`NCCL_RS_STEPS=32`) lost. On the 2-core
 /// host of 2026-12-03, with the code of then, 1 MiB lost to both larger
 /// sizes: paired rounds of `scripts/paired.sh 4 OP SIZE 8` against 1 MiB,
 /// 2 MiB / 4 MiB: broadcast 256 KiB x1.36 / x1.11, 1 MiB x1.41 / x1.46,
@@ -29,7 +29,7 @@ pub use transport_tcp::AddrFamily;
 /// / x1.04–1.12; reduce-scatter 256 KiB x0.93 / x0.99, 1 MiB x1.33 /
 /// x1.43, 16 MiB x1.10–1.12 / x1.09–1.11, 64 MiB x0.72 in one series and
 /// x1.31 in the next / x0.74 and x1.24; all-gather 256 KiB–64 MiB and
-/// all-to-all 1–64 MiB x0.94–1.05 both. 1 MiB with `NCCL_STEPS=4` (the
+/// all-to-all 1–64 MiB x0.94–1.05 both. 1 MiB with `NCCL_RS_STEPS=4` (the
 /// chunks and rings of 2 MiB, four engine slots instead of eight) gained
 /// alike (broadcast 1 MiB x1.46, 16 MiB x1.20, reduce-scatter 1 MiB x1.40),
 /// so it is the chunks and rings, not the engine's slots: fewer, larger
@@ -53,9 +53,9 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_JOB_SECRET",
     "NCCL_COMM_BLOCKING",
     "NCCL_BUFFSIZE",
-    "NCCL_STEPS",
-    "NCCL_TIMEOUT",
-    "NCCL_BOOTSTRAP_TIMEOUT",
+    "NCCL_RS_STEPS",
+    "NCCL_RS_TIMEOUT",
+    "NCCL_RS_BOOTSTRAP_TIMEOUT",
     "NCCL_NSOCKS_PERTHREAD",
     "NCCL_SOCKET_NTHREADS",
     "NCCL_ALGO",
@@ -124,11 +124,11 @@ pub struct Config {
     /// in the caches the ranks sharing a core also share, chunks large
     /// enough that handing them over between those ranks stays rare).
     pub oversubscribed_buffsize: usize,
-    /// `NCCL_STEPS`: staging slots (chunks in flight) per connection.
+    /// `NCCL_RS_STEPS`: staging slots (chunks in flight) per connection.
     pub steps: usize,
-    /// `NCCL_TIMEOUT`: deadline of one collective.
+    /// `NCCL_RS_TIMEOUT`: deadline of one collective.
     pub timeout: Duration,
-    /// `NCCL_BOOTSTRAP_TIMEOUT`: deadline of rendezvous and connection setup.
+    /// `NCCL_RS_BOOTSTRAP_TIMEOUT`: deadline of rendezvous and connection setup.
     pub bootstrap_timeout: Duration,
     /// `NCCL_NSOCKS_PERTHREAD`.
     pub nsocks_perthread: usize,
@@ -396,9 +396,9 @@ impl Config {
                 d.oversubscribed_buffsize,
                 4096..=(1 << 30),
             )?,
-            steps: num(&text, "NCCL_STEPS", d.steps, 2..=64)?,
-            timeout: secs(&text, "NCCL_TIMEOUT", d.timeout)?,
-            bootstrap_timeout: secs(&text, "NCCL_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
+            steps: num(&text, "NCCL_RS_STEPS", d.steps, 2..=64)?,
+            timeout: secs(&text, "NCCL_RS_TIMEOUT", d.timeout)?,
+            bootstrap_timeout: secs(&text, "NCCL_RS_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
             nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", d.nsocks_perthread, 1..=64)?,
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
             algo,

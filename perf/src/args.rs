@@ -85,7 +85,7 @@ pub struct Args {
     pub huge_pages: bool,
     /// `-T` / `--timeout` (nccl-tests' timeout, in seconds): the
     /// communicator's deadline for one operation, in place of
-    /// `NCCL_TIMEOUT`; `None` (also `-T 0`) keeps `NCCL_TIMEOUT` or its default.
+    /// `NCCL_RS_TIMEOUT`; `None` (also `-T 0`) keeps `NCCL_RS_TIMEOUT` or its default.
     pub timeout: Option<Duration>,
 }
 
@@ -156,7 +156,7 @@ pub fn usage(prog: &str) -> String {
          \t[-R,--local_register <0/1>]  host buffers in shared memory (ncclMemAlloc): co-located ranks copy between them directly (default 0)\n\
          \t[-H,--huge_pages <0/1>]  heap buffers registered onto transparent huge pages, as ncclCommRegister does (default 0)\n\
          \t[-P,--places <both/out/in>]  which measurements run: out of place, in place or both; the other's columns read N/A (default both)\n\
-         \t[-T,--timeout <seconds>]  the communicator's timeout for one operation, in place of NCCL_TIMEOUT; 0 keeps NCCL_TIMEOUT (default 0)\n\
+         \t[-T,--timeout <seconds>]  the communicator's timeout for one operation, in place of NCCL_RS_TIMEOUT; 0 keeps NCCL_RS_TIMEOUT (default 0)\n\
          \t[-p -z -y -G -C -F -u -I -x -N -J -S -M <value>] accepted and ignored\n\
          \t[-h,--help]\n"
     )
@@ -259,7 +259,7 @@ fn parse_int(s: &str) -> Option<i64> {
 }
 
 /// Parses `-T`: seconds, fractional allowed, at least 0 and below 10^9
-/// (the range `NCCL_TIMEOUT` takes); `Some(None)` for 0 (no override),
+/// (the range `NCCL_RS_TIMEOUT` takes); `Some(None)` for 0 (no override),
 /// `None` for anything else, so a typo is refused rather than ignored.
 fn parse_timeout(s: &str) -> Option<Option<Duration>> {
     let v: f64 = s.trim().parse().ok()?;

@@ -77,7 +77,7 @@ fn launch(coll: Collective, prog: &str, args: &Args) -> AnyResult<bool> {
         crate::device::available()?;
     }
     let mut cfg = Config::from_env()?;
-    // `-T` overrides NCCL_TIMEOUT, so a stuck peer fails a rank in that time.
+    // `-T` overrides NCCL_RS_TIMEOUT, so a stuck peer fails a rank in that time.
     args.apply_to(&mut cfg);
     let env = LaunchEnv::detect();
     let Some(nthreads) = args.nthreads else {

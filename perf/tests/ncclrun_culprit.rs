@@ -145,7 +145,7 @@ fn verdict(stderr: &str) -> &str {
         .unwrap_or_else(|| panic!("no verdict line:\n{stderr}"))
 }
 
-/// 4 ranks of all_reduce_perf with `NCCL_TIMEOUT=5`; rank 2 is stopped in
+/// 4 ranks of all_reduce_perf with `NCCL_RS_TIMEOUT=5`; rank 2 is stopped in
 /// the middle of the run. The others time out waiting for it and exit 1
 /// (whichever first); ncclrun kills rank 2 after the grace and blames it.
 #[test]
@@ -154,8 +154,8 @@ fn stopped_rank_is_named_not_the_first_to_exit() {
     let mut c = ncclrun(4);
     c.arg(env!("CARGO_BIN_EXE_all_reduce_perf"))
         .args(ENDLESS_ALL_REDUCE)
-        .env("NCCL_TIMEOUT", "5")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env("NCCL_RS_TIMEOUT", "5")
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60")
         .env("NCCL_SOCKET_IFNAME", "lo");
     let mut job = start(c);
     // The table header: every rank is up and in the sweep.
@@ -179,7 +179,7 @@ fn stopped_rank_is_named_not_the_first_to_exit() {
     println!("stopped rank 2; ncclrun exited after {took:?}: {line}");
 }
 
-/// `-T 3` is the communicator's timeout: with `NCCL_TIMEOUT` unset (30
+/// `-T 3` is the communicator's timeout: with `NCCL_RS_TIMEOUT` unset (30
 /// minutes), a stopped peer fails rank 0 after 3 s.
 #[test]
 fn perf_tool_timeout_flag_sets_the_operation_timeout() {
@@ -187,8 +187,8 @@ fn perf_tool_timeout_flag_sets_the_operation_timeout() {
     c.arg(env!("CARGO_BIN_EXE_all_reduce_perf"))
         .args(ENDLESS_ALL_REDUCE)
         .args(["-T", "3"])
-        .env_remove("NCCL_TIMEOUT")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60")
+        .env_remove("NCCL_RS_TIMEOUT")
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60")
         .env("NCCL_SOCKET_IFNAME", "lo");
     let mut job = start(c);
     job.wait_line("(us)", Instant::now() + SLACK);

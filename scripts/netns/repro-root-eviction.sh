@@ -20,7 +20,7 @@ mode=${1:-stall}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BIN:-${CARGO_TARGET_DIR:-$repo/target}/release}
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
-export MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT NCCL_SOCKET_IFNAME=lo NCCL_BOOTSTRAP_TIMEOUT=10
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT NCCL_SOCKET_IFNAME=lo NCCL_RS_BOOTSTRAP_TIMEOUT=10
 out=$(mktemp -d /tmp/nccl-repro.XXXXXX)
 fail=0
 if [ "$mode" = stall ] || [ "$mode" = full ]; then

@@ -197,7 +197,7 @@ scenario_loss() {
   nft_loss "$pct"
   t0=$(now_ms)
   CMD=("$WORKER")
-  launch "$name" 150 NETNS_MODE=matrix NETNS_CASES="${NETNS_LOSS_CASES:-120}" NETNS_LARGE="${NETNS_LOSS_LARGE:-3}" NCCL_TIMEOUT=60
+  launch "$name" 150 NETNS_MODE=matrix NETNS_CASES="${NETNS_LOSS_CASES:-120}" NETNS_LARGE="${NETNS_LOSS_LARGE:-3}" NCCL_RS_TIMEOUT=60
   wait_ranks
   secs=$((($(now_ms) - t0) / 1000))
   for r in $(seq 0 $((N - 1))); do
@@ -214,7 +214,7 @@ scenario_loss() {
     local maxb=16M
     [ "$pct" -ge 5 ] && maxb=4M # TCP throughput collapses at 5% loss (~10 MB/s here)
     CMD=("$PERF" -b 1M -e "$maxb" -f 4 -d float -o sum -n 3 -w 1 -c 1)
-    launch "$name-perf" 120 NCCL_TIMEOUT=60
+    launch "$name-perf" 120 NCCL_RS_TIMEOUT=60
     wait_ranks
     for r in $(seq 0 $((N - 1))); do
       if [ "${CODES[$r]}" != 0 ]; then
@@ -240,7 +240,7 @@ scenario_kill() {
     runs=$((runs + 1))
     log "SIGKILL rank $v in the middle of 64 MiB all-reduces"
     CMD=("$WORKER")
-    launch "$name" 90 NETNS_MODE=big NETNS_BIG_SECS=40 NCCL_TIMEOUT=60
+    launch "$name" 90 NETNS_MODE=big NETNS_BIG_SECS=40 NCCL_RS_TIMEOUT=60
     if ! wait_line "$name" PHASE 60; then
       bad "$name: ranks never reached the 64 MiB phase"
       wait_ranks
@@ -293,9 +293,9 @@ scenario_linkdown() {
     ns=$(netns_name "$v")
     dev=$(netns_if "$v")
     runs=$((runs + 1))
-    log "link $dev of rank $v down in the middle of 64 MiB all-reduces (NCCL_TIMEOUT=$deadline)"
+    log "link $dev of rank $v down in the middle of 64 MiB all-reduces (NCCL_RS_TIMEOUT=$deadline)"
     CMD=("$WORKER")
-    launch "$name" 90 NETNS_MODE=big NETNS_BIG_SECS=40 NCCL_TIMEOUT=$deadline NCCL_BOOTSTRAP_TIMEOUT=12
+    launch "$name" 90 NETNS_MODE=big NETNS_BIG_SECS=40 NCCL_RS_TIMEOUT=$deadline NCCL_RS_BOOTSTRAP_TIMEOUT=12
     if ! wait_line "$name" PHASE 60; then
       bad "$name: ranks never reached the 64 MiB phase"
       wait_ranks
@@ -389,7 +389,7 @@ scenario_garbage() {
   PORT=$((PORT - 1)) # launch takes the next port: the one under attack already
   CMD=("$WORKER")
   launch "$name" 150 NETNS_MODE=garbage NETNS_ROUNDS="${NETNS_GARBAGE_ROUNDS:-3}" NETNS_CASES="${NETNS_GARBAGE_CASES:-40}" NETNS_LARGE=1 \
-    NETNS_ID_DIR="$WORK/ids" NETNS_JOIN_DELAY_MS=1500 NCCL_TIMEOUT=60 NCCL_BOOTSTRAP_TIMEOUT=30
+    NETNS_ID_DIR="$WORK/ids" NETNS_JOIN_DELAY_MS=1500 NCCL_RS_TIMEOUT=60 NCCL_RS_BOOTSTRAP_TIMEOUT=30
   wait_ranks
   touch "$stop"
   local syn_dropped
@@ -434,7 +434,7 @@ scenario_rootflood() {
   log "$trickles trickling + $strays idle strays at a stalled bootstrap root, around the ranks' hellos"
   rm -f "$WORK/rootflood.strays" "$WORK/rootflood.trickles"
   CMD=("$WORKER")
-  launch "$name" 60 NETNS_MODE=matrix NETNS_CASES=20 NETNS_LARGE=0 NCCL_TIMEOUT=30 NCCL_BOOTSTRAP_TIMEOUT=20 NETNS_START_DELAY_MS=2000
+  launch "$name" 60 NETNS_MODE=matrix NETNS_CASES=20 NETNS_LARGE=0 NCCL_RS_TIMEOUT=30 NCCL_RS_BOOTSTRAP_TIMEOUT=20 NETNS_START_DELAY_MS=2000
   # Ranks 1..3 start 2 s late.
   until=$(($(date +%s) + 3))
   while [ "$(date +%s)" -le "$until" ]; do
@@ -487,7 +487,7 @@ scenario_mismatch() {
     runs=$((runs + 1))
     log "rank $v calls broadcast where the others call all_reduce (operation #3)"
     CMD=("$WORKER")
-    launch "$name" 60 NETNS_MODE=mismatch FAULT_RANK="$v" NCCL_TIMEOUT=30
+    launch "$name" 60 NETNS_MODE=mismatch FAULT_RANK="$v" NCCL_RS_TIMEOUT=30
     wait_ranks
     local good=1
     for r in $(seq 0 $((N - 1))); do

@@ -15,7 +15,7 @@ fn results(fault: &str, bad: usize, n: usize) -> Vec<(usize, bool, u64, String)>
     let env = [
         ("FAULT", fault.to_string()),
         ("FAULT_RANK", bad.to_string()),
-        ("NCCL_TIMEOUT", "60".into()),
+        ("NCCL_RS_TIMEOUT", "60".into()),
     ];
     let outs = run_ranks(worker, &[], n, &env, Duration::from_secs(120));
     let mut res = Vec::new();
@@ -119,10 +119,10 @@ fn stopped(pid: u32) -> bool {
         .is_some_and(|c| c == 'T' || c == 't')
 }
 
-/// 4 ranks launched torchrun-style (no ncclrun), `NCCL_TIMEOUT=5`, rank 2
+/// 4 ranks launched torchrun-style (no ncclrun), `NCCL_RS_TIMEOUT=5`, rank 2
 /// stopped by SIGSTOP in a loop of all-reduces: every other rank, rank 0
 /// with the bootstrap root included, fails naming rank 2 and exits within
-/// `NCCL_TIMEOUT` + 5 s of the stop (rank 0 waited 120 s for the stopped
+/// `NCCL_RS_TIMEOUT` + 5 s of the stop (rank 0 waited 120 s for the stopped
 /// rank to leave the root before).
 #[test]
 fn a_stopped_rank_does_not_hold_the_others_exit() {
@@ -133,7 +133,7 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
     let env = [
         ("FAULT", "stop".to_string()),
         ("FAULT_RANK", BAD.to_string()),
-        ("NCCL_TIMEOUT", "5".to_string()),
+        ("NCCL_RS_TIMEOUT", "5".to_string()),
     ];
     let mut children: Vec<_> = (0..N)
         .map(|r| spawn_rank(env!("CARGO_BIN_EXE_fault_worker"), &[], (r, N), port, &env))
@@ -167,7 +167,7 @@ fn a_stopped_rank_does_not_hold_the_others_exit() {
         let took = exited[r].unwrap_or_else(|| panic!("rank {r} never exited: {logs:#?}"));
         assert!(
             took <= Duration::from_secs(10),
-            "rank {r} exited {took:?} after rank {BAD} stopped (limit NCCL_TIMEOUT + 5 s)"
+            "rank {r} exited {took:?} after rank {BAD} stopped (limit NCCL_RS_TIMEOUT + 5 s)"
         );
         let (out, err) = &logs[r];
         let line = out

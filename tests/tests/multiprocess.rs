@@ -18,7 +18,7 @@ fn matrix_at(n: usize) {
 /// rank's output once all passed.
 fn matrix_with(n: usize, extra: &[(&str, &str)]) -> Vec<RankOutput> {
     let worker = env!("CARGO_BIN_EXE_matrix_worker");
-    let mut env = vec![("NCCL_TIMEOUT", "120".to_string())];
+    let mut env = vec![("NCCL_RS_TIMEOUT", "120".to_string())];
     env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     let outs = run_ranks(worker, &[], n, &env, Duration::from_secs(900));
     let mut bad = Vec::new();
@@ -99,7 +99,7 @@ fn matrix_5_ranks_halving_doubling_small_chunks() {
         &[
             ("NCCL_ALGO", "allreduce:hd"),
             ("NCCL_BUFFSIZE", "65536"),
-            ("NCCL_STEPS", "2"),
+            ("NCCL_RS_STEPS", "2"),
         ],
     );
 }
@@ -107,7 +107,7 @@ fn matrix_5_ranks_halving_doubling_small_chunks() {
 #[test]
 fn matrix_8_ranks_small_chunks() {
     // Tiny staging slots: many pipelined chunks per call, every algorithm.
-    matrix_with(8, &[("NCCL_BUFFSIZE", "65536"), ("NCCL_STEPS", "4")]);
+    matrix_with(8, &[("NCCL_BUFFSIZE", "65536"), ("NCCL_RS_STEPS", "4")]);
 }
 
 const TCP: (&str, &str) = ("NCCL_SHM_DISABLE", "1");

@@ -20,7 +20,7 @@ fn seed() -> String {
 fn soak(n: usize, env: &[(&str, String)], deadline: Duration) -> Vec<String> {
     let worker = env!("CARGO_BIN_EXE_soak_worker");
     let mut env = env.to_vec();
-    env.push(("NCCL_TIMEOUT", "120".into()));
+    env.push(("NCCL_RS_TIMEOUT", "120".into()));
     let outs = run_ranks(worker, &[], n, &env, deadline);
     let mut bad = Vec::new();
     let mut lines = Vec::new();

@@ -252,7 +252,7 @@ fn a_duplicate_rank_claim_fails_every_rank_naming_both_addresses() {
 /// The stranger's claim of rank 1 completes the job before the real rank 1
 /// arrives (it took rank 1's place). When the real one claims it during
 /// init, the job is aborted on every rank naming both addresses, instead of
-/// waiting for the silent stranger until NCCL_BOOTSTRAP_TIMEOUT.
+/// waiting for the silent stranger until NCCL_RS_BOOTSTRAP_TIMEOUT.
 #[test]
 fn a_late_claim_of_an_admitted_rank_aborts_the_job() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -51,7 +51,7 @@ fn python_ctypes_example() {
         .arg(&lib)
         .arg("3")
         .env("NCCL_SOCKET_IFNAME", "lo")
-        .env("NCCL_BOOTSTRAP_TIMEOUT", "60");
+        .env("NCCL_RS_BOOTSTRAP_TIMEOUT", "60");
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let log = wait_all("ctypes", vec![start(c)], Duration::from_secs(200));
     assert!(log.contains("ctypes all-reduce: OK"), "{log}");

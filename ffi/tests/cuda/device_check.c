@@ -12,7 +12,7 @@
  *                                   ring and self, ncclMemAlloc
  *                                   and the async checks below
  *   device_check N async-fail      a stream left blocked: the call's error
- *                                   (NCCL_TIMEOUT, set it short) surfaces
+ *                                   (NCCL_RS_TIMEOUT, set it short) surfaces
  *                                   through ncclCommGetAsyncError and the
  *                                   stream is released; ncclCommAbort
  *                                   while calls wait on blocked streams

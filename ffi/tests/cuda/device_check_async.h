@@ -224,7 +224,7 @@ static void test_host_device_interleaved(size_t count) {
   printf("device_check: host and device calls interleaved, %zu floats at %d ranks: exact\n", count, n);
 }
 
-/* A call whose stream stays blocked past NCCL_TIMEOUT fails through
+/* A call whose stream stays blocked past NCCL_RS_TIMEOUT fails through
  * ncclCommGetAsyncError and releases its stream; then ncclCommAbort (rank
  * 0) and ncclCommDestroy (the others) while calls wait on blocked streams
  * return and release them. */
@@ -241,7 +241,7 @@ static void test_async_failures(void) {
   for (int r = 0; r < n; r++) {
     ncclResult_t st = ncclSuccess;
     /* Blocking communicators report ncclSuccess until the proxy fails the
-     * call (after NCCL_TIMEOUT); the alarm bounds this loop. */
+     * call (after NCCL_RS_TIMEOUT); the alarm bounds this loop. */
     while (st == ncclSuccess) {
       NC(ncclCommGetAsyncError(comms[r], &st));
       if (st == ncclSuccess) usleep(10000);
@@ -262,7 +262,7 @@ static void test_async_failures(void) {
     NC(ncclAllReduce((void*)B[r].send, (void*)B[r].recv, count, ncclFloat, ncclSum, comms[r], streams[r]));
   NC(ncclGroupEnd());
   /* Rank 0 aborts; the others destroy, which waits for their calls: those
-   * fail after NCCL_TIMEOUT (their streams are still held). */
+   * fail after NCCL_RS_TIMEOUT (their streams are still held). */
   for (int r = 0; r < n; r++) {
     NC(r == 0 ? ncclCommAbort(comms[r]) : ncclCommDestroy(comms[r]));
     comms[r] = NULL;

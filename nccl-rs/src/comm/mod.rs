@@ -102,7 +102,7 @@ impl Communicator {
     /// Joins the job described by `id` as `rank` of `nranks`, over the
     /// network transport chosen by [`choose_net`] (verbs if a device is
     /// usable, else TCP). Blocks until every rank joined and all connections
-    /// are up, or `NCCL_BOOTSTRAP_TIMEOUT` passes.
+    /// are up, or `NCCL_RS_BOOTSTRAP_TIMEOUT` passes.
     pub fn init(
         id: &UniqueId,
         nranks: usize,
@@ -311,7 +311,7 @@ impl Communicator {
     /// Waits for queued async operations (issue order), then locks the core.
     /// Waits until every rank has finished all its operations (an
     /// out-of-band barrier through the bootstrap, under
-    /// `NCCL_BOOTSTRAP_TIMEOUT`), as `ncclCommFinalize`: call it before
+    /// `NCCL_RS_BOOTSTRAP_TIMEOUT`), as `ncclCommFinalize`: call it before
     /// dropping the communicator, so that no rank tears its connections down
     /// while a peer still waits for the acknowledgement of its last transfer
     /// (seen over a lossy RDMA link: the receiver had the data and left, the

@@ -24,7 +24,7 @@ fn defaults_and_overrides() {
     );
     let c = cfg(&[
         ("NCCL_BUFFSIZE", "1048576"),
-        ("NCCL_TIMEOUT", "2.5"),
+        ("NCCL_RS_TIMEOUT", "2.5"),
         ("NCCL_SOCKET_FAMILY", "AF_INET6"),
     ])
     .unwrap();
@@ -84,7 +84,7 @@ fn bad_values_name_the_variable() {
     let e = cfg(&[("NCCL_BUFFSIZE", "lots")]).unwrap_err().to_string();
     assert!(e.contains("NCCL_BUFFSIZE"), "{e}");
     assert!(cfg(&[("NCCL_SHM_DISABLE", "yes")]).is_err());
-    assert!(cfg(&[("NCCL_TIMEOUT", "-1")]).is_err());
+    assert!(cfg(&[("NCCL_RS_TIMEOUT", "-1")]).is_err());
 }
 
 /// Values no numeric variable takes: not a number, negative, fractional,
@@ -158,9 +158,9 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
             ],
         ),
         ("NCCL_BUFFSIZE", count(&["0", "4095", "1073741825"])),
-        ("NCCL_STEPS", count(&["0", "1", "65"])),
-        ("NCCL_TIMEOUT", secs()),
-        ("NCCL_BOOTSTRAP_TIMEOUT", secs()),
+        ("NCCL_RS_STEPS", count(&["0", "1", "65"])),
+        ("NCCL_RS_TIMEOUT", secs()),
+        ("NCCL_RS_BOOTSTRAP_TIMEOUT", secs()),
         ("NCCL_NSOCKS_PERTHREAD", count(&["0", "65"])),
         ("NCCL_SOCKET_NTHREADS", count(&["0", "17"])),
         (
@@ -469,16 +469,6 @@ const NCCL_OWN: &[&str] = &[
     "NCCL_DMABUF_ENABLE",
 ];
 
-/// Variables of ours that still carry an `NCCL_` name NCCL does not have
-/// (renamed to `NCCL_RS_*` or removed by changes of their own: the
-/// shared-memory placement knobs, and three general ones NCCL lacks as
-/// environment variables: its `NCCL_STEPS` is a compile-time constant).
-/// The list may only shrink.
-const OURS_NOT_YET_RENAMED: &[&str] = &[
-    "NCCL_STEPS",
-    "NCCL_TIMEOUT",
-    "NCCL_BOOTSTRAP_TIMEOUT",
-];
 
 /// `(variable, whose)` of every row of the table in
 /// `docs/configuration.md`: a row starts with a variable in backquotes,
@@ -519,12 +509,11 @@ fn every_variable_nccl_lacks_is_named_ours() {
     for var in VARS {
         assert!(
             NCCL_OWN.contains(var)
-                || var.starts_with("NCCL_RS_")
-                || OURS_NOT_YET_RENAMED.contains(var),
+                || var.starts_with("NCCL_RS_"),
             "{var}: not NCCL's, so NCCL_RS_*"
         );
     }
-    for var in NCCL_OWN.iter().chain(OURS_NOT_YET_RENAMED) {
+    for var in NCCL_OWN {
         assert!(VARS.contains(var), "{var} is not read any more");
     }
 }
@@ -548,7 +537,7 @@ fn good_values_of_the_checked_forms_pass() {
         ("NCCL_PROTO", "LL,LL128,Simple"),
         ("NCCL_PROTO", "allreduce:^LL128;allgather:Simple"),
         ("NCCL_ALGO", "allreduce:tree;broadcast:ring"),
-        ("NCCL_TIMEOUT", "0.001"),
+        ("NCCL_RS_TIMEOUT", "0.001"),
         ("NCCL_RS_SOCKET_BUF_BYTES", "00"),
         ("NCCL_IB_HCA", "=mlx5_0:1,mlx5_1"),
     ] {

@@ -6,7 +6,7 @@
 //! - `die_shared`, `mismatch_shared`: the same on shared buffers
 //!   (`ShmBuffer`), which take the zero-copy path;
 //! - `stop`: rank `FAULT_RANK` stops itself (SIGSTOP) in a loop of
-//!   all-reduces; the others fail at `NCCL_TIMEOUT` and must exit promptly;
+//!   all-reduces; the others fail at `NCCL_RS_TIMEOUT` and must exit promptly;
 //! - `none`: everyone runs the same all-reduces.
 //!
 //! With `ROOT_DELAY_FILE`, rank 0 starts the bootstrap root (not knowing
