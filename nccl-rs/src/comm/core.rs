@@ -392,5 +392,6 @@ fn hints_of(plan: &CallPlan, bufs: &CallBufs) -> Hints {
             },
             _ => RecvHint::default(),
         },
+        stream_copies: m.copy_stores == Stores::Streaming,
     }
 }

@@ -469,7 +469,6 @@ const NCCL_OWN: &[&str] = &[
     "NCCL_DMABUF_ENABLE",
 ];
 
-
 /// `(variable, whose)` of every row of the table in
 /// `docs/configuration.md`: a row starts with a variable in backquotes,
 /// its second cell says `NCCL` or `ours`.
@@ -508,8 +507,7 @@ fn the_configuration_doc_lists_exactly_the_variables_read() {
 fn every_variable_nccl_lacks_is_named_ours() {
     for var in VARS {
         assert!(
-            NCCL_OWN.contains(var)
-                || var.starts_with("NCCL_RS_"),
+            NCCL_OWN.contains(var) || var.starts_with("NCCL_RS_"),
             "{var}: not NCCL's, so NCCL_RS_*"
         );
     }

@@ -36,6 +36,8 @@ pub(crate) struct Call<'a> {
 pub(crate) struct Hints {
     pub(crate) send: crate::transport::CopyHint,
     pub(crate) recv: crate::transport::RecvHint,
+    /// Local copies (a rank's own block) use streaming stores.
+    pub(crate) stream_copies: bool,
 }
 
 pub(super) struct Posted {
@@ -443,7 +445,7 @@ impl<'a> Run<'a> {
             }
             Step::Copy { src, dst, count } => {
                 let (src, dst) = (self.region(src, count)?, self.region(dst, count)?);
-                let stream = self.bufs.output.len >= reduce::stream_output_min();
+                let stream = self.call.hints.stream_copies;
                 // SAFETY: both ranges are bounds-checked parts of buffers
                 // valid for this call that nothing else touches meanwhile.
                 unsafe { super::copy_region(src, dst, stream) };

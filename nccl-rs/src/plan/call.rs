@@ -42,9 +42,9 @@
 //!   large all-gathers and all-to-alls go single copy in whole blocks.
 //! - **Unknown**: none of these.
 //!
-//! Outputs of at least half the last-level cache, of calls that neither
-//! reduce nor relay, are received with streaming stores: the caller will
-//! not read them again soon.
+//! Outputs of at least half the last-level cache are written with
+//! streaming stores (received messages only for calls that neither reduce
+//! nor relay): the caller will not read them again soon.
 
 use super::placement::Placement;
 use super::{Choice, Coll, Planner};
@@ -296,6 +296,8 @@ pub(crate) struct Messages {
     pub(crate) ring_stores: Stores,
     /// The stores that copy received messages into the output.
     pub(crate) recv_stores: Stores,
+    /// The stores of the rank's own copies into the output.
+    pub(crate) copy_stores: Stores,
 }
 
 /// How one message of `len` bytes to a peer moves.
@@ -526,6 +528,11 @@ pub(crate) fn plan_call(
         true => Stores::Streaming,
         false => Stores::Plain,
     };
+    // An output larger than the cache is not read again soon.
+    messages.copy_stores = match bytes >= topo.stream_from {
+        true => Stores::Streaming,
+        false => Stores::Plain,
+    };
     CallPlan {
         algo,
         channels: 1,
@@ -601,6 +608,7 @@ fn placed(
         receives: sched.receives,
         ring_stores,
         recv_stores: Stores::Plain,
+        copy_stores: Stores::Plain,
     }
 }
 

@@ -421,3 +421,12 @@ fn link_classes_order_their_costs() {
     assert_eq!(LinkClass::of_transport("SHM"), LinkClass::SharedMemory);
     assert_eq!(LinkClass::of_transport("Socket"), LinkClass::SameLeaf);
 }
+
+#[test]
+fn own_copies_stream_from_the_streaming_size() {
+    let t = pair();
+    for (bytes, want) in [(STREAM - 4, PLAIN), (STREAM, STREAMED)] {
+        let got = plan(&t, &all_reduce(bytes), NEAR);
+        assert_eq!(got.messages.copy_stores, want, "{bytes}");
+    }
+}
