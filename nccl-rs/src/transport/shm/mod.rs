@@ -158,20 +158,6 @@ mod send;
 mod split;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_bench;
-#[cfg(test)]
-mod tests_cma;
-#[cfg(test)]
-mod tests_eager;
-#[cfg(test)]
-mod tests_lend;
-#[cfg(test)]
-mod tests_process;
-#[cfg(test)]
-mod tests_split;
-#[cfg(test)]
-mod tests_stream;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};

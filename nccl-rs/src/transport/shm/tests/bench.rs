@@ -1,8 +1,8 @@
 //! Throughput of the shared-memory transport (ignored tests, run by hand on
 //! a release build).
 
-use super::tests::{net, pair, pattern};
-use super::*;
+use super::{net, pair, pattern};
+use crate::transport::shm::*;
 use nccl_net::{RecvComm, SendComm};
 use std::time::Instant;
 

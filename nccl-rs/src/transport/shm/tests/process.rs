@@ -1,10 +1,10 @@
 //! Tests of the shared-memory transport between two processes: the test
 //! binary re-runs itself as the peer (`child_peer`).
 
-use super::tests::{
+use super::{
     irecv, isend, net, pattern, poll, recv_check, send_all, CHILD_ENV, DEADLINE, DIR_ENV,
 };
-use super::*;
+use crate::transport::shm::*;
 use nccl_net::{NetError, RecvComm, SendComm};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -43,7 +43,7 @@ fn spawn_child(mode: &str, dir: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "transport::shm::tests_process::child_peer",
+            "transport::shm::tests::process::child_peer",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -90,7 +90,7 @@ const WRITER_SIZES: &[usize] = &[(1 << 20) + 3, 9 << 20, 256 << 10];
 /// "mapped" and the writers, the default otherwise.
 fn net_for(mode: &str) -> ShmNet {
     match mode {
-        "mapped" | "writer" | "writer-refused" => super::tests_cma::cma_default(),
+        "mapped" | "writer" | "writer-refused" => super::cma::cma_default(),
         _ => net(),
     }
 }
@@ -99,7 +99,7 @@ fn net_for(mode: &str) -> ShmNet {
 /// heap, idle, so the sender copies the back of each into the receiver;
 /// leaves how many runs it wrote through a mapping in the file `writes`.
 fn send_as_writer(s: &mut dyn SendComm, dir: &Path, refuse_mapping: bool) {
-    use super::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
+    use crate::transport::shm::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     s.hint_copy(nccl_net::CopyHint {
         single_copy: true,
@@ -224,7 +224,7 @@ fn cross_process_both_directions() {
 /// Receives [`MAPPED_MSGS`] from a "mapped" peer, checking every byte;
 /// returns how many frames were copied from a mapping.
 fn receive_mapped(refuse_mapping: bool) -> usize {
-    use super::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
+    use crate::transport::shm::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     let (dir, _net, mut child, mut r) = start_peer("mapped");
     write_handle(&dir.join("go"), b"go");

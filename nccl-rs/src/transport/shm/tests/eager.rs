@@ -1,8 +1,8 @@
 //! The eager (tiny-message) path: `send_eager` / `recv_eager`, alone and
 //! mixed with requests on the same connection.
 
-use super::tests::{irecv, isend, net, pair, pattern, poll};
-use super::*;
+use super::{irecv, isend, net, pair, pattern, poll};
+use crate::transport::shm::*;
 use nccl_net::{NetError, RecvComm, SendComm};
 
 fn send_eager(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> NetResult<bool> {

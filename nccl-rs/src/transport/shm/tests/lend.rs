@@ -3,8 +3,8 @@
 //! where it wraps; inline, single-copy and larger-than-ring messages are
 //! copied as usual.
 
-use super::tests::{isend, pattern, poll};
-use super::*;
+use super::{isend, pattern, poll};
+use crate::transport::shm::*;
 use nccl_net::{NetError, Received, RecvComm, Request};
 
 fn lend(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
