@@ -6,6 +6,9 @@
 use super::check::{simulate, SymBufs, Val};
 use super::*;
 
+mod halving_doubling;
+mod p2p;
+
 pub(super) const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
 pub(super) const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
 const CHUNKS: &[usize] = &[1, 3, 64, 1 << 20];

@@ -4,9 +4,9 @@
 //! power-of-two and other world sizes, in place and out of place, and
 //! bit-identical float averages on every rank.
 
-use super::check::{simulate, SymBufs, Val};
-use super::tests::{all, expect, run, v};
-use super::{all_reduce_halving_doubling, Loc, Step};
+use crate::schedule::check::{simulate, SymBufs, Val};
+use super::{all, expect, run, v};
+use crate::schedule::{all_reduce_halving_doubling, Loc, Step};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{CallBufs, Engine, OpLabel, Region};
 use crate::transport::mem::MemNet;
