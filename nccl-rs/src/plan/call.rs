@@ -605,5 +605,4 @@ fn placed(
 }
 
 #[cfg(test)]
-#[path = "call_tests.rs"]
 mod tests;
