@@ -4,11 +4,11 @@
 //! power-of-two and other world sizes, in place and out of place, and
 //! bit-identical float averages on every rank.
 
-use crate::schedule::check::{simulate, SymBufs, Val};
 use super::{all, expect, run, v};
-use crate::schedule::{all_reduce_halving_doubling, Loc, Step};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{CallBufs, Engine, OpLabel, Region};
+use crate::schedule::check::{simulate, SymBufs, Val};
+use crate::schedule::{all_reduce_halving_doubling, Loc, Step};
 use crate::transport::mem::MemNet;
 use crate::transport::{Net, RecvComm, SendComm};
 use std::time::Duration;

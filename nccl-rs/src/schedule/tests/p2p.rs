@@ -3,8 +3,8 @@
 // Loops over ranks read as the math does (`for r in 0..n`, `b[r]`).
 #![allow(clippy::needless_range_loop)]
 
-use crate::schedule::check::{self, simulate, SymBufs, Val};
 use super::{expect, run, v, COUNTS, SIZES};
+use crate::schedule::check::{self, simulate, SymBufs, Val};
 use crate::schedule::*;
 
 /// In place, a rank's own block starts in its output and its staged input

@@ -3,11 +3,9 @@
 //! when the probe fails, and peers that go away mid-transfer. The
 //! cross-process tests ([`super::process`]) run the default (ring) path.
 
+use super::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed};
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
-use super::{
-    exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed,
-};
 use crate::transport::shm::*;
 use nccl_net::{NetError, SendComm};
 use std::sync::atomic::Ordering;

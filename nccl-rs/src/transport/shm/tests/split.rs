@@ -3,11 +3,11 @@
 //! idle, a receiver that goes away stops it from writing, and odd sizes
 //! arrive exact with both ends running.
 
+use super::{irecv, isend, pair, pattern, poll, send_windowed};
 use crate::transport::shm::cma::CmaOpts;
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
 use crate::transport::shm::split::{cut, SPLIT_MIN_BYTES};
-use super::{irecv, isend, pair, pattern, poll, send_windowed};
 use crate::transport::shm::*;
 use nccl_net::{CopyHint, NetError};
 

@@ -4,10 +4,10 @@
 //! ([`SendComm::hint_copy`]) says the receiver's CPU is apart, or the
 //! ring's traffic has not shown it near lately.
 
-use crate::transport::shm::recv::STREAMED;
 use super::{
     irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
 };
+use crate::transport::shm::recv::STREAMED;
 use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
 
 const GUARD: u8 = 0xAA;
