@@ -1,19 +1,20 @@
 //! Symbolic runs of every schedule at many world sizes, counts and chunk
-//! sizes (no sockets, no engine).
+//! sizes (no sockets, no engine), through `nccl_rs::schedule` and its
+//! `check` module.
 // Loops over ranks read as the math does (`for r in 0..n`, `b[r]`).
 #![allow(clippy::needless_range_loop)]
 
-use super::check::{simulate, SymBufs, Val};
-use super::*;
+use nccl_rs::schedule::check::{self, simulate, SymBufs, Val};
+use nccl_rs::schedule::*;
 
 mod halving_doubling;
 mod p2p;
 
-pub(super) const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
-pub(super) const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
+const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
+const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
 const CHUNKS: &[usize] = &[1, 3, 64, 1 << 20];
 
-pub(super) fn all(n: usize) -> u128 {
+fn all(n: usize) -> u128 {
     if n == 128 {
         u128::MAX
     } else {
@@ -21,14 +22,14 @@ pub(super) fn all(n: usize) -> u128 {
     }
 }
 
-pub(super) fn v(rank: usize, index: usize) -> Option<Val> {
+fn v(rank: usize, index: usize) -> Option<Val> {
     Some(Val {
         ranks: 1 << rank,
         index: index as u64,
     })
 }
 
-pub(super) fn run(
+fn run(
     n: usize,
     sched: impl Fn(usize) -> Schedule,
     input: impl Fn(usize) -> Vec<Option<Val>>,
@@ -47,7 +48,7 @@ pub(super) fn run(
     bufs
 }
 
-pub(super) fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
+fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
     for (i, x) in out.iter().enumerate() {
         assert_eq!(*x, Some(want(i)), "{what}: element {i}");
     }

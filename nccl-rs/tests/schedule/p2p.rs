@@ -4,8 +4,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::{expect, run, v, COUNTS, SIZES};
-use crate::schedule::check::{self, simulate, SymBufs, Val};
-use crate::schedule::*;
+use nccl_rs::schedule::check::{self, simulate, SymBufs, Val};
+use nccl_rs::schedule::*;
 
 /// In place, a rank's own block starts in its output and its staged input
 /// lacks that block: the schedule must not read it there, and ranks in
