@@ -8,8 +8,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod cma;
-mod eager;
-mod lend;
 mod process;
 mod split;
 mod stream;

@@ -1,46 +1,10 @@
 //! Throughput of the shared-memory transport (ignored tests, run by hand on
 //! a release build).
 
+use super::{net, pair, pattern};
 use nccl_rs::transport::shm::{ShmNet, ShmOptions};
-use nccl_rs::transport::{Net, NetResult, RecvComm, SendComm};
-use std::time::{Duration, Instant};
-
-fn net() -> ShmNet {
-    ShmNet::new(ShmOptions::default()).unwrap()
-}
-
-/// Polls `f` until it yields, failing after 20 s.
-fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> T {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f().unwrap() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
-
-/// A connected pair over `net`.
-fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>) {
-    let mut l = net.listen().unwrap();
-    let mut c = net.connect(l.handle()).unwrap();
-    let s = poll("connect", || c.poll_connect());
-    let r = poll("accept", || l.accept());
-    (s, r)
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use nccl_rs::transport::{RecvComm, SendComm};
+use std::time::Instant;
 
 /// Prints best / median / mean GB/s of per-message `times`.
 fn report(what: &str, size: usize, times: &mut [f64]) {
@@ -144,7 +108,7 @@ fn memcpy_bench() {
 }
 
 /// 64 MiB only, default options, next to memcpy:
-/// `cargo test --release -p nccl-rs --test shm_bench bench_64mib -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_64mib -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_64mib() {
@@ -153,7 +117,7 @@ fn bench_64mib() {
     memcpy_bench();
 }
 
-/// `cargo test --release -p nccl-rs --test shm_bench bench_throughput -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_throughput -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_throughput() {
@@ -257,7 +221,7 @@ fn exchange_side_eager(s: &mut dyn SendComm, r: &mut dyn RecvComm, n: usize) -> 
 
 /// Symmetric 8-byte exchange between two threads, as a 2-rank tiny
 /// collective does, through requests and on the eager path:
-/// `cargo test --release -p nccl-rs --test shm_bench bench_exchange -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_exchange -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_exchange() {
@@ -283,7 +247,7 @@ fn bench_exchange() {
 /// Ring receives into a large destination with and without the streaming
 /// hint ([`nccl_rs::transport::RecvHint`]), alternating message by message between
 /// two threads (the sender copies from a buffer of the same size):
-/// `cargo test --release -p nccl-rs --test shm_bench bench_stream_receive -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_stream_receive -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_stream_receive() {

@@ -1,85 +1,13 @@
-//! The shared-memory transport between two processes, through the public
-//! API: the test binary re-runs itself as the peer (`child_peer`). The
-//! cross-process tests that read the transport's internal counters stay
-//! unit tests (`src/transport/shm/tests/process.rs`).
+//! Two processes: the test binary re-runs itself as the peer
+//! (`child_peer`). The cross-process tests that read the transport's
+//! internal counters are unit tests (`src/transport/shm/tests/process.rs`).
 
-use nccl_rs::transport::shm::{ShmNet, ShmOptions};
-use nccl_rs::transport::{Net, NetError, NetResult, RecvComm, Request, SendComm};
+use super::{irecv, isend, net, pattern, poll, recv_check, send_all, CHILD_ENV, DEADLINE, DIR_ENV};
+use nccl_rs::transport::shm::ShmNet;
+use nccl_rs::transport::{Net, NetError, NetResult, RecvComm};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(20);
-const CHILD_ENV: &str = "NCCL_RS_SHM_TEST_CHILD";
-const DIR_ENV: &str = "NCCL_RS_SHM_TEST_DIR";
-
-fn net() -> ShmNet {
-    ShmNet::new(ShmOptions::default()).unwrap()
-}
-
-/// Polls `f` until it yields, failing after [`DEADLINE`].
-fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<T> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
-    // SAFETY: every caller keeps `buf` alive and unmodified until the
-    // request is tested complete (or the comm is dropped).
-    poll("isend slot", || unsafe {
-        s.isend(buf.as_ptr(), buf.len(), tag, None)
-    })
-    .unwrap()
-}
-
-fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
-    // SAFETY: every caller keeps `buf` alive and untouched until the
-    // request is tested complete (or the comm is dropped).
-    poll("irecv slot", || unsafe {
-        r.irecv(buf.as_mut_ptr(), buf.len(), tag, None)
-    })
-    .unwrap()
-}
-
-/// Sends `bufs` one at a time, each to completion.
-fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
-    for b in bufs {
-        let q = isend(s, b, tag);
-        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-    }
-}
-
-/// Receives into buffers of `sizes` and checks against `pattern(size, seed + i)`.
-fn recv_check(r: &mut dyn RecvComm, sizes: &[usize], seed: u64, tag: u32) {
-    for (i, &n) in sizes.iter().enumerate() {
-        let mut buf = vec![0u8; n];
-        let q = irecv(r, &mut buf, tag);
-        let got = poll("recv", || r.test(q)).unwrap();
-        assert_eq!(got, n, "size of message {i}");
-        assert!(
-            buf == pattern(n, seed + i as u64),
-            "content of message {i} ({n} bytes)"
-        );
-    }
-}
 
 fn test_dir() -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -112,7 +40,12 @@ fn read_handle(path: &Path, child: Option<&mut Child>) -> Vec<u8> {
 
 fn spawn_child(mode: &str, dir: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_peer", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "process::child_peer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, mode)
         .env(DIR_ENV, dir)
         .spawn()

@@ -4,8 +4,9 @@
 //! copied as usual.
 
 use super::{isend, pattern, poll};
-use crate::transport::shm::*;
 use nccl_net::{NetError, Received, RecvComm, Request};
+use nccl_rs::transport::shm::{ShmNet, ShmOptions};
+use nccl_rs::transport::Net;
 
 fn lend(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
     // SAFETY: callers keep `buf` alive and untouched until the request is
