@@ -1,7 +1,7 @@
 //! Real-GPU tests of the `cuda` feature (ignored: they need an NVIDIA GPU
 //! and driver). Run with `cargo test -p nccl-rs --features cuda --test
-//! cuda_gpu -- --ignored`; the full matrix of `cuda_fake.rs` also runs on a
-//! GPU with `NCCL_RS_CUDA_TESTS=real` (see `scripts/gpu-check.sh`).
+//! cuda_gpu -- --ignored`; the full matrix of `cuda_fake/main.rs` also runs
+//! on a GPU with `NCCL_RS_CUDA_TESTS=real` (see `scripts/gpu-check.sh`).
 #![cfg(feature = "cuda")]
 
 use nccl_rs::cuda::cudarc::driver::CudaContext;

@@ -412,5 +412,4 @@ fn duplicate(
 }
 
 #[cfg(test)]
-#[path = "admission_tests.rs"]
 mod tests;

@@ -12,7 +12,7 @@
 //!   are `bits` (`ncclRedOpCreatePreMulSum`).
 //!
 //! The results are bit-identical to the host kernels (`crate::reduce`),
-//! NaN payloads aside; `kernels_cpu_test.rs` checks it by compiling this
+//! NaN payloads aside; `kernels/tests/cpu.rs` checks it by compiling this
 //! source for the CPU.
 
 use crate::datatype::{DataType, RedOp};
@@ -72,27 +72,4 @@ pub(crate) fn all_names() -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_is_in_the_source() {
-        let names = all_names();
-        assert_eq!(names.len(), 60);
-        for n in &names {
-            // The source builds names with ## from these parts.
-            let (ty, op) = match n.strip_prefix("ncclrs_reduce_") {
-                Some(rest) => rest.rsplit_once('_').unwrap(),
-                None => (n.strip_prefix("ncclrs_scale_").unwrap(), ""),
-            };
-            assert!(SOURCE.contains(&format!("TYPE({ty},")), "{n}");
-            if !op.is_empty() {
-                assert!(SOURCE.contains(&format!(", {op}, ")), "{n}");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-#[path = "kernels_cpu_test.rs"]
-mod cpu_test;
+mod tests;

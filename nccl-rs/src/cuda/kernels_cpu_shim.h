@@ -1,4 +1,4 @@
-/* Compiles kernels.cu for the CPU (tests only; kernels_cpu_test.rs):
+/* Compiles kernels.cu for the CPU (tests only; kernels/tests/cpu.rs):
  *   g++ -std=c++11 -O2 -ffp-contract=off -shared -fPIC \
  *       -include kernels_cpu_shim.h kernels.cu -o libkernels.so
  * A kernel becomes a plain C function; ncclrs_cpu_set_index() sets the

@@ -613,5 +613,4 @@ fn placed(
 }
 
 #[cfg(test)]
-#[path = "call_tests.rs"]
 mod tests;

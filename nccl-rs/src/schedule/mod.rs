@@ -193,8 +193,4 @@ pub fn part_len(count: usize, parts: usize, i: usize) -> usize {
 }
 
 #[cfg(test)]
-mod hd_tests;
-#[cfg(test)]
-mod p2p_tests;
-#[cfg(test)]
 mod tests;

@@ -1,384 +1,137 @@
-//! Symbolic runs of every schedule at many world sizes, counts and chunk
-//! sizes (no sockets, no engine).
-// Loops over ranks read as the math does (`for r in 0..n`, `b[r]`).
-#![allow(clippy::needless_range_loop)]
+//! The halving-doubling all-reduce on real engines over the in-memory
+//! transport, many ranks driven by one thread (as in `engine::tests`): exact
+//! integer sums at power-of-two and other world sizes, in place and out of
+//! place, and bit-identical float averages on every rank. Unit tests: the
+//! engine is crate-private. (The symbolic schedule runs are integration
+//! tests: `nccl-rs/tests/schedule/`.)
 
-use super::check::{simulate, SymBufs, Val};
-use super::*;
+use super::all_reduce_halving_doubling;
+use crate::datatype::{DataType, RedOp};
+use crate::engine::{CallBufs, Engine, OpLabel, Region};
+use crate::transport::mem::MemNet;
 
-pub(super) const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
-pub(super) const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
-const CHUNKS: &[usize] = &[1, 3, 64, 1 << 20];
-
-pub(super) fn all(n: usize) -> u128 {
-    if n == 128 {
-        u128::MAX
-    } else {
-        (1u128 << n) - 1
-    }
+fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
+    crate::testing::engine_mesh(&MemNet::new(), n, slot_bytes)
 }
 
-pub(super) fn v(rank: usize, index: usize) -> Option<Val> {
-    Some(Val {
-        ranks: 1 << rank,
-        index: index as u64,
-    })
-}
-
-pub(super) fn run(
+/// Runs a halving-doubling all-reduce of `count` elements on every rank.
+/// `bufs[r]` is `(input, output)`; with `in_place` the output is also the
+/// input.
+fn drive<T: bytemuck::Pod>(
     n: usize,
-    sched: impl Fn(usize) -> Schedule,
-    input: impl Fn(usize) -> Vec<Option<Val>>,
-    out_len: usize,
-) -> Vec<SymBufs> {
-    let scheds: Vec<_> = (0..n).map(&sched).collect();
-    check::check_matching(&scheds).unwrap();
-    let mut bufs: Vec<_> = (0..n)
-        .map(|r| SymBufs {
-            input: input(r),
-            output: vec![None; out_len],
-            scratch: vec![],
+    count: usize,
+    dtype: DataType,
+    op: RedOp,
+    bufs: &mut [(Vec<T>, Vec<T>)],
+    in_place: bool,
+) {
+    let bytes = count * dtype.size();
+    let slot = 64;
+    let mut engines = mesh(n, slot);
+    let chunk = slot / dtype.size();
+    let scheds: Vec<_> = (0..n)
+        .map(|r| all_reduce_halving_doubling(n, r, count, chunk))
+        .collect();
+    let mut runs: Vec<_> = engines
+        .iter_mut()
+        .zip(&scheds)
+        .zip(bufs.iter_mut())
+        .map(|((e, s), (i, o))| {
+            let output = Region::new(o.as_mut_ptr().cast(), bytes);
+            let input = if in_place {
+                output
+            } else {
+                Region::read_only(i.as_ptr().cast(), bytes)
+            };
+            let call = crate::engine::Call {
+                sched: s,
+                dtype,
+                op,
+                tag: 1,
+                what: OpLabel::Test,
+                hints: Default::default(),
+            };
+            let bufs = CallBufs {
+                input,
+                output,
+                group: vec![],
+            };
+            e.start(call, bufs)
         })
         .collect();
-    simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("n={n}: {e}"));
-    bufs
-}
-
-pub(super) fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
-    for (i, x) in out.iter().enumerate() {
-        assert_eq!(*x, Some(want(i)), "{what}: element {i}");
-    }
-}
-
-#[test]
-fn ring_all_reduce_every_element_reduced_once() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| all_reduce(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for r in 0..n {
-                    let what = format!("all_reduce n={n} c={c} chunk={ch} rank {r}");
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &what,
-                    );
-                }
+    let mut done = vec![false; n];
+    for _ in 0..1_000_000 {
+        for (r, run) in runs.iter_mut().enumerate() {
+            if !done[r] {
+                done[r] = run.poll().unwrap().0;
             }
         }
-    }
-}
-
-/// Checks that `sched` leaves every rank `r` of `n` with block `r` of the
-/// sum of all inputs (`c` elements).
-fn check_reduce_scatter(n: usize, c: usize, what: &str, sched: impl Fn(usize) -> Schedule) {
-    let b = run(n, sched, |r| (0..n * c).map(|i| v(r, i)).collect(), c);
-    for r in 0..n {
-        let want = |i: usize| Val {
-            ranks: all(n),
-            index: (r * c + i) as u64,
-        };
-        expect(&b[r].output, want, &format!("{what} n={n} c={c} rank {r}"));
-    }
-}
-
-#[test]
-fn ring_and_direct_reduce_scatter() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                let what = format!("reduce_scatter chunk={ch}");
-                check_reduce_scatter(n, c, &what, |r| reduce_scatter(n, r, c, ch));
-            }
-            check_reduce_scatter(n, c, "reduce_scatter_direct", |r| {
-                reduce_scatter_direct(n, r, c)
-            });
+        if done.iter().all(|d| *d) {
+            return;
         }
     }
+    panic!("n={n} count={count}: did not finish within the step bound");
 }
 
 #[test]
-fn ring_all_gather() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| all_gather(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, r * c + i)).collect(),
-                    n * c,
-                );
-                for r in 0..n {
-                    let what = format!("all_gather n={n} c={c} chunk={ch} rank {r}");
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: 1 << (i / c),
-                            index: i as u64,
-                        },
-                        &what,
-                    );
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn chain_broadcast_and_reduce_every_root() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                for root in [0, n / 2, n - 1] {
-                    let b = run(
-                        n,
-                        |r| broadcast(n, r, root, c, ch),
-                        |r| (0..c).map(|i| v(r, i)).collect(),
-                        c,
-                    );
-                    for r in 0..n {
-                        let what = format!("broadcast n={n} c={c} root={root} rank {r}");
-                        expect(
-                            &b[r].output,
-                            |i| Val {
-                                ranks: 1 << root,
-                                index: i as u64,
-                            },
-                            &what,
-                        );
-                    }
-                    let b = run(
-                        n,
-                        |r| reduce(n, r, root, c, ch),
-                        |r| (0..c).map(|i| v(r, i)).collect(),
-                        c,
-                    );
-                    let what = format!("reduce n={n} c={c} root={root}");
-                    expect(
-                        &b[root].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &what,
-                    );
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn a_broken_schedule_is_caught() {
-    // Drop one step of rank 1: the check must fail, proving it can.
-    let n = 3;
-    let mut scheds: Vec<_> = (0..n).map(|r| all_reduce(n, r, 9, 3)).collect();
-    scheds[1].steps.remove(2);
-    let mut bufs: Vec<_> = (0..n)
-        .map(|r| SymBufs {
-            input: (0..9).map(|i| v(r, i)).collect(),
-            output: vec![None; 9],
-            scratch: vec![],
-        })
-        .collect();
-    assert!(simulate(&scheds, &mut bufs).is_err());
-    assert!(check::check_matching(&scheds).is_err());
-}
-
-#[test]
-fn parts_cover_exactly() {
-    for count in [0, 1, 7, 10, 1000003] {
-        for parts in 1..10 {
-            let total: usize = (0..parts).map(|i| part_len(count, parts, i)).sum();
-            assert_eq!(total, count);
-            assert_eq!(part_start(count, parts, parts), count);
-        }
-    }
-}
-
-#[test]
-fn p2p_group_sends_before_receives() {
-    let s = p2p_group(
-        0,
-        &[
-            P2pOp::Recv {
-                peer: 1,
-                buf: 0,
-                count: 4,
-            },
-            P2pOp::Send {
-                peer: 1,
-                buf: 1,
-                count: 4,
-            },
-            P2pOp::Send {
-                peer: 2,
-                buf: 2,
-                count: 0,
-            },
-        ],
-    )
-    .unwrap();
-    assert_eq!(s.steps.len(), 2);
-    assert!(matches!(s.steps[0], Step::Send { to: 1, .. }));
-    assert!(matches!(s.steps[1], Step::Recv { from: 1, .. }));
-}
-
-#[test]
-fn tree_and_direct_all_reduce_every_element_reduced_once() {
-    for &n in SIZES {
-        for &c in COUNTS {
-            for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| all_reduce_tree(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for r in 0..n {
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &format!("tree n={n} c={c} ch={ch}"),
-                    );
-                }
-            }
-            let b = run(
-                n,
-                |r| all_reduce_direct(n, r, c),
-                |r| (0..c).map(|i| v(r, i)).collect(),
-                c,
-            );
-            for r in 0..n {
-                expect(
-                    &b[r].output,
-                    |i| Val {
-                        ranks: all(n),
-                        index: i as u64,
-                    },
-                    &format!("direct n={n} c={c}"),
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn p2p_group_pairs_self_sends_with_self_receives() {
-    let s = p2p_group(
-        3,
-        &[
-            P2pOp::Send {
-                peer: 3,
-                buf: 0,
-                count: 5,
-            },
-            P2pOp::Recv {
-                peer: 3,
-                buf: 1,
-                count: 5,
-            },
-        ],
-    )
-    .unwrap();
-    assert_eq!(
-        s.steps,
-        vec![Step::Copy {
-            src: Loc::Group(0, 0),
-            dst: Loc::Group(1, 0),
-            count: 5
-        }]
-    );
-    assert!(p2p_group(
-        3,
-        &[P2pOp::Send {
-            peer: 3,
-            buf: 0,
-            count: 5
-        }]
-    )
-    .is_err());
-    assert!(p2p_group(
-        3,
-        &[
-            P2pOp::Send {
-                peer: 3,
-                buf: 0,
-                count: 5
-            },
-            P2pOp::Recv {
-                peer: 3,
-                buf: 1,
-                count: 4
-            }
-        ]
-    )
-    .is_err());
-}
-
-/// The schedule with every read of the input redirected to the output, as
-/// the engine runs an in-place call (`In` and `Out` are the same memory).
-fn in_place(mut s: Schedule) -> Schedule {
-    let fix = |l: &mut Loc| {
-        if let Loc::In(o) = *l {
-            *l = Loc::Out(o);
-        }
-    };
-    for step in &mut s.steps {
-        match step {
-            Step::Send { src, .. } => fix(src),
-            Step::RecvReduceCopySend { src, dst, .. }
-            | Step::Reduce { src, dst, .. }
-            | Step::Copy { src, dst, .. } => {
-                fix(src);
-                fix(dst);
-            }
-            Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => fix(dst),
-        }
-    }
-    s
-}
-
-#[test]
-fn all_reduce_schedules_work_in_place() {
-    type Algo = fn(usize, usize, usize, usize) -> Schedule;
-    let algos: [(&str, Algo); 3] = [
-        ("ring", all_reduce),
-        ("tree", all_reduce_tree),
-        ("halving-doubling", all_reduce_halving_doubling),
-    ];
-    for (name, algo) in algos {
-        for n in [1, 2, 3, 5, 6, 8, 12, 13] {
-            for (c, ch) in [(0, 4), (1, 4), (37, 4), (1000, 64)] {
-                let scheds: Vec<_> = (0..n).map(|r| in_place(algo(n, r, c, ch))).collect();
+fn integer_sums_are_exact_at_many_world_sizes() {
+    for n in [1, 2, 3, 5, 6, 7, 8, 12, 16] {
+        for count in [0, 1, n - 1, 37, 1000] {
+            for in_place in [false, true] {
+                let value = |r: usize, i: usize| ((r * 7919 + i * 31) % 100_003) as i64 - 50_000;
                 let mut bufs: Vec<_> = (0..n)
-                    .map(|r| SymBufs {
-                        input: vec![],
-                        output: (0..c).map(|i| v(r, i)).collect(),
-                        scratch: vec![],
+                    .map(|r| {
+                        let input: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
+                        let output = if in_place {
+                            input.clone()
+                        } else {
+                            vec![0; count]
+                        };
+                        (input, output)
                     })
                     .collect();
-                simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("{name} n={n}: {e}"));
-                for (r, b) in bufs.iter().enumerate() {
-                    let what = format!("{name} in place n={n} c={c} rank {r}");
-                    let want = |i: usize| Val {
-                        ranks: all(n),
-                        index: i as u64,
-                    };
-                    expect(&b.output, want, &what);
+                drive(n, count, DataType::Int64, RedOp::Sum, &mut bufs, in_place);
+                let want: Vec<i64> = (0..count)
+                    .map(|i| (0..n).map(|r| value(r, i)).sum())
+                    .collect();
+                for (r, (_, out)) in bufs.iter().enumerate() {
+                    assert_eq!(
+                        out, &want,
+                        "n={n} count={count} in_place={in_place} rank {r}"
+                    );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn float_average_is_bit_identical_on_every_rank() {
+    for n in [3, 6, 8] {
+        let count = 101;
+        let value = |r: usize, i: usize| (r as f32 + 1.0) * 0.1 + i as f32 * 0.37;
+        let mut bufs: Vec<_> = (0..n)
+            .map(|r| {
+                let input: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+                (input, vec![0.0f32; count])
+            })
+            .collect();
+        drive(n, count, DataType::Float32, RedOp::Avg, &mut bufs, false);
+        let first = bufs[0].1.clone();
+        for (i, g) in first.iter().enumerate() {
+            let want = (0..n).map(|r| value(r, i)).sum::<f32>() / n as f32;
+            assert!(
+                (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "n={n} element {i}: {g} vs {want}"
+            );
+        }
+        for (r, (_, out)) in bufs.iter().enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(out),
+                bits(&first),
+                "n={n}: rank {r} differs in bits from rank 0"
+            );
         }
     }
 }

@@ -91,7 +91,7 @@
 //! or a single-copy message read through a mapping, copied into a receive
 //! buffer inside it goes with streaming stores (pieces of at least 1 KiB),
 //! which skip reading each destination line before writing it
-//! (`shm::tests_bench::bench_stream_receive` compares the two).
+//! (`cargo test --release -p nccl-rs --test shm bench::bench_stream_receive -- --ignored` compares the two).
 //!
 //! # Single copy
 //! With [`ShmOptions::cma`] (`NCCL_RS_SHM_SINGLE_COPY`, on by default), a message
@@ -154,20 +154,6 @@ mod send;
 mod split;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_bench;
-#[cfg(test)]
-mod tests_cma;
-#[cfg(test)]
-mod tests_eager;
-#[cfg(test)]
-mod tests_lend;
-#[cfg(test)]
-mod tests_process;
-#[cfg(test)]
-mod tests_split;
-#[cfg(test)]
-mod tests_stream;
 
 use connect::{ShmConnector, ShmListener};
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};

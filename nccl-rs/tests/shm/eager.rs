@@ -1,9 +1,10 @@
 //! The eager (tiny-message) path: `send_eager` / `recv_eager`, alone and
 //! mixed with requests on the same connection.
 
-use super::tests::{irecv, isend, net, pair, pattern, poll};
-use super::*;
+use super::{irecv, isend, net, pair, pattern, poll};
 use nccl_net::{NetError, RecvComm, SendComm};
+use nccl_rs::transport::shm::{ShmNet, ShmOptions};
+use nccl_rs::transport::NetResult;
 
 fn send_eager(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> NetResult<bool> {
     // SAFETY: `buf` is readable for the call.
@@ -31,7 +32,7 @@ fn small_ring() -> ShmNet {
 
 #[test]
 fn eager_messages_keep_their_place_among_requests() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     assert_eq!((s.eager_max(), r.eager_max()), (4096, 4096));
     let big = pattern(10_000, 1);
     // Sealed inline (1, 0, 40 bytes), unsealed inline (41, 48), sealed on
@@ -88,7 +89,7 @@ fn eager_messages_keep_their_place_among_requests() {
 /// it.
 #[test]
 fn eager_frames_wrap_around_the_ring() {
-    let (mut s, mut r, _) = pair(&small_ring());
+    let (mut s, mut r) = pair(&small_ring());
     assert_eq!((s.eager_max(), r.eager_max()), (1984, 1984));
     let mut sent = Vec::new();
     for round in 0..40u64 {
@@ -127,7 +128,7 @@ fn eager_receive_reads_a_single_copy_message() {
         ..ShmOptions::default()
     })
     .unwrap();
-    let (mut s, mut r, _) = pair(&net);
+    let (mut s, mut r) = pair(&net);
     let m = pattern(3000, 5);
     let q = isend(s.as_mut(), &m, 8);
     let mut buf = vec![0u8; 3000];
@@ -137,7 +138,7 @@ fn eager_receive_reads_a_single_copy_message() {
 }
 #[test]
 fn eager_receive_names_a_mismatch() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     assert!(send_eager(s.as_mut(), &[1, 2, 3, 4], 7).unwrap());
     let mut buf = [0u8; 8];
     match recv_eager_poll(r.as_mut(), &mut buf, 8) {
@@ -150,7 +151,7 @@ fn eager_receive_names_a_mismatch() {
     // The comm stays failed.
     assert!(recv_eager(r.as_mut(), &mut buf, 7).is_err());
 
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     assert!(send_eager(s.as_mut(), &[9; 40], 1).unwrap());
     match recv_eager_poll(r.as_mut(), &mut buf, 1) {
         Err(NetError::Truncated { posted: 8, got: 40 }) => {}
@@ -158,13 +159,13 @@ fn eager_receive_names_a_mismatch() {
     }
     // Over the limit: refused on both ends, not truncated.
     assert!(send_eager(s.as_mut(), &[0; 4097], 1).is_err());
-    let (_, mut r, _) = pair(&net());
+    let (_, mut r) = pair(&net());
     assert!(recv_eager(r.as_mut(), &mut [0u8; 4097], 1).is_err());
 }
 
 #[test]
 fn eager_send_waits_for_room() {
-    let (mut s, mut r, _) = pair(&small_ring());
+    let (mut s, mut r) = pair(&small_ring());
     let mut sent = 0u32;
     while send_eager(s.as_mut(), &sent.to_le_bytes(), sent).unwrap() {
         sent += 1;
@@ -188,7 +189,7 @@ fn eager_send_waits_for_room() {
 #[test]
 fn eager_ends_see_the_peer_go() {
     // The receiver drains what was sent, then reports the sender gone.
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     assert!(send_eager(s.as_mut(), &[5; 8], 1).unwrap());
     drop(s);
     let mut buf = [0u8; 8];
@@ -198,7 +199,7 @@ fn eager_ends_see_the_peer_go() {
         other => panic!("{other:?}"),
     }
     // A sender with a full ring reports the receiver gone.
-    let (mut s, r, _) = pair(&small_ring());
+    let (mut s, r) = pair(&small_ring());
     while send_eager(s.as_mut(), &[1], 0).unwrap() {}
     drop(r);
     match poll("closed", || Ok(send_eager(s.as_mut(), &[1], 0).err())) {

@@ -1,9 +1,9 @@
 //! Throughput of the shared-memory transport (ignored tests, run by hand on
 //! a release build).
 
-use super::tests::{net, pair, pattern};
-use super::*;
-use nccl_net::{RecvComm, SendComm};
+use super::{net, pair, pattern};
+use nccl_rs::transport::shm::{ShmNet, ShmOptions};
+use nccl_rs::transport::{RecvComm, SendComm};
 use std::time::Instant;
 
 /// Prints best / median / mean GB/s of per-message `times`.
@@ -27,7 +27,7 @@ fn report(what: &str, size: usize, times: &mut [f64]) {
 /// reports the receive side's per-message times.
 fn stream_bench(opts: &ShmOptions, size: usize, iters: usize) {
     let net = ShmNet::new(opts.clone()).unwrap();
-    let (mut s, mut r, _) = pair(&net);
+    let (mut s, mut r) = pair(&net);
     let src = pattern(size, 1);
     let sender = std::thread::spawn(move || {
         for _ in 0..iters + 2 {
@@ -62,7 +62,7 @@ fn stream_bench(opts: &ShmOptions, size: usize, iters: usize) {
 /// Both ends driven by this one thread: the cost of the two copies alone,
 /// free of scheduling effects.
 fn one_thread_bench(size: usize, iters: usize) {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     let src = pattern(size, 1);
     let mut dst = vec![0u8; size];
     let mut times: Vec<f64> = (0..iters + 2)
@@ -108,7 +108,7 @@ fn memcpy_bench() {
 }
 
 /// 64 MiB only, default options, next to memcpy:
-/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_64mib -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_64mib -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_64mib() {
@@ -117,7 +117,7 @@ fn bench_64mib() {
     memcpy_bench();
 }
 
-/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_throughput -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_throughput -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_throughput() {
@@ -152,8 +152,8 @@ fn bench_throughput() {
     memcpy_bench();
     // Ping-pong latency, 8 bytes.
     let net = net();
-    let (mut s1, mut r1, _) = pair(&net);
-    let (mut s2, mut r2, _) = pair(&net);
+    let (mut s1, mut r1) = pair(&net);
+    let (mut s2, mut r2) = pair(&net);
     let n = 200_000;
     let echo = std::thread::spawn(move || {
         let mut b = [0u8; 8];
@@ -221,7 +221,7 @@ fn exchange_side_eager(s: &mut dyn SendComm, r: &mut dyn RecvComm, n: usize) -> 
 
 /// Symmetric 8-byte exchange between two threads, as a 2-rank tiny
 /// collective does, through requests and on the eager path:
-/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_exchange -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_exchange -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_exchange() {
@@ -232,8 +232,8 @@ fn bench_exchange() {
         ("requests", exchange_side as Side),
         ("eager", exchange_side_eager as Side),
     ] {
-        let (mut s1, mut r1, _) = pair(&net);
-        let (mut s2, mut r2, _) = pair(&net);
+        let (mut s1, mut r1) = pair(&net);
+        let (mut s2, mut r2) = pair(&net);
         let peer = std::thread::spawn(move || side(s2.as_mut(), r1.as_mut(), n));
         let t = side(s1.as_mut(), r2.as_mut(), n);
         peer.join().unwrap();
@@ -245,9 +245,9 @@ fn bench_exchange() {
 }
 
 /// Ring receives into a large destination with and without the streaming
-/// hint ([`nccl_net::RecvHint`]), alternating message by message between
+/// hint ([`nccl_rs::transport::RecvHint`]), alternating message by message between
 /// two threads (the sender copies from a buffer of the same size):
-/// `cargo test --release -p nccl-rs --lib shm::tests_bench::bench_stream_receive -- --ignored --nocapture`
+/// `cargo test --release -p nccl-rs --test shm bench::bench_stream_receive -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_stream_receive() {
@@ -257,7 +257,7 @@ fn bench_stream_receive() {
             ..ShmOptions::default()
         })
         .unwrap();
-        let (mut s, mut r, _) = pair(&net);
+        let (mut s, mut r) = pair(&net);
         let iters = ((1usize << 30) / size).clamp(8, 64);
         let src = pattern(size, 1);
         let sender = std::thread::spawn(move || {
@@ -274,7 +274,7 @@ fn bench_stream_receive() {
         let (mut plain, mut streamed) = (Vec::new(), Vec::new());
         for i in 0..2 * iters + 2 {
             let stream = i % 2 == 1;
-            r.hint_recv(nccl_net::RecvHint {
+            r.hint_recv(nccl_rs::transport::RecvHint {
                 stream: if stream {
                     (start, start + size)
                 } else {

@@ -5,7 +5,7 @@
 //! rounding ties. Skipped, saying why, when no C++ compiler is found
 //! (`CXX`, else `g++`).
 
-use super::{reduce_name, scale_name, SOURCE};
+use crate::cuda::kernels::{reduce_name, scale_name, SOURCE};
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};
 use crate::reduce;

@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod cma;
+mod process;
+mod split;
+mod stream;
+
 pub(super) const DEADLINE: Duration = Duration::from_secs(20);
 pub(super) const CHILD_ENV: &str = "NCCL_RS_SHM_TEST_CHILD";
 pub(super) const DIR_ENV: &str = "NCCL_RS_SHM_TEST_DIR";

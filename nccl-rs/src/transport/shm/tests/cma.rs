@@ -1,14 +1,12 @@
 //! Tests of the single-copy path (`process_vm_readv`): path selection,
 //! odd sizes around the threshold, many messages in flight, the fallback
 //! when the probe fails, and peers that go away mid-transfer. The
-//! cross-process tests in [`super::tests`] run the default (ring) path.
+//! cross-process tests ([`super::process`]) run the default (ring) path.
 
-use super::connect::{ShmConnector, ShmListener};
-use super::segment::Geometry;
-use super::tests::{
-    exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed,
-};
-use super::*;
+use super::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed};
+use crate::transport::shm::connect::{ShmConnector, ShmListener};
+use crate::transport::shm::segment::Geometry;
+use crate::transport::shm::*;
 use nccl_net::{NetError, SendComm};
 use std::sync::atomic::Ordering;
 
@@ -258,7 +256,7 @@ fn transfers_at_slow_distances_bounce_and_stay_exact() {
 /// `buffered_max`, with the stores it says; larger ones go single copy.
 #[test]
 fn messages_up_to_the_plans_limit_take_the_ring() {
-    use super::send::STREAMED_IN;
+    use crate::transport::shm::send::STREAMED_IN;
     let net = ShmNet::new(ShmOptions {
         cma: true,
         ..ShmOptions::default()

@@ -3,9 +3,10 @@
 //! where it wraps; inline, single-copy and larger-than-ring messages are
 //! copied as usual.
 
-use super::tests::{isend, pattern, poll};
-use super::*;
+use super::{isend, pattern, poll};
 use nccl_net::{NetError, Received, RecvComm, Request};
+use nccl_rs::transport::shm::{ShmNet, ShmOptions};
+use nccl_rs::transport::Net;
 
 fn lend(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
     // SAFETY: callers keep `buf` alive and untouched until the request is

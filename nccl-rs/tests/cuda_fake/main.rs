@@ -20,23 +20,15 @@ use std::time::Duration;
 /// (globally). cudarc's typed layer is tested on a real GPU only
 /// (`cuda_gpu.rs`): its loader wants every symbol of its bindings, which
 /// the fake does not have.
-#[path = "cuda_fake/drv.rs"]
 mod drv;
 
-#[path = "../../ffi/tests/cuda/fake_driver.rs"]
+#[path = "../../../ffi/tests/cuda/fake_driver.rs"]
 mod fake_build;
 
-#[path = "cuda_fake/device_probe.rs"]
-mod device_probe;
-
-#[path = "cuda_fake/collectives.rs"]
 mod collectives;
-
-#[path = "cuda_fake/send_recv.rs"]
-mod send_recv;
-
-#[path = "cuda_fake/device_reduce.rs"]
+mod device_probe;
 mod device_reduce;
+mod send_recv;
 
 use drv::Stream;
 

@@ -3,9 +3,9 @@
 // Loops over ranks read as the math does (`for r in 0..n`, `b[r]`).
 #![allow(clippy::needless_range_loop)]
 
-use super::check::{self, simulate, SymBufs, Val};
-use super::tests::{expect, run, v, COUNTS, SIZES};
-use super::*;
+use super::{expect, run, v, COUNTS, SIZES};
+use nccl_rs::schedule::check::{self, simulate, SymBufs, Val};
+use nccl_rs::schedule::*;
 
 /// In place, a rank's own block starts in its output and its staged input
 /// lacks that block: the schedule must not read it there, and ranks in

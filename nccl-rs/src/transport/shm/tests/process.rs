@@ -1,14 +1,14 @@
 //! Tests of the shared-memory transport between two processes: the test
-//! binary re-runs itself as the peer (`child_peer`).
+//! binary re-runs itself as the peer (`child_peer`). The peers read and set
+//! the crate-private `mapped` counters, so these stay unit tests; the
+//! public-API cross-process tests are in `nccl-rs/tests/shm_process.rs`.
 
-use super::tests::{
-    irecv, isend, net, pattern, poll, recv_check, send_all, CHILD_ENV, DEADLINE, DIR_ENV,
-};
-use super::*;
-use nccl_net::{NetError, RecvComm, SendComm};
+use super::cma::cma_default;
+use super::{irecv, isend, pattern, poll, recv_check, CHILD_ENV, DIR_ENV};
+use crate::transport::shm::*;
+use nccl_net::{RecvComm, SendComm};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 fn test_dir() -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -43,7 +43,7 @@ fn spawn_child(mode: &str, dir: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "transport::shm::tests_process::child_peer",
+            "transport::shm::tests::process::child_peer",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -66,8 +66,6 @@ impl Drop for Reap {
     }
 }
 
-const ECHO_SIZES: &[usize] = &[0, 1, 7, 4095, 1 << 20, 9 << 20];
-
 /// Messages of the "mapped" peer: `(bytes, from a shared buffer)`. The
 /// shared ones are single-copy frames the receiver maps (one split, at
 /// 9 MiB); the heap ones in between are read by address on the same
@@ -86,20 +84,11 @@ const MAPPED_MSGS: &[(usize, bool)] = &[
 /// idle sender helps copy into the parent's shared buffer.
 const WRITER_SIZES: &[usize] = &[(1 << 20) + 3, 9 << 20, 256 << 10];
 
-/// The transport both ends of a peer in `mode` use: single copy on for
-/// "mapped" and the writers, the default otherwise.
-fn net_for(mode: &str) -> ShmNet {
-    match mode {
-        "mapped" | "writer" | "writer-refused" => super::tests_cma::cma_default(),
-        _ => net(),
-    }
-}
-
 /// Sends [`WRITER_SIZES`] (message `i` is `pattern(len, 80 + i)`) from the
 /// heap, idle, so the sender copies the back of each into the receiver;
 /// leaves how many runs it wrote through a mapping in the file `writes`.
 fn send_as_writer(s: &mut dyn SendComm, dir: &Path, refuse_mapping: bool) {
-    use super::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
+    use crate::transport::shm::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     s.hint_copy(nccl_net::CopyHint {
         single_copy: true,
@@ -141,24 +130,11 @@ fn child_peer() {
         return;
     };
     let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let net = net_for(&mode);
+    let net = cma_default();
     let h = read_handle(&dir.join("parent.handle"), None);
     let mut c = net.connect(&h).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
     match mode.as_str() {
-        "echo" => {
-            let mut l = net.listen().unwrap();
-            write_handle(&dir.join("child.handle"), l.handle());
-            let mut r = poll("accept", || l.accept()).unwrap();
-            // Receive from the parent, check, send the same back.
-            recv_check(r.as_mut(), ECHO_SIZES, 40, 1);
-            let bufs: Vec<Vec<u8>> = ECHO_SIZES
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| pattern(n, 40 + i as u64))
-                .collect();
-            send_all(s.as_mut(), &bufs, 2);
-        }
         "mapped" => {
             // The parent has accepted (so probed single copy) once this
             // exists; before that every message would take the ring.
@@ -169,17 +145,6 @@ fn child_peer() {
             read_handle(&dir.join("go"), None);
             send_as_writer(s.as_mut(), &dir, mode == "writer-refused");
         }
-        "stream" => {
-            let buf = pattern(16 << 20, 77);
-            loop {
-                let q = isend(s.as_mut(), &buf, 0);
-                // Runs until the parent kills us; a deadline guards against
-                // a parent that died first.
-                if poll("send", || Ok(s.test(q)?.then_some(()))).is_err() {
-                    return;
-                }
-            }
-        }
         m => panic!("unknown child mode {m}"),
     }
 }
@@ -188,7 +153,7 @@ fn child_peer() {
 /// the test's directory, the transport, the peer and the receiving comm.
 fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     let dir = test_dir();
-    let net = net_for(mode);
+    let net = cma_default();
     let mut l = net.listen().unwrap();
     write_handle(&dir.join("parent.handle"), l.handle());
     let mut child = Reap(Some(spawn_child(mode, &dir)));
@@ -203,28 +168,10 @@ fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     (dir, net, child, r)
 }
 
-#[test]
-fn cross_process_both_directions() {
-    let (dir, net, mut child, mut r) = start_peer("echo");
-    let h = read_handle(&dir.join("child.handle"), child.0.as_mut());
-    let mut c = net.connect(&h).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let bufs: Vec<Vec<u8>> = ECHO_SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 40 + i as u64))
-        .collect();
-    send_all(s.as_mut(), &bufs, 1);
-    recv_check(r.as_mut(), ECHO_SIZES, 40, 2);
-    let status = child.0.take().unwrap().wait().unwrap();
-    assert!(status.success(), "peer failed: {status}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// Receives [`MAPPED_MSGS`] from a "mapped" peer, checking every byte;
 /// returns how many frames were copied from a mapping.
 fn receive_mapped(refuse_mapping: bool) -> usize {
-    use super::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
+    use crate::transport::shm::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     let (dir, _net, mut child, mut r) = start_peer("mapped");
     write_handle(&dir.join("go"), b"go");
@@ -330,47 +277,4 @@ fn cross_process_split_pieces_are_written_into_a_mapping() {
 #[test]
 fn cross_process_unmappable_destinations_are_written_by_address() {
     assert_eq!(receive_from_writer(true), 0);
-}
-
-#[test]
-fn cross_process_sigkill_gives_closed() {
-    let (dir, _net, mut child, mut r) = start_peer("stream");
-    let pid = child.0.as_ref().unwrap().id();
-    for _ in 0..2 {
-        recv_check(r.as_mut(), &[16 << 20], 77, 0);
-    }
-    // Mid-transfer: the child is blocked on a full ring, inside a message.
-    let mut buf = vec![0u8; 16 << 20];
-    let mut q = irecv(r.as_mut(), &mut buf, 0);
-    let mut killed: Option<Instant> = None;
-    let res: NetResult<()> = loop {
-        match r.test(q) {
-            Ok(None) => {}
-            Ok(Some(n)) => {
-                // Completed before the kill landed; wait on the next one.
-                assert_eq!(n, 16 << 20);
-                q = irecv(r.as_mut(), &mut buf, 0);
-            }
-            Err(e) => break Err(e),
-        }
-        let t = *killed.get_or_insert_with(|| {
-            // SIGKILL, not reaped yet: the peer stays a zombie meanwhile.
-            child.0.as_mut().unwrap().kill().unwrap();
-            Instant::now()
-        });
-        assert!(t.elapsed() < DEADLINE, "no error after the peer was killed");
-        std::thread::yield_now();
-    };
-    let killed = killed.unwrap();
-    let took = killed.elapsed();
-    match res {
-        Err(NetError::Closed(m)) => assert!(m.contains(&format!("shm peer pid {pid}")), "{m}"),
-        other => panic!("expected Closed, got {other:?}"),
-    }
-    eprintln!("SHM: peer death noticed {took:?} after SIGKILL");
-    assert!(
-        took < Duration::from_secs(2),
-        "peer death noticed only after {took:?}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,14 +1,14 @@
-//! Tests of split single-copy messages ([`super::split`]): the sender
+//! Tests of split single-copy messages (`shm::split`): the sender
 //! copies part of a message into the receiver only when it says it is
 //! idle, a receiver that goes away stops it from writing, and odd sizes
 //! arrive exact with both ends running.
 
-use super::cma::CmaOpts;
-use super::connect::{ShmConnector, ShmListener};
-use super::segment::Geometry;
-use super::split::{cut, SPLIT_MIN_BYTES};
-use super::tests::{irecv, isend, pair, pattern, poll, send_windowed};
-use super::*;
+use super::{irecv, isend, pair, pattern, poll, send_windowed};
+use crate::transport::shm::cma::CmaOpts;
+use crate::transport::shm::connect::{ShmConnector, ShmListener};
+use crate::transport::shm::segment::Geometry;
+use crate::transport::shm::split::{cut, SPLIT_MIN_BYTES};
+use crate::transport::shm::*;
 use nccl_net::{CopyHint, NetError};
 
 const IDLE: CopyHint = CopyHint {
@@ -59,7 +59,7 @@ fn an_idle_sender_copies_the_back_of_the_message() {
 /// destination (at an odd offset), as the test above; returns how many
 /// runs the sender wrote through a mapping.
 fn idle_sender_into_shared(len: usize, refuse_mapping: bool) -> usize {
-    use super::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
+    use crate::transport::shm::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     let data = pattern(len, 8);
     let (mut s, mut r, _) = pair(&cma_net());

@@ -4,10 +4,10 @@
 //! ([`SendComm::hint_copy`]) says the receiver's CPU is apart, or the
 //! ring's traffic has not shown it near lately.
 
-use super::recv::STREAMED;
-use super::tests::{
+use super::{
     irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
 };
+use crate::transport::shm::recv::STREAMED;
 use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
 
 const GUARD: u8 = 0xAA;
@@ -113,16 +113,16 @@ fn streamed_receives_on_a_wrapping_ring_stay_exact() {
 #[test]
 fn a_message_read_from_the_senders_shared_memory_streams_too() {
     let len = (2 << 20) + 77;
-    let (mut s, mut r, _) = pair(&super::tests_cma::cma_default());
+    let (mut s, mut r, _) = pair(&super::cma::cma_default());
     let mut shared = crate::ShmBuffer::<u8>::zeroed(len + 4096).unwrap();
     let msg = pattern(len, 12);
     shared[4096..].copy_from_slice(&msg);
     let mut out = vec![GUARD; len + 2];
     r.hint_recv(hint(&out, len + 2));
-    let frames = super::mapped::MAPPED_FRAMES.get();
+    let frames = crate::transport::shm::mapped::MAPPED_FRAMES.get();
     let n = send_recv(s.as_mut(), r.as_mut(), &shared[4096..], &mut out, 1);
     assert!(
-        super::mapped::MAPPED_FRAMES.get() > frames,
+        crate::transport::shm::mapped::MAPPED_FRAMES.get() > frames,
         "not read through a mapping"
     );
     assert!(out[1..=len] == msg[..] && out[0] == GUARD && out[len + 1] == GUARD);
@@ -140,7 +140,7 @@ fn sent_streamed(
     len: usize,
     seed: u64,
 ) -> usize {
-    use super::send::STREAMED_IN;
+    use crate::transport::shm::send::STREAMED_IN;
     let msg = pattern(len, seed);
     out.fill(GUARD);
     let before = STREAMED_IN.get();
