@@ -332,12 +332,10 @@ impl Admission {
         let (rank, nranks) = (h.rank, h.nranks);
         let problem = if nranks == 0 || rank >= nranks {
             Some(format!("{peer}: rank {rank} of {nranks} is out of range"))
-        } else if let Some(n) = self.size.filter(|&n| n != nranks as usize) {
-            Some(format!(
-                "rank {rank} ({peer}) says the job has {nranks} ranks; rank 0 says {n}"
-            ))
         } else {
-            None
+            self.size.filter(|&n| n != nranks as usize).map(|n| {
+                format!("rank {rank} ({peer}) says the job has {nranks} ranks; rank 0 says {n}")
+            })
         };
         if let Some(why) = problem {
             out.push(refuse(why));

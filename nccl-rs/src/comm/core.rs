@@ -267,6 +267,8 @@ impl Core {
         )
     }
 
+    /// Runs `sched` as operation `what` with the transports told `hints`.
+    #[allow(clippy::too_many_arguments)] // one call's parts, each used once
     pub(crate) fn execute(
         &mut self,
         sched: &Schedule,

@@ -39,6 +39,15 @@ fn placement_of(verdict: u8) -> Placement {
     }
 }
 
+/// A round trip's buffers: what this rank sends, and where it receives.
+fn trip_bufs(sent: &[u8], heard: &mut [u8]) -> CallBufs {
+    CallBufs {
+        input: Region::read_only(sent.as_ptr(), sent.len()),
+        output: Region::new(heard.as_mut_ptr(), heard.len()),
+        group: Vec::new(),
+    }
+}
+
 impl Core {
     /// Where the two ranks' CPUs are right now, as rank 0 times and judges
     /// it and tells rank 1; `ring_ok`: this rank's side of the call may take
@@ -57,11 +66,7 @@ impl Core {
         let mut theirs = [0u8; 8];
         let mut best: Option<Duration> = None;
         for _ in 0..self.placement_source().round_trips().max(1) {
-            let bufs = CallBufs {
-                input: Region::read_only(mine.as_ptr(), mine.len()),
-                output: Region::new(theirs.as_mut_ptr(), theirs.len()),
-                group: Vec::new(),
-            };
+            let bufs = trip_bufs(&mine, &mut theirs);
             let start = Instant::now();
             self.execute(
                 &trip,
@@ -79,11 +84,7 @@ impl Core {
         let sent = [verdict(judged, ring_ok && theirs[0] != 0)];
         let mut heard = [0u8; 1];
         let one = schedule::round_trip(peer, 1, leads);
-        let bufs = CallBufs {
-            input: Region::read_only(sent.as_ptr(), 1),
-            output: Region::new(heard.as_mut_ptr(), 1),
-            group: Vec::new(),
-        };
+        let bufs = trip_bufs(&sent, &mut heard);
         self.execute(
             &one,
             DataType::Uint8,
