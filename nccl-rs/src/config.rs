@@ -12,29 +12,11 @@ use std::time::Duration;
 pub use transport_tcp::AddrFamily;
 
 /// Staging per connection (`NCCL_BUFFSIZE` unset) when every rank of a
-/// communicator is on one host and they outnumber its CPUs: 256 KiB chunks
-/// (8 `NCCL_RS_STEPS`) and 512 KiB shared-memory rings at 4 ranks, where the
-/// default 4 MiB gives 512 KiB chunks and 1 MiB rings. First measured on
-/// an earlier host (`ncclrun -n 4 <tool> -c 0`, interleaved runs, 4 MiB →
-/// 1 MiB, so 512 → 128 KiB chunks and 1 MiB → 256 KiB rings): all-reduce
-/// 1 MiB 527–581 → 475–505 µs, 16 MiB 9.1–9.6 → 8.5–9.2 ms; reduce-scatter
-/// 16 MiB 4.9–5.1 → 4.6–4.8 ms; broadcast 16 MiB 4.7 → 4.2 ms; all-gather
-/// within noise; smaller chunks alone (`NCCL_RS_STEPS=32`) lost. On the 2-core
-/// host of 2026-12-03, with the code of then, 1 MiB lost to both larger
-/// sizes: paired rounds of `scripts/paired.sh 4 OP SIZE 8` against 1 MiB,
-/// 2 MiB / 4 MiB: broadcast 256 KiB x1.36 / x1.11, 1 MiB x1.41 / x1.46,
-/// 4 MiB x1.34 / x1.28, 16 MiB x1.16 / x1.24, 64 MiB x1.00–1.25 /
-/// x1.06–1.36; all-reduce 256 KiB x1.08 / x1.06, 1 MiB x1.37 / x1.39,
-/// 4 MiB x1.02 / x1.27, 16 MiB x1.02–1.09 / x1.01–1.02, 64 MiB x1.09–1.16
-/// / x1.04–1.12; reduce-scatter 256 KiB x0.93 / x0.99, 1 MiB x1.33 /
-/// x1.43, 16 MiB x1.10–1.12 / x1.09–1.11, 64 MiB x0.72 in one series and
-/// x1.31 in the next / x0.74 and x1.24; all-gather 256 KiB–64 MiB and
-/// all-to-all 1–64 MiB x0.94–1.05 both. 1 MiB with `NCCL_RS_STEPS=4` (the
-/// chunks and rings of 2 MiB, four engine slots instead of eight) gained
-/// alike (broadcast 1 MiB x1.46, 16 MiB x1.20, reduce-scatter 1 MiB x1.40),
-/// so it is the chunks and rings, not the engine's slots: fewer, larger
-/// chunks, each a hand-over between ranks that take turns on a core. 2 MiB:
-/// the smaller of the two sizes, as fast.
+/// communicator is on one host and they outnumber its CPUs. Ranks that take
+/// turns on a core hand every chunk over between them: fewer, larger
+/// chunks and rings than the default's cost fewer hand-overs, and smaller
+/// rings stay in the caches the ranks share. Fitted on a 2-core VM (paired
+/// rounds at 4 ranks); refit on real hardware with `scripts/paired.sh`.
 pub const OVERSUBSCRIBED_BUFFSIZE: usize = 2 << 20;
 
 /// Every variable [`Config::from_lookup`] reads (the `NCCL_IB_*` ones
