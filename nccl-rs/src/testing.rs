@@ -2,7 +2,12 @@
 //! integration tests (the `testing` feature), kept in one place: ranks as
 //! threads of one process, over TCP on loopback or the in-memory transport
 //! ([`MemNet`]); and transport links wired in a full mesh, for engines
-//! driven by one thread. Not part of the API.
+//! driven by one thread; the shared-memory transport's test helpers
+//! ([`shm`]) and its peer in another process ([`peer`]). Not part of the
+//! API.
+
+pub mod peer;
+pub mod shm;
 
 use crate::transport::mem::MemNet;
 use crate::transport::{Net, RecvComm, SendComm};

@@ -3,8 +3,8 @@
 //! where it wraps; inline, single-copy and larger-than-ring messages are
 //! copied as usual.
 
-use super::{isend, pattern, poll};
 use nccl_net::{NetError, Received, RecvComm, Request};
+use nccl_rs::testing::shm::{isend, pattern, poll};
 use nccl_rs::transport::shm::{ShmNet, ShmOptions};
 use nccl_rs::transport::Net;
 

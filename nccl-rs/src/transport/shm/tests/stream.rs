@@ -49,7 +49,7 @@ fn send_recv(
 
 #[test]
 fn receives_inside_the_hinted_range_stream_and_stay_exact() {
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let mut out = vec![GUARD; 200_000];
     r.hint_recv(hint(&out, 150_000));
     // (offset, length, streamed): odd offsets and lengths; a 40-byte
@@ -85,7 +85,7 @@ fn receives_inside_the_hinted_range_stream_and_stay_exact() {
 #[test]
 fn streamed_receives_on_a_wrapping_ring_stay_exact() {
     // The copies come in pieces of every alignment.
-    let (mut s, mut r, _) = pair(&small_ring_net());
+    let (mut s, mut r) = pair(&small_ring_net());
     let sizes = random_sizes(100, 7);
     let bufs: Vec<Vec<u8>> = sizes
         .iter()
@@ -113,7 +113,7 @@ fn streamed_receives_on_a_wrapping_ring_stay_exact() {
 #[test]
 fn a_message_read_from_the_senders_shared_memory_streams_too() {
     let len = (2 << 20) + 77;
-    let (mut s, mut r, _) = pair(&super::cma::cma_default());
+    let (mut s, mut r) = pair(&super::cma::cma_default());
     let mut shared = crate::ShmBuffer::<u8>::zeroed(len + 4096).unwrap();
     let msg = pattern(len, 12);
     shared[4096..].copy_from_slice(&msg);
@@ -152,7 +152,7 @@ fn sent_streamed(
 
 #[test]
 fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let apart = CopyHint {
         streaming_stores: true,
         ..CopyHint::default()
