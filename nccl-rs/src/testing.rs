@@ -118,3 +118,65 @@ pub(crate) fn engine_mesh(
         })
         .collect()
 }
+
+/// The call a test makes of `sched`: tag 1, no hints.
+#[cfg(test)]
+pub(crate) fn test_call(
+    sched: &crate::schedule::Schedule,
+    dtype: crate::DataType,
+    op: crate::RedOp,
+) -> crate::engine::Call<'_> {
+    crate::engine::Call {
+        sched,
+        dtype,
+        op,
+        tag: 1,
+        what: crate::engine::OpLabel::Test,
+        hints: Default::default(),
+    }
+}
+
+/// Runs one call on every rank of `engines` (an [`engine_mesh`]), round-robin
+/// in this thread: rank `r` runs `scheds[r]` ([`test_call`]) with the
+/// `(input, output)` regions `bufs[r]`, which must stay valid for the whole
+/// call.
+///
+/// # Panics
+/// If a rank fails, or the call has not finished on every rank within a
+/// million rounds (the panic names `what`).
+#[cfg(test)]
+pub(crate) fn drive_engines(
+    engines: &mut [crate::engine::Engine],
+    scheds: &[crate::schedule::Schedule],
+    dtype: crate::DataType,
+    op: crate::RedOp,
+    bufs: Vec<(crate::engine::Region, crate::engine::Region)>,
+    what: &str,
+) {
+    assert!(engines.len() == scheds.len() && scheds.len() == bufs.len());
+    let mut runs: Vec<_> = engines
+        .iter_mut()
+        .zip(scheds)
+        .zip(bufs)
+        .map(|((e, s), (input, output))| {
+            let bufs = crate::engine::CallBufs {
+                input,
+                output,
+                group: vec![],
+            };
+            e.start(test_call(s, dtype, op), bufs)
+        })
+        .collect();
+    let mut done = vec![false; runs.len()];
+    for _ in 0..1_000_000 {
+        for (r, run) in runs.iter_mut().enumerate() {
+            if !done[r] {
+                done[r] = run.poll().unwrap().0;
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return;
+        }
+    }
+    panic!("{what}: did not finish within the step bound");
+}
