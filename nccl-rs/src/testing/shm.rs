@@ -36,6 +36,16 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Message `i` of `sizes` is `pattern(sizes[i], seed + i)`, as
+/// [`recv_check`] expects.
+pub fn patterns(sizes: &[usize], seed: u64) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, seed + i as u64))
+        .collect()
+}
+
 /// Posts a send of `buf`, polling for a free request slot. The caller must
 /// keep `buf` alive and unmodified until the request is tested complete (or
 /// the comm is dropped).

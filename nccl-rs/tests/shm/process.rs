@@ -7,7 +7,9 @@ use super::net;
 use nccl_rs::testing::peer::{
     child_mode, connect_to_parent, read_handle, start_peer, write_handle,
 };
-use nccl_rs::testing::shm::{irecv, isend, pattern, poll, recv_check, send_all, DEADLINE};
+use nccl_rs::testing::shm::{
+    irecv, isend, pattern, patterns, poll, recv_check, send_all, DEADLINE,
+};
 use nccl_rs::transport::{Net, NetError, NetResult};
 use std::time::{Duration, Instant};
 
@@ -31,11 +33,7 @@ fn child_peer() {
             let mut r = poll("accept", || l.accept()).unwrap();
             // Receive from the parent, check, send the same back.
             recv_check(r.as_mut(), ECHO_SIZES, 40, 1);
-            let bufs: Vec<Vec<u8>> = ECHO_SIZES
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| pattern(n, 40 + i as u64))
-                .collect();
+            let bufs = patterns(ECHO_SIZES, 40);
             send_all(s.as_mut(), &bufs, 2);
         }
         "stream" => {
@@ -60,11 +58,7 @@ fn cross_process_both_directions() {
     let h = read_handle(&dir.join("child.handle"), child.0.as_mut());
     let mut c = net.connect(&h).unwrap();
     let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let bufs: Vec<Vec<u8>> = ECHO_SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 40 + i as u64))
-        .collect();
+    let bufs = patterns(ECHO_SIZES, 40);
     send_all(s.as_mut(), &bufs, 1);
     recv_check(r.as_mut(), ECHO_SIZES, 40, 2);
     child.wait_success();

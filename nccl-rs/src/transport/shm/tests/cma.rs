@@ -3,7 +3,9 @@
 //! when the probe fails, and peers that go away mid-transfer. The
 //! cross-process tests ([`super::process`]) run the default (ring) path.
 
-use super::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed};
+use super::{
+    exchange, irecv, isend, pair, pattern, patterns, poll, recv_check, ring_net, send_windowed,
+};
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
 use crate::transport::shm::*;
@@ -107,11 +109,7 @@ fn many_in_flight_two_threads() {
         .chunks(3)
         .map(|c| (usize::from(c[0]) << 16 | usize::from(c[1]) << 8 | usize::from(c[2])) % 300_000)
         .collect();
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 2000 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 2000);
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 4, MAX_REQUESTS));
     // Keep many receives posted as well, completing in order.
     let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();

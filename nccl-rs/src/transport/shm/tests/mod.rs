@@ -2,7 +2,9 @@
 //! threads), and the helpers the other test modules share.
 
 use super::*;
-use crate::testing::shm::{irecv, isend, pair, pattern, poll, recv_check, send_all, DEADLINE};
+use crate::testing::shm::{
+    irecv, isend, pair, pattern, patterns, poll, recv_check, send_all, DEADLINE,
+};
 use nccl_net::{NetError, RecvComm, Request, SendComm, MAX_HANDLE_BYTES};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,11 +39,7 @@ fn name_of(handle: &[u8]) -> String {
 /// Posts every message in `sizes` on both sides at once (as far as the
 /// request limit allows) and drives both from this thread.
 pub(super) fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u64) {
-    let sends: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, seed + i as u64))
-        .collect();
+    let sends = patterns(sizes, seed);
     let mut recvs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xAA; n + 3]).collect();
     let mut sreq = Vec::new();
     let mut rreq = Vec::new();
@@ -254,11 +252,7 @@ pub(super) fn random_sizes(n: usize, seed: u64) -> Vec<usize> {
 fn small_ring_two_threads_random_sizes() {
     let (mut s, mut r) = pair(&small_ring_net());
     let sizes = random_sizes(1500, 99);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 1000 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 1000);
     // Keep several in flight.
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 3, 5));
     recv_check(r.as_mut(), &sizes, 1000, 3);
@@ -269,11 +263,7 @@ fn small_ring_two_threads_random_sizes() {
 fn big_stream_two_threads() {
     let (mut s, mut r) = pair(&net());
     let sizes = [64 << 20, 1, 64 << 20, 12345, 0, 5 << 20];
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 500 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 500);
     let sender = std::thread::spawn(move || send_all(s.as_mut(), &bufs, 9));
     recv_check(r.as_mut(), &sizes, 500, 9);
     sender.join().unwrap();

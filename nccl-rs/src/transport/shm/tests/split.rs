@@ -3,7 +3,7 @@
 //! idle, a receiver that goes away stops it from writing, and odd sizes
 //! arrive exact with both ends running.
 
-use super::{irecv, isend, pair, pattern, poll, send_windowed};
+use super::{irecv, isend, pair, pattern, patterns, poll, send_windowed};
 use crate::transport::shm::cma::CmaOpts;
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
@@ -170,11 +170,7 @@ fn odd_sizes_with_both_ends_running() {
         (9 << 20) + 1,
     ]
     .repeat(3);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 300 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 300);
     let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(IDLE);
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 9, 4));

@@ -5,7 +5,8 @@
 //! ring's traffic has not shown it near lately.
 
 use super::{
-    irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
+    irecv, isend, pair, pattern, patterns, poll, random_sizes, ring_net, send_windowed,
+    small_ring_net,
 };
 use crate::transport::shm::recv::STREAMED;
 use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
@@ -87,11 +88,7 @@ fn streamed_receives_on_a_wrapping_ring_stay_exact() {
     // The copies come in pieces of every alignment.
     let (mut s, mut r) = pair(&small_ring_net());
     let sizes = random_sizes(100, 7);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 300 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 300);
     let total: usize = sizes.iter().map(|n| n + 3).sum();
     let mut out = vec![GUARD; total];
     r.hint_recv(hint(&out, total));
