@@ -2,7 +2,12 @@
 //! integration tests (the `testing` feature), kept in one place: ranks as
 //! threads of one process, over TCP on loopback or the in-memory transport
 //! ([`MemNet`]); and transport links wired in a full mesh, for engines
-//! driven by one thread. Not part of the API.
+//! driven by one thread; the shared-memory transport's test helpers
+//! ([`shm`]) and its peer in another process ([`peer`]). Not part of the
+//! API.
+
+pub mod peer;
+pub mod shm;
 
 use crate::transport::mem::MemNet;
 use crate::transport::{Net, RecvComm, SendComm};
@@ -112,4 +117,66 @@ pub(crate) fn engine_mesh(
             crate::engine::Engine::new(r, n, s, v, slot_bytes, 4, Duration::from_secs(5))
         })
         .collect()
+}
+
+/// The call a test makes of `sched`: tag 1, no hints.
+#[cfg(test)]
+pub(crate) fn test_call(
+    sched: &crate::schedule::Schedule,
+    dtype: crate::DataType,
+    op: crate::RedOp,
+) -> crate::engine::Call<'_> {
+    crate::engine::Call {
+        sched,
+        dtype,
+        op,
+        tag: 1,
+        what: crate::engine::OpLabel::Test,
+        hints: Default::default(),
+    }
+}
+
+/// Runs one call on every rank of `engines` (an [`engine_mesh`]), round-robin
+/// in this thread: rank `r` runs `scheds[r]` ([`test_call`]) with the
+/// `(input, output)` regions `bufs[r]`, which must stay valid for the whole
+/// call.
+///
+/// # Panics
+/// If a rank fails, or the call has not finished on every rank within a
+/// million rounds (the panic names `what`).
+#[cfg(test)]
+pub(crate) fn drive_engines(
+    engines: &mut [crate::engine::Engine],
+    scheds: &[crate::schedule::Schedule],
+    dtype: crate::DataType,
+    op: crate::RedOp,
+    bufs: Vec<(crate::engine::Region, crate::engine::Region)>,
+    what: &str,
+) {
+    assert!(engines.len() == scheds.len() && scheds.len() == bufs.len());
+    let mut runs: Vec<_> = engines
+        .iter_mut()
+        .zip(scheds)
+        .zip(bufs)
+        .map(|((e, s), (input, output))| {
+            let bufs = crate::engine::CallBufs {
+                input,
+                output,
+                group: vec![],
+            };
+            e.start(test_call(s, dtype, op), bufs)
+        })
+        .collect();
+    let mut done = vec![false; runs.len()];
+    for _ in 0..1_000_000 {
+        for (r, run) in runs.iter_mut().enumerate() {
+            if !done[r] {
+                done[r] = run.poll().unwrap().0;
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return;
+        }
+    }
+    panic!("{what}: did not finish within the step bound");
 }

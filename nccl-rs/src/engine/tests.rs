@@ -4,33 +4,11 @@
 use super::*;
 use crate::datatype::{DataType, RedOp};
 use crate::schedule::{self, Schedule};
+use crate::testing::{drive_engines, engine_mesh, test_call};
 use crate::transport::mem::MemNet;
-use crate::transport::Net;
 
 fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    mesh_over(&MemNet::new(), n, slot_bytes)
-}
-
-fn mesh_over(net: &dyn Net, n: usize, slot_bytes: usize) -> Vec<Engine> {
-    let mut send: Vec<Vec<Option<Box<dyn SendComm>>>> =
-        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-    let mut recv: Vec<Vec<Option<Box<dyn RecvComm>>>> =
-        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-    for a in 0..n {
-        for b in 0..n {
-            if a != b {
-                let mut l = net.listen().unwrap();
-                let mut c = net.connect(l.handle()).unwrap();
-                send[a][b] = c.poll_connect().unwrap();
-                recv[b][a] = l.accept().unwrap();
-            }
-        }
-    }
-    send.into_iter()
-        .zip(recv)
-        .enumerate()
-        .map(|(r, (s, v))| Engine::new(r, n, s, v, slot_bytes, 4, Duration::from_secs(5)))
-        .collect()
+    engine_mesh(&MemNet::new(), n, slot_bytes)
 }
 
 /// Runs one operation on every rank, round-robin, in one thread.
@@ -41,39 +19,16 @@ fn drive(
     op: RedOp,
     io: &mut [(Vec<u8>, Vec<u8>)],
 ) {
-    let mut runs: Vec<_> = engines
+    let bufs = io
         .iter_mut()
-        .zip(scheds)
-        .zip(io.iter_mut())
-        .map(|((e, s), (i, o))| {
-            let bufs = CallBufs {
-                input: Region::read_only(i.as_ptr(), i.len()),
-                output: Region::new(o.as_mut_ptr(), o.len()),
-                group: vec![],
-            };
-            let call = Call {
-                sched: s,
-                dtype,
-                op,
-                tag: 1,
-                what: OpLabel::Test,
-                hints: Default::default(),
-            };
-            e.start(call, bufs)
+        .map(|(i, o)| {
+            (
+                Region::read_only(i.as_ptr(), i.len()),
+                Region::new(o.as_mut_ptr(), o.len()),
+            )
         })
         .collect();
-    let mut done = vec![false; runs.len()];
-    for _ in 0..1_000_000 {
-        for (r, run) in runs.iter_mut().enumerate() {
-            if !done[r] {
-                done[r] = run.poll().unwrap().0;
-            }
-        }
-        if done.iter().all(|d| *d) {
-            return;
-        }
-    }
-    panic!("operation did not finish within the step bound");
+    drive_engines(engines, scheds, dtype, op, bufs, "operation");
 }
 
 fn f32s(v: &[f32]) -> Vec<u8> {
@@ -130,7 +85,7 @@ fn all_reduce_over_shm_reduces_from_the_ring() {
     })
     .unwrap();
     for (n, count, slot) in [(2, 100_003, 1024), (3, 4099, 1024), (4, 777, 200)] {
-        let mut engines = mesh_over(&net, n, slot);
+        let mut engines = engine_mesh(&net, n, slot);
         let scheds: Vec<_> = (0..n)
             .map(|r| schedule::all_reduce(n, r, count, slot / 4))
             .collect();
@@ -279,22 +234,12 @@ fn tiny_calls_take_the_eager_path_and_agree() {
         ),
     ];
     let run = |net: &MemNet, n: usize, build: Build, count: usize, (i, o): (usize, usize)| {
-        let mut engines = mesh_over(net, n, 64);
+        let mut engines = engine_mesh(net, n, 64);
         let scheds: Vec<_> = (0..n).map(|r| build(n, r, count)).collect();
         let eager: Vec<bool> = engines
             .iter()
             .zip(&scheds)
-            .map(|(e, s)| {
-                let call = Call {
-                    sched: s,
-                    dtype: DataType::Int32,
-                    op: RedOp::Sum,
-                    tag: 1,
-                    what: OpLabel::Test,
-                    hints: Default::default(),
-                };
-                e.eager(&call)
-            })
+            .map(|(e, s)| e.eager(&test_call(s, DataType::Int32, RedOp::Sum)))
             .collect();
         let mut io: Vec<_> = (0..n)
             .map(|r| {

@@ -7,12 +7,9 @@
 
 use super::all_reduce_halving_doubling;
 use crate::datatype::{DataType, RedOp};
-use crate::engine::{CallBufs, Engine, OpLabel, Region};
+use crate::engine::Region;
+use crate::testing::{drive_engines, engine_mesh};
 use crate::transport::mem::MemNet;
-
-fn mesh(n: usize, slot_bytes: usize) -> Vec<Engine> {
-    crate::testing::engine_mesh(&MemNet::new(), n, slot_bytes)
-}
 
 /// Runs a halving-doubling all-reduce of `count` elements on every rank.
 /// `bufs[r]` is `(input, output)`; with `in_place` the output is also the
@@ -27,50 +24,25 @@ fn drive<T: bytemuck::Pod>(
 ) {
     let bytes = count * dtype.size();
     let slot = 64;
-    let mut engines = mesh(n, slot);
+    let mut engines = engine_mesh(&MemNet::new(), n, slot);
     let chunk = slot / dtype.size();
     let scheds: Vec<_> = (0..n)
         .map(|r| all_reduce_halving_doubling(n, r, count, chunk))
         .collect();
-    let mut runs: Vec<_> = engines
+    let regions = bufs
         .iter_mut()
-        .zip(&scheds)
-        .zip(bufs.iter_mut())
-        .map(|((e, s), (i, o))| {
+        .map(|(i, o)| {
             let output = Region::new(o.as_mut_ptr().cast(), bytes);
             let input = if in_place {
                 output
             } else {
                 Region::read_only(i.as_ptr().cast(), bytes)
             };
-            let call = crate::engine::Call {
-                sched: s,
-                dtype,
-                op,
-                tag: 1,
-                what: OpLabel::Test,
-                hints: Default::default(),
-            };
-            let bufs = CallBufs {
-                input,
-                output,
-                group: vec![],
-            };
-            e.start(call, bufs)
+            (input, output)
         })
         .collect();
-    let mut done = vec![false; n];
-    for _ in 0..1_000_000 {
-        for (r, run) in runs.iter_mut().enumerate() {
-            if !done[r] {
-                done[r] = run.poll().unwrap().0;
-            }
-        }
-        if done.iter().all(|d| *d) {
-            return;
-        }
-    }
-    panic!("n={n} count={count}: did not finish within the step bound");
+    let what = format!("n={n} count={count}");
+    drive_engines(&mut engines, &scheds, dtype, op, regions, &what);
 }
 
 #[test]

@@ -54,28 +54,39 @@ fn expect(out: &[Option<Val>], want: impl Fn(usize) -> Val, what: &str) {
     }
 }
 
+/// Rank `r`'s input of `c` elements: its own values `v(r, i)`.
+fn own(c: usize) -> impl Fn(usize) -> Vec<Option<Val>> {
+    move |r| (0..c).map(|i| v(r, i)).collect()
+}
+
+/// Element `i` reduced over all `n` ranks.
+fn reduced(n: usize) -> impl Fn(usize) -> Val {
+    move |i| Val {
+        ranks: all(n),
+        index: i as u64,
+    }
+}
+
+/// Checks that `sched` leaves every rank of `n` with the sum of all inputs
+/// (`c` elements each); `what` names the schedule.
+fn check_all_reduce(n: usize, c: usize, what: &str, sched: impl Fn(usize) -> Schedule) {
+    let b = run(n, sched, own(c), c);
+    for r in 0..n {
+        expect(
+            &b[r].output,
+            reduced(n),
+            &format!("{what} n={n} c={c} rank {r}"),
+        );
+    }
+}
+
 #[test]
 fn ring_all_reduce_every_element_reduced_once() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| all_reduce(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for r in 0..n {
-                    let what = format!("all_reduce n={n} c={c} chunk={ch} rank {r}");
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &what,
-                    );
-                }
+                let what = format!("all_reduce chunk={ch}");
+                check_all_reduce(n, c, &what, |r| all_reduce(n, r, c, ch));
             }
         }
     }
@@ -142,12 +153,7 @@ fn chain_broadcast_and_reduce_every_root() {
         for &c in COUNTS {
             for &ch in CHUNKS {
                 for root in [0, n / 2, n - 1] {
-                    let b = run(
-                        n,
-                        |r| broadcast(n, r, root, c, ch),
-                        |r| (0..c).map(|i| v(r, i)).collect(),
-                        c,
-                    );
+                    let b = run(n, |r| broadcast(n, r, root, c, ch), own(c), c);
                     for r in 0..n {
                         let what = format!("broadcast n={n} c={c} root={root} rank {r}");
                         expect(
@@ -159,21 +165,9 @@ fn chain_broadcast_and_reduce_every_root() {
                             &what,
                         );
                     }
-                    let b = run(
-                        n,
-                        |r| reduce(n, r, root, c, ch),
-                        |r| (0..c).map(|i| v(r, i)).collect(),
-                        c,
-                    );
+                    let b = run(n, |r| reduce(n, r, root, c, ch), own(c), c);
                     let what = format!("reduce n={n} c={c} root={root}");
-                    expect(
-                        &b[root].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &what,
-                    );
+                    expect(&b[root].output, reduced(n), &what);
                 }
             }
         }
@@ -241,39 +235,10 @@ fn tree_and_direct_all_reduce_every_element_reduced_once() {
     for &n in SIZES {
         for &c in COUNTS {
             for &ch in CHUNKS {
-                let b = run(
-                    n,
-                    |r| all_reduce_tree(n, r, c, ch),
-                    |r| (0..c).map(|i| v(r, i)).collect(),
-                    c,
-                );
-                for r in 0..n {
-                    expect(
-                        &b[r].output,
-                        |i| Val {
-                            ranks: all(n),
-                            index: i as u64,
-                        },
-                        &format!("tree n={n} c={c} ch={ch}"),
-                    );
-                }
+                let what = format!("tree ch={ch}");
+                check_all_reduce(n, c, &what, |r| all_reduce_tree(n, r, c, ch));
             }
-            let b = run(
-                n,
-                |r| all_reduce_direct(n, r, c),
-                |r| (0..c).map(|i| v(r, i)).collect(),
-                c,
-            );
-            for r in 0..n {
-                expect(
-                    &b[r].output,
-                    |i| Val {
-                        ranks: all(n),
-                        index: i as u64,
-                    },
-                    &format!("direct n={n} c={c}"),
-                );
-            }
+            check_all_reduce(n, c, "direct", |r| all_reduce_direct(n, r, c));
         }
     }
 }
@@ -376,11 +341,7 @@ fn all_reduce_schedules_work_in_place() {
                 simulate(&scheds, &mut bufs).unwrap_or_else(|e| panic!("{name} n={n}: {e}"));
                 for (r, b) in bufs.iter().enumerate() {
                     let what = format!("{name} in place n={n} c={c} rank {r}");
-                    let want = |i: usize| Val {
-                        ranks: all(n),
-                        index: i as u64,
-                    };
-                    expect(&b.output, want, &what);
+                    expect(&b.output, reduced(n), &what);
                 }
             }
         }

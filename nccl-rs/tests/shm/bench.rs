@@ -1,7 +1,8 @@
 //! Throughput of the shared-memory transport (ignored tests, run by hand on
 //! a release build).
 
-use super::{net, pair, pattern};
+use super::net;
+use nccl_rs::testing::shm::{pair, pattern};
 use nccl_rs::transport::shm::{ShmNet, ShmOptions};
 use nccl_rs::transport::{RecvComm, SendComm};
 use std::time::Instant;

@@ -1,8 +1,9 @@
 //! The eager (tiny-message) path: `send_eager` / `recv_eager`, alone and
 //! mixed with requests on the same connection.
 
-use super::{irecv, isend, net, pair, pattern, poll};
+use super::net;
 use nccl_net::{NetError, RecvComm, SendComm};
+use nccl_rs::testing::shm::{irecv, isend, pair, pattern, poll};
 use nccl_rs::transport::shm::{ShmNet, ShmOptions};
 use nccl_rs::transport::NetResult;
 

@@ -3,10 +3,10 @@
 //! where it wraps; inline, single-copy and larger-than-ring messages are
 //! copied as usual.
 
-use super::{isend, pattern, poll};
+use super::net;
 use nccl_net::{NetError, Received, RecvComm, Request};
+use nccl_rs::testing::shm::{isend, pair, pattern, poll};
 use nccl_rs::transport::shm::{ShmNet, ShmOptions};
-use nccl_rs::transport::Net;
 
 fn lend(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
     // SAFETY: callers keep `buf` alive and untouched until the request is
@@ -42,10 +42,7 @@ fn lent_in_place_with_wrap_copied_otherwise() {
         ..ShmOptions::default()
     })
     .unwrap();
-    let mut l = net.listen().unwrap();
-    let mut c = net.connect(l.handle()).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let mut r = poll("accept", || l.accept()).unwrap();
+    let (mut s, mut r) = pair(&net);
     let sizes = [
         1000, 2000, 49, 4032, 48, 0, 3000, 5000, 1500, 777, 4033, 64, 2500,
     ];
@@ -95,11 +92,7 @@ fn lent_in_place_with_wrap_copied_otherwise() {
 
 #[test]
 fn lent_request_is_not_for_plain_test() {
-    let net = ShmNet::new(ShmOptions::default()).unwrap();
-    let mut l = net.listen().unwrap();
-    let mut c = net.connect(l.handle()).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let mut r = poll("accept", || l.accept()).unwrap();
+    let (mut s, mut r) = pair(&net());
     let data = pattern(1000, 1);
     let mut buf = vec![0u8; 1000];
     let rq = lend(r.as_mut(), &mut buf, 0);
@@ -112,11 +105,7 @@ fn lent_request_is_not_for_plain_test() {
 
 #[test]
 fn later_messages_wait_for_release() {
-    let net = ShmNet::new(ShmOptions::default()).unwrap();
-    let mut l = net.listen().unwrap();
-    let mut c = net.connect(l.handle()).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let mut r = poll("accept", || l.accept()).unwrap();
+    let (mut s, mut r) = pair(&net());
     let (a, b) = (pattern(1000, 2), pattern(2000, 3));
     let (mut ba, mut bb) = (vec![0u8; 1000], vec![0u8; 2000]);
     let qa = lend(r.as_mut(), &mut ba, 0);
@@ -141,10 +130,7 @@ fn direct_reduce_off_copies() {
         ..ShmOptions::default()
     })
     .unwrap();
-    let mut l = net.listen().unwrap();
-    let mut c = net.connect(l.handle()).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
-    let mut r = poll("accept", || l.accept()).unwrap();
+    let (mut s, mut r) = pair(&net);
     let data = pattern(1000, 9);
     let mut buf = vec![0u8; 1000];
     let rq = lend(r.as_mut(), &mut buf, 0);

@@ -3,7 +3,9 @@
 //! when the probe fails, and peers that go away mid-transfer. The
 //! cross-process tests ([`super::process`]) run the default (ring) path.
 
-use super::{exchange, irecv, isend, pair, pattern, poll, recv_check, ring_net, send_windowed};
+use super::{
+    exchange, irecv, isend, pair, pattern, patterns, poll, recv_check, ring_net, send_windowed,
+};
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
 use crate::transport::shm::*;
@@ -46,7 +48,7 @@ fn single_copy_send_completes_only_when_read() {
     let data = pattern(1 << 20, 11);
     // Single copy: the sender's buffer is the only copy, so the send
     // cannot complete before the receiver has read it.
-    let (mut s, mut r, _) = pair(&cma_default());
+    let (mut s, mut r) = pair(&cma_default());
     let q = isend(s.as_mut(), &data, 5);
     assert!(!completes_alone(s.as_mut(), q, 1000));
     let mut buf = vec![0u8; 1 << 20];
@@ -56,7 +58,7 @@ fn single_copy_send_completes_only_when_read() {
     assert!(buf == data);
     // Through the ring (single copy off, the default): 1 MiB fits in the 4 MiB ring, so
     // the send completes with nobody receiving.
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let q = isend(s.as_mut(), &data, 5);
     assert!(completes_alone(s.as_mut(), q, 1000));
     recv_check(r.as_mut(), &[1 << 20], 11, 5);
@@ -91,7 +93,7 @@ fn odd_sizes_in_flight_together() {
         cma_net(4 << 20, 8, 0),
         cma_net(4096, 4, 1000),
     ] {
-        let (mut s, mut r, _) = pair(&net);
+        let (mut s, mut r) = pair(&net);
         exchange(s.as_mut(), r.as_mut(), ODD_SIZES, 21);
         for (i, &n) in ODD_SIZES.iter().enumerate() {
             exchange(s.as_mut(), r.as_mut(), &[n], 40 + i as u64);
@@ -102,16 +104,12 @@ fn odd_sizes_in_flight_together() {
 #[test]
 fn many_in_flight_two_threads() {
     let net = cma_net(4096, 4, 1000);
-    let (mut s, mut r, _) = pair(&net);
+    let (mut s, mut r) = pair(&net);
     let sizes: Vec<usize> = pattern(1200, 31)
         .chunks(3)
         .map(|c| (usize::from(c[0]) << 16 | usize::from(c[1]) << 8 | usize::from(c[2])) % 300_000)
         .collect();
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 2000 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 2000);
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 4, MAX_REQUESTS));
     // Keep many receives posted as well, completing in order.
     let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
@@ -159,7 +157,7 @@ fn failed_probe_falls_back_to_the_ring() {
 
 #[test]
 fn truncated_single_copy_message() {
-    let (mut s, mut r, _) = pair(&cma_default());
+    let (mut s, mut r) = pair(&cma_default());
     let data = pattern(200_000, 1);
     let _q = isend(s.as_mut(), &data, 0);
     let mut small = vec![0u8; 100_000];
@@ -176,7 +174,7 @@ fn truncated_single_copy_message() {
 
 #[test]
 fn sender_dropped_before_the_read_gives_closed() {
-    let (mut s, mut r, _) = pair(&cma_default());
+    let (mut s, mut r) = pair(&cma_default());
     let data = pattern(1 << 20, 2);
     let _q = isend(s.as_mut(), &data, 0);
     drop(s);
@@ -190,7 +188,7 @@ fn sender_dropped_before_the_read_gives_closed() {
 
 #[test]
 fn receiver_dropped_before_the_read_gives_closed() {
-    let (mut s, r, _) = pair(&cma_default());
+    let (mut s, r) = pair(&cma_default());
     let data = pattern(1 << 20, 3);
     let q = isend(s.as_mut(), &data, 0);
     assert!(!s.test(q).unwrap());
@@ -263,7 +261,7 @@ fn messages_up_to_the_plans_limit_take_the_ring() {
     })
     .unwrap();
     for streaming_stores in [false, true] {
-        let (mut s, mut r, _) = pair(&net);
+        let (mut s, mut r) = pair(&net);
         s.hint_copy(nccl_net::CopyHint {
             single_copy: true,
             buffered_max: 64 << 10,

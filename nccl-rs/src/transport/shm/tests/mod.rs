@@ -2,19 +2,18 @@
 //! threads), and the helpers the other test modules share.
 
 use super::*;
+use crate::testing::shm::{
+    irecv, isend, pair, pattern, patterns, poll, recv_check, send_all, DEADLINE,
+};
 use nccl_net::{NetError, RecvComm, Request, SendComm, MAX_HANDLE_BYTES};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod cma;
 mod process;
 mod split;
 mod stream;
-
-pub(super) const DEADLINE: Duration = Duration::from_secs(20);
-pub(super) const CHILD_ENV: &str = "NCCL_RS_SHM_TEST_CHILD";
-pub(super) const DIR_ENV: &str = "NCCL_RS_SHM_TEST_DIR";
 
 pub(super) fn net() -> ShmNet {
     ShmNet::new(ShmOptions::default()).unwrap()
@@ -29,18 +28,6 @@ pub(super) fn ring_net() -> ShmNet {
     .unwrap()
 }
 
-/// Polls `f` until it yields, failing after [`DEADLINE`].
-pub(super) fn poll<T>(what: &str, mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<T> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = f()? {
-            return Ok(v);
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
-
 fn shm_path(name: &str) -> PathBuf {
     Path::new("/dev/shm").join(name)
 }
@@ -49,54 +36,10 @@ fn name_of(handle: &[u8]) -> String {
     handle::ShmHandle::decode(handle).unwrap().name
 }
 
-/// A connected pair over `net`; also returns the segment name.
-pub(super) fn pair(net: &ShmNet) -> (Box<dyn SendComm>, Box<dyn RecvComm>, String) {
-    let mut l = net.listen().unwrap();
-    let name = name_of(l.handle());
-    let mut c = net.connect(l.handle()).unwrap();
-    let s = poll("connect", || c.poll_connect()).unwrap();
-    let r = poll("accept", || l.accept()).unwrap();
-    (s, r, name)
-}
-
-pub(super) fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-pub(super) fn isend(s: &mut dyn SendComm, buf: &[u8], tag: u32) -> Request {
-    // SAFETY: every caller keeps `buf` alive and unmodified until the
-    // request is tested complete (or the comm is dropped).
-    poll("isend slot", || unsafe {
-        s.isend(buf.as_ptr(), buf.len(), tag, None)
-    })
-    .unwrap()
-}
-
-pub(super) fn irecv(r: &mut dyn RecvComm, buf: &mut [u8], tag: u32) -> Request {
-    // SAFETY: every caller keeps `buf` alive and untouched until the
-    // request is tested complete (or the comm is dropped).
-    poll("irecv slot", || unsafe {
-        r.irecv(buf.as_mut_ptr(), buf.len(), tag, None)
-    })
-    .unwrap()
-}
-
 /// Posts every message in `sizes` on both sides at once (as far as the
 /// request limit allows) and drives both from this thread.
 pub(super) fn exchange(s: &mut dyn SendComm, r: &mut dyn RecvComm, sizes: &[usize], seed: u64) {
-    let sends: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, seed + i as u64))
-        .collect();
+    let sends = patterns(sizes, seed);
     let mut recvs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xAA; n + 3]).collect();
     let mut sreq = Vec::new();
     let mut rreq = Vec::new();
@@ -155,28 +98,6 @@ pub(super) fn send_windowed(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32, wi
     }
     for q in pending {
         poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-    }
-}
-
-/// Sends `bufs` in order, waiting for each (any thread).
-pub(super) fn send_all(s: &mut dyn SendComm, bufs: &[Vec<u8>], tag: u32) {
-    for b in bufs {
-        let q = isend(s, b, tag);
-        poll("send", || Ok(s.test(q)?.then_some(()))).unwrap();
-    }
-}
-
-/// Receives into buffers of `sizes` and checks against `pattern(size, seed + i)`.
-pub(super) fn recv_check(r: &mut dyn RecvComm, sizes: &[usize], seed: u64, tag: u32) {
-    for (i, &n) in sizes.iter().enumerate() {
-        let mut buf = vec![0u8; n];
-        let q = irecv(r, &mut buf, tag);
-        let got = poll("recv", || r.test(q)).unwrap();
-        assert_eq!(got, n, "size of message {i}");
-        assert!(
-            buf == pattern(n, seed + i as u64),
-            "content of message {i} ({n} bytes)"
-        );
     }
 }
 
@@ -247,8 +168,8 @@ const SIZES: &[usize] = &[0, 1, 7, 48, 49, 63, 64, 65, 4095, 1 << 20, 64 << 20];
 #[test]
 fn sizes_one_at_a_time_both_directions() {
     let net = net();
-    let (mut s1, mut r1, _) = pair(&net);
-    let (mut s2, mut r2, _) = pair(&net);
+    let (mut s1, mut r1) = pair(&net);
+    let (mut s2, mut r2) = pair(&net);
     for (i, &n) in SIZES.iter().enumerate() {
         exchange(s1.as_mut(), r1.as_mut(), &[n], 10 + i as u64);
         exchange(s2.as_mut(), r2.as_mut(), &[n], 100 + i as u64);
@@ -265,12 +186,12 @@ fn many_in_flight_larger_than_ring() {
         ..ShmOptions::default()
     })
     .unwrap();
-    let (mut s, mut r, _) = pair(&net);
+    let (mut s, mut r) = pair(&net);
     let sizes = [0, 1, 7, 4095, 1 << 20, 0, 65 << 10, 48, 3 << 20, 100_000, 1];
     exchange(s.as_mut(), r.as_mut(), &sizes, 7);
     // Default ring (4 MiB): messages of more than the whole ring, in flight
     // together with small ones.
-    let (mut s, mut r, _) = pair(&self::net());
+    let (mut s, mut r) = pair(&self::net());
     exchange(
         s.as_mut(),
         r.as_mut(),
@@ -281,7 +202,7 @@ fn many_in_flight_larger_than_ring() {
 
 #[test]
 fn request_limit_and_unknown_requests() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     let bufs: Vec<Vec<u8>> = (0..MAX_REQUESTS + 1)
         .map(|i| pattern(10, i as u64))
         .collect();
@@ -329,13 +250,9 @@ pub(super) fn random_sizes(n: usize, seed: u64) -> Vec<usize> {
 
 #[test]
 fn small_ring_two_threads_random_sizes() {
-    let (mut s, mut r, _) = pair(&small_ring_net());
+    let (mut s, mut r) = pair(&small_ring_net());
     let sizes = random_sizes(1500, 99);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 1000 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 1000);
     // Keep several in flight.
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 3, 5));
     recv_check(r.as_mut(), &sizes, 1000, 3);
@@ -344,13 +261,9 @@ fn small_ring_two_threads_random_sizes() {
 
 #[test]
 fn big_stream_two_threads() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     let sizes = [64 << 20, 1, 64 << 20, 12345, 0, 5 << 20];
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 500 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 500);
     let sender = std::thread::spawn(move || send_all(s.as_mut(), &bufs, 9));
     recv_check(r.as_mut(), &sizes, 500, 9);
     sender.join().unwrap();
@@ -358,7 +271,7 @@ fn big_stream_two_threads() {
 
 #[test]
 fn tag_mismatch() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     let data = pattern(100, 1);
     let q = isend(s.as_mut(), &data, 1);
     assert!(s.test(q).unwrap());
@@ -379,7 +292,7 @@ fn tag_mismatch() {
 
 #[test]
 fn truncation() {
-    let (mut s, mut r, _) = pair(&net());
+    let (mut s, mut r) = pair(&net());
     for (len, posted) in [(100, 50), (1 << 20, (1 << 20) - 1), (49, 48)] {
         let data = pattern(len, 2);
         let q = isend(s.as_mut(), &data, 0);
@@ -390,13 +303,13 @@ fn truncation() {
             other => panic!("expected truncation, got {other:?}"),
         }
         let _ = s.test(q);
-        (s, r, _) = pair(&net());
+        (s, r) = pair(&net());
     }
 }
 
 #[test]
 fn dropped_sender_gives_closed_after_draining() {
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let data = pattern(3 << 20, 3);
     let q = isend(s.as_mut(), &data, 0);
     assert!(s.test(q).unwrap(), "3 MiB fits in the 4 MiB ring");
@@ -416,7 +329,7 @@ fn dropped_sender_gives_closed_after_draining() {
 
 #[test]
 fn dropped_receiver_gives_closed() {
-    let (mut s, r, _) = pair(&net());
+    let (mut s, r) = pair(&net());
     drop(r);
     let data = pattern(9 << 20, 4); // more than the ring: must wait for room
     let q = isend(s.as_mut(), &data, 0);

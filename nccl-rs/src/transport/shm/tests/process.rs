@@ -1,70 +1,20 @@
 //! Tests of the shared-memory transport between two processes: the test
 //! binary re-runs itself as the peer (`child_peer`). The peers read and set
 //! the crate-private `mapped` counters, so these stay unit tests; the
-//! public-API cross-process tests are in `nccl-rs/tests/shm_process.rs`.
+//! public-API cross-process tests are in `nccl-rs/tests/shm/process.rs`;
+//! the harness is [`crate::testing::peer`].
 
 use super::cma::cma_default;
-use super::{irecv, isend, pattern, poll, recv_check, CHILD_ENV, DIR_ENV};
+use super::{irecv, isend, pattern, poll, recv_check};
+use crate::testing::peer::{
+    child_mode, connect_to_parent, read_handle, start_peer, write_handle, Reap,
+};
 use crate::transport::shm::*;
 use nccl_net::{RecvComm, SendComm};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 
-fn test_dir() -> PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "nccl-rs-shm-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write_handle(path: &Path, handle: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, handle).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-fn read_handle(path: &Path, child: Option<&mut Child>) -> Vec<u8> {
-    let mut child = child;
-    poll("handle file", || {
-        if let Some(c) = child.as_deref_mut() {
-            assert!(c.try_wait().unwrap().is_none(), "peer process exited early");
-        }
-        Ok(std::fs::read(path).ok())
-    })
-    .unwrap()
-}
-
-fn spawn_child(mode: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "transport::shm::tests::process::child_peer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, mode)
-        .env(DIR_ENV, dir)
-        .spawn()
-        .unwrap()
-}
-
-/// Kills and reaps `child` when dropped (a failed assertion must not leave
-/// a peer spinning).
-struct Reap(Option<Child>);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+/// This module's peer test, as [`spawn_child`](crate::testing::peer::spawn_child) runs it.
+const CHILD_TEST: &str = "transport::shm::tests::process::child_peer";
 
 /// Messages of the "mapped" peer: `(bytes, from a shared buffer)`. The
 /// shared ones are single-copy frames the receiver maps (one split, at
@@ -126,14 +76,10 @@ fn send_mapped(s: &mut dyn SendComm) {
 /// The peer process. A no-op unless run by one of the tests below.
 #[test]
 fn child_peer() {
-    let Ok(mode) = std::env::var(CHILD_ENV) else {
+    let Some((mode, dir)) = child_mode() else {
         return;
     };
-    let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let net = cma_default();
-    let h = read_handle(&dir.join("parent.handle"), None);
-    let mut c = net.connect(&h).unwrap();
-    let mut s = poll("connect", || c.poll_connect()).unwrap();
+    let mut s = connect_to_parent(&cma_default(), &dir);
     match mode.as_str() {
         "mapped" => {
             // The parent has accepted (so probed single copy) once this
@@ -149,22 +95,12 @@ fn child_peer() {
     }
 }
 
-/// Listens, starts the peer process in `mode` and accepts its connection:
-/// the test's directory, the transport, the peer and the receiving comm.
-fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
-    let dir = test_dir();
+/// Listens over [`cma_default`], starts the peer process in `mode` and
+/// accepts its connection: the test's directory, the transport, the peer
+/// and the receiving comm.
+fn start(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
     let net = cma_default();
-    let mut l = net.listen().unwrap();
-    write_handle(&dir.join("parent.handle"), l.handle());
-    let mut child = Reap(Some(spawn_child(mode, &dir)));
-    let r = poll("accept", || {
-        assert!(
-            child.0.as_mut().unwrap().try_wait().unwrap().is_none(),
-            "peer exited early"
-        );
-        l.accept()
-    })
-    .unwrap();
+    let (dir, child, r) = start_peer(&net, CHILD_TEST, mode);
     (dir, net, child, r)
 }
 
@@ -173,15 +109,14 @@ fn start_peer(mode: &str) -> (PathBuf, ShmNet, Reap, Box<dyn RecvComm>) {
 fn receive_mapped(refuse_mapping: bool) -> usize {
     use crate::transport::shm::mapped::{MAPPED_FRAMES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
-    let (dir, _net, mut child, mut r) = start_peer("mapped");
+    let (dir, _net, mut child, mut r) = start("mapped");
     write_handle(&dir.join("go"), b"go");
     let before = MAPPED_FRAMES.with(|n| n.get());
     for (i, &(n, _)) in MAPPED_MSGS.iter().enumerate() {
         recv_check(r.as_mut(), &[n], 60 + i as u64, 3);
     }
     let mapped = MAPPED_FRAMES.with(|n| n.get()) - before;
-    let status = child.0.take().unwrap().wait().unwrap();
-    assert!(status.success(), "peer failed: {status}");
+    child.wait_success();
     let _ = std::fs::remove_dir_all(&dir);
     REFUSE_MAPPING.with(|r| r.set(false));
     mapped
@@ -227,7 +162,7 @@ fn receive_from_writer(refuse_mapping: bool) -> usize {
     } else {
         "writer"
     };
-    let (dir, _net, mut child, mut r) = start_peer(mode);
+    let (dir, _net, mut child, mut r) = start(mode);
     write_handle(&dir.join("go"), b"go");
     for (i, &n) in WRITER_SIZES.iter().enumerate() {
         let want = pattern(n, 80 + i as u64);
@@ -258,8 +193,7 @@ fn receive_from_writer(refuse_mapping: bool) -> usize {
             "message {i} of {n} bytes"
         );
     }
-    let status = child.0.take().unwrap().wait().unwrap();
-    assert!(status.success(), "peer failed: {status}");
+    child.wait_success();
     let writes = std::fs::read_to_string(dir.join("writes")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     writes.parse().unwrap()

@@ -3,7 +3,7 @@
 //! idle, a receiver that goes away stops it from writing, and odd sizes
 //! arrive exact with both ends running.
 
-use super::{irecv, isend, pair, pattern, poll, send_windowed};
+use super::{irecv, isend, pair, pattern, patterns, poll, send_windowed};
 use crate::transport::shm::cma::CmaOpts;
 use crate::transport::shm::connect::{ShmConnector, ShmListener};
 use crate::transport::shm::segment::Geometry;
@@ -37,7 +37,7 @@ fn first_run(len: usize) -> usize {
 fn an_idle_sender_copies_the_back_of_the_message() {
     let len = (4 << 20) + 4097;
     let data = pattern(len, 5);
-    let (mut s, mut r, _) = pair(&cma_net());
+    let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(IDLE);
     let q = isend(s.as_mut(), &data, 3);
     let mut buf = vec![0u8; len];
@@ -62,7 +62,7 @@ fn idle_sender_into_shared(len: usize, refuse_mapping: bool) -> usize {
     use crate::transport::shm::mapped::{MAPPED_WRITES, REFUSE_MAPPING};
     REFUSE_MAPPING.with(|r| r.set(refuse_mapping));
     let data = pattern(len, 8);
-    let (mut s, mut r, _) = pair(&cma_net());
+    let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(IDLE);
     let before = MAPPED_WRITES.with(|n| n.get());
     let q = isend(s.as_mut(), &data, 3);
@@ -97,7 +97,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
     let data = pattern(len, 6);
     // Single copy, but the sender has other work: the receiver copies all
     // of it in one poll.
-    let (mut s, mut r, _) = pair(&cma_net());
+    let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(CopyHint {
         single_copy: true,
         sender_idle: false,
@@ -139,7 +139,7 @@ fn a_busy_sender_leaves_the_copy_to_the_receiver() {
 fn a_receiver_going_away_withdraws_its_offer() {
     let len = 2 << 20;
     let data = pattern(len, 7);
-    let (mut s, mut r, _) = pair(&cma_net());
+    let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(IDLE);
     let q = isend(s.as_mut(), &data, 0);
     let mut buf = vec![0u8; len];
@@ -170,12 +170,8 @@ fn odd_sizes_with_both_ends_running() {
         (9 << 20) + 1,
     ]
     .repeat(3);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 300 + i as u64))
-        .collect();
-    let (mut s, mut r, _) = pair(&cma_net());
+    let bufs = patterns(&sizes, 300);
+    let (mut s, mut r) = pair(&cma_net());
     s.hint_copy(IDLE);
     let sender = std::thread::spawn(move || send_windowed(s.as_mut(), &bufs, 9, 4));
     for (i, &n) in sizes.iter().enumerate() {

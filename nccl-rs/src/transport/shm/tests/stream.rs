@@ -5,7 +5,8 @@
 //! ring's traffic has not shown it near lately.
 
 use super::{
-    irecv, isend, pair, pattern, poll, random_sizes, ring_net, send_windowed, small_ring_net,
+    irecv, isend, pair, pattern, patterns, poll, random_sizes, ring_net, send_windowed,
+    small_ring_net,
 };
 use crate::transport::shm::recv::STREAMED;
 use nccl_net::{CopyHint, RecvComm, RecvHint, SendComm};
@@ -49,7 +50,7 @@ fn send_recv(
 
 #[test]
 fn receives_inside_the_hinted_range_stream_and_stay_exact() {
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let mut out = vec![GUARD; 200_000];
     r.hint_recv(hint(&out, 150_000));
     // (offset, length, streamed): odd offsets and lengths; a 40-byte
@@ -85,13 +86,9 @@ fn receives_inside_the_hinted_range_stream_and_stay_exact() {
 #[test]
 fn streamed_receives_on_a_wrapping_ring_stay_exact() {
     // The copies come in pieces of every alignment.
-    let (mut s, mut r, _) = pair(&small_ring_net());
+    let (mut s, mut r) = pair(&small_ring_net());
     let sizes = random_sizes(100, 7);
-    let bufs: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| pattern(n, 300 + i as u64))
-        .collect();
+    let bufs = patterns(&sizes, 300);
     let total: usize = sizes.iter().map(|n| n + 3).sum();
     let mut out = vec![GUARD; total];
     r.hint_recv(hint(&out, total));
@@ -113,7 +110,7 @@ fn streamed_receives_on_a_wrapping_ring_stay_exact() {
 #[test]
 fn a_message_read_from_the_senders_shared_memory_streams_too() {
     let len = (2 << 20) + 77;
-    let (mut s, mut r, _) = pair(&super::cma::cma_default());
+    let (mut s, mut r) = pair(&super::cma::cma_default());
     let mut shared = crate::ShmBuffer::<u8>::zeroed(len + 4096).unwrap();
     let msg = pattern(len, 12);
     shared[4096..].copy_from_slice(&msg);
@@ -152,7 +149,7 @@ fn sent_streamed(
 
 #[test]
 fn sends_to_a_receiver_apart_stream_into_the_ring_and_stay_exact() {
-    let (mut s, mut r, _) = pair(&ring_net());
+    let (mut s, mut r) = pair(&ring_net());
     let apart = CopyHint {
         streaming_stores: true,
         ..CopyHint::default()
