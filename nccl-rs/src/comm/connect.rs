@@ -37,6 +37,26 @@ pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> 
     Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
 }
 
+/// The ranks (bit `r` for rank `r`, ranks 0-63) on this host bound to the
+/// same single CPU as this rank (`local[r]`: rank `r` shares this host).
+pub(crate) fn sharing_cpu(boot: &mut Bootstrap, rank: usize, local: &[bool]) -> Result<u64> {
+    let me = crate::transport::shm::bound_cpu().map_or(u32::MAX, |c| c);
+    let all = boot
+        .all_gather(&me.to_le_bytes())
+        .map_err(|source| Error::Bootstrap { rank, source })?;
+    let mut mask = 0u64;
+    for (r, b) in all.iter().enumerate().take(64) {
+        let theirs = b
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes);
+        if r != rank && local.get(r) == Some(&true) && me != u32::MAX && theirs == Some(me) {
+            mask |= 1 << r;
+        }
+    }
+    Ok(mask)
+}
+
 /// Exchanges every rank's topology facts; `single_copy` stays set only if
 /// it is set on every rank and all ranks' facts are equal (so that all
 /// ranks cut all-to-all messages alike, and a broadcast root sends

@@ -15,6 +15,7 @@ use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{Call, CallBufs, Engine, Hints, OpLabel, Region, SendStaging};
 use crate::error::{Error, Result};
+use crate::plan::call::Shaped;
 use crate::plan::call::{self, placement_matters, plan_call};
 use crate::plan::{
     CallFacts, CallPlan, Choice, Coll, Placement, PlacementSource, Planner, SchedFacts, Shape,
@@ -52,7 +53,7 @@ pub(crate) struct Core {
     /// Calls whose plan depended on placement, and the last verdict.
     placement_calls: u64,
     last_placement: Placement,
-    cache: VecDeque<(CacheKey, Arc<Schedule>, SchedFacts)>,
+    cache: VecDeque<(CacheKey, Arc<Schedule>, Shaped)>,
     /// The zero-copy path, where every rank shares this host over shared
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
@@ -111,9 +112,11 @@ impl Core {
     }
 
     /// The schedule of `coll` in `shape` and what it does (see [`cached`]).
-    fn cached(&mut self, coll: Coll, dtype: DataType, shape: Shape) -> (Arc<Schedule>, SchedFacts) {
+    fn cached(&mut self, coll: Coll, dtype: DataType, shape: Shape) -> (Arc<Schedule>, Shaped) {
         let (n, r) = (self.nranks, self.rank);
-        cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape)
+        let (shaped, _) = cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
+        let sched = self.cache.back().expect("just cached").1.clone();
+        (sched, shaped)
     }
 
     /// Names the algorithm of `coll` at INFO the first time this
@@ -157,7 +160,10 @@ impl Core {
             exact_in_place: input.ptr.cast_const() == output.ptr.cast_const()
                 && input.len == output.len
                 && input.len % self.nranks.max(1) == 0,
-            input_heap: input.len > 0 && heap(input),
+            // Asked only where it can matter (staging needs single copy on
+            // every peer): the lookups are not free.
+            input_heap: coll.is_some_and(|c| call::may_stage(&self.topo, c, input.len))
+                && heap(input),
             sends_mapped: false,
         }
     }
@@ -208,31 +214,45 @@ impl Core {
         }
         let facts = self.facts(Some(coll), dtype, &bufs);
         let placement = self.placement_for(&facts, tag, label)?;
-        let plan = {
-            let Core {
-                cache,
-                planner,
-                topo,
-                nranks,
-                rank,
-                ..
-            } = self;
-            let at = (*nranks, *rank);
-            let mut sched_facts = |shape| cached(cache, planner, at, coll, dtype, shape).1;
-            plan_call(planner, topo, &facts, placement, &mut sched_facts)
-        };
-        tracing::trace!(
-            rank = self.rank,
-            ?placement,
-            ?plan,
-            "plan of {}",
-            label.call()
-        );
-        self.log_choice(coll, plan.algo);
-        let (sched, _) = self.cached(coll, dtype, plan.shape);
-        let bufs = self.stage(plan.staging, bufs);
+        let (n, r) = (self.nranks, self.rank);
+        let mut fresh = false;
+        let plan = plan_call(&self.planner, &self.topo, &facts, placement, &mut |shape| {
+            let (shaped, missed) =
+                cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
+            fresh |= missed;
+            shaped
+        });
+        if fresh {
+            // A new shape: name its algorithm (once per communicator).
+            self.log_choice(coll, plan.algo);
+            tracing::trace!(
+                rank = self.rank,
+                ?placement,
+                ?plan,
+                "plan of {}",
+                label.call()
+            );
+        }
+        // The plan's shape was the last one asked for: its entry is at the
+        // back. Run straight from it, moved out and back (cloning the `Arc`
+        // would count a reference per call).
+        let key = (coll, dtype, plan.shape);
+        if self.cache.back().is_none_or(|e| e.0 != key) {
+            cached(
+                &mut self.cache,
+                &self.planner,
+                (n, r),
+                coll,
+                dtype,
+                plan.shape,
+            );
+        }
+        let entry = self.cache.pop_back().expect("just cached");
+        let bufs = self.stage(plan.staging, plan.staging_plain_for, bufs);
         let hints = hints_of(&plan, &bufs);
-        self.execute(&sched, dtype, op, tag, label, bufs, hints)
+        let res = self.execute(&entry.1, dtype, op, tag, label, bufs, hints);
+        self.cache.push_back(entry);
+        res
     }
 
     /// Plans and runs a group of sends and receives.
@@ -247,13 +267,16 @@ impl Core {
             };
             r.is_some_and(|r| r.len > 0 && crate::hostmem::locate(r.ptr, r.len).is_some())
         });
-        let sf = SchedFacts::of(sched);
+        let shaped = Shaped {
+            facts: SchedFacts::of(sched),
+            algo: Choice::RING,
+        };
         let plan = plan_call(
             &self.planner,
             &self.topo,
             &facts,
             self.last_placement,
-            &mut |_| sf,
+            &mut |_| shaped,
         );
         let hints = hints_of(&plan, &bufs);
         self.execute(
@@ -345,17 +368,18 @@ impl Core {
     }
 }
 
-/// The schedule of `coll` in `shape` for rank `at.1` of `at.0`, and what
-/// it does, from `cache` (planned if absent; the least recently used entry
-/// leaves a full cache).
+/// What the schedule of `coll` in `shape` for rank `at.1` of `at.0` does,
+/// and whether it was planned just now; its entry is left at the back of
+/// `cache` (planned if absent; the least recently used entry leaves a full
+/// cache).
 fn cached(
-    cache: &mut VecDeque<(CacheKey, Arc<Schedule>, SchedFacts)>,
+    cache: &mut VecDeque<(CacheKey, Arc<Schedule>, Shaped)>,
     planner: &Planner,
     at: (usize, usize),
     coll: Coll,
     dtype: DataType,
     shape: Shape,
-) -> (Arc<Schedule>, SchedFacts) {
+) -> (Shaped, bool) {
     let key = (coll, dtype, shape);
     // Usually the last entry: a loop repeats its call.
     if let Some(i) = cache.iter().rposition(|(k, ..)| *k == key) {
@@ -363,16 +387,16 @@ fn cached(
             let entry = cache.remove(i).expect("found");
             cache.push_back(entry);
         }
-        let (_, sched, facts) = cache.back().expect("just there");
-        return (sched.clone(), *facts);
+        let (.., shaped) = cache.back().expect("just there");
+        return (*shaped, false);
     }
     let sched = Arc::new(call::schedule_of(planner, coll, shape, at.0, at.1, dtype));
-    let facts = SchedFacts::of(&sched);
+    let shaped = Shaped::of(planner, coll, shape, at.0, dtype, &sched);
     if cache.len() >= CACHED_SCHEDULES {
         cache.pop_front();
     }
-    cache.push_back((key, sched.clone(), facts));
-    (sched, facts)
+    cache.push_back((key, sched, shaped));
+    (shaped, true)
 }
 
 /// The transports' hints of a plan, for a call on `bufs`.

@@ -127,6 +127,8 @@ impl Communicator {
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
         let local = connect::colocated(&mut boot, rank)?;
+        let sharing_cpu = connect::sharing_cpu(&mut boot, rank, &local)?;
+        tracing::debug!(rank, sharing_cpu, "ranks bound to this rank's CPU");
         let local_ranks = local.iter().filter(|&&l| l).count();
         let cpus = crate::transport::shm::online_cpus();
         // Every rank on this host, more of them than CPUs: smaller staging
@@ -178,6 +180,7 @@ impl Communicator {
                 .shm_stream_bytes
                 .unwrap_or_else(crate::reduce::stream_output_min),
             chunk_bytes: slot_bytes,
+            sharing_cpu,
             // Without a measurement, ranks on their own CPUs of one host
             // share its last-level cache (one socket); ranks sharing CPUs
             // have no placement to follow.

@@ -30,7 +30,14 @@ fn staged_ranges(
 impl Core {
     /// Copies the input into staging as `staging` says and returns the
     /// buffers the call runs on (its input then the staged copy).
-    pub(super) fn stage(&mut self, staging: Staging, mut bufs: CallBufs) -> CallBufs {
+    /// Blocks whose reader's bit is set in `plain_for` go with plain
+    /// stores, one by one.
+    pub(super) fn stage(
+        &mut self,
+        staging: Staging,
+        plain_for: u64,
+        mut bufs: CallBufs,
+    ) -> CallBufs {
         let (others, own_to_output, stores) = match staging {
             Staging::None => return bufs,
             Staging::Input(s) => (false, false, s),
@@ -40,7 +47,18 @@ impl Core {
         let (input, output) = (bufs.input, bufs.output);
         let stream = stores == Stores::Streaming;
         let copy = Region::new(self.staging.ensure(input.len), input.len);
-        for (start, end) in staged_ranges(self.nranks, self.rank, input.len, others) {
+        let block = input.len / self.nranks.max(1);
+        // Block by block where some readers take theirs with plain stores.
+        let (n, rank) = (self.nranks, self.rank);
+        let per_block = others && plain_for != 0;
+        let blocks = (0..n)
+            .filter(move |&b| per_block && b != rank)
+            .map(move |b| (b * block, (b + 1) * block));
+        let parts = staged_ranges(n, rank, input.len, others).filter(move |_| !per_block);
+        for (start, end) in blocks.chain(parts) {
+            let reader = start / block.max(1);
+            let plain = per_block && reader < 64 && plain_for & (1 << reader) != 0;
+            let stream = stream && !plain;
             // `wrapping_add` keeps these free of unsafe; `start <= end <=
             // input.len` by construction.
             let part = |r: Region| Region::new(r.ptr.wrapping_add(start), end - start);
@@ -51,7 +69,6 @@ impl Core {
             unsafe { copy_region(part(input), part(copy), stream) };
         }
         if own_to_output {
-            let block = input.len / self.nranks.max(1);
             let own = |r: Region| Region::new(r.ptr.wrapping_add(self.rank * block), block);
             // SAFETY: the plan stages this way only an input that does not
             // overlap the output, of the output's length; the own block lies

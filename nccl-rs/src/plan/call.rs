@@ -62,9 +62,6 @@ pub(crate) const APART_RING_MAX_BYTES: usize = 64 << 10;
 /// go single copy only above this size (below, the ring's copies cost the
 /// shared core less than a system call per message).
 pub(crate) const OVERSUBSCRIBED_MIN_BYTES: usize = 64 << 10;
-/// With more local ranks than CPUs, staging copies of at least this size
-/// stream (the core switches between ranks; no copy stays in its cache).
-pub(crate) const OVERSUBSCRIBED_STREAM_MIN_BYTES: usize = 2 << 20;
 /// Largest all-to-all input copied into shared staging: a bound on the
 /// staging memory a communicator keeps.
 pub(crate) const STAGED_ALL_TO_ALL_MAX_BYTES: usize = 256 << 20;
@@ -156,6 +153,9 @@ pub(crate) struct Topology {
     pub(crate) chunk_bytes: usize,
     /// The placement to assume when none is measured.
     pub(crate) placement: Placement,
+    /// The peers bound to this rank's own CPU (bit `r` for rank `r`, ranks
+    /// 0-63): they read what it writes from its caches.
+    pub(crate) sharing_cpu: u64,
 }
 
 impl Topology {
@@ -239,6 +239,36 @@ impl SchedFacts {
             }
         }
         any
+    }
+}
+
+/// A schedule of one shape, as the plan sees it: what it does and which
+/// algorithm it is (the caller caches both with the schedule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shaped {
+    pub(crate) facts: SchedFacts,
+    pub(crate) algo: Choice,
+}
+
+impl Shaped {
+    /// The schedule `sched` of `coll` in `shape` over `nranks`.
+    pub(crate) fn of(
+        planner: &Planner,
+        coll: Coll,
+        shape: Shape,
+        nranks: usize,
+        dtype: DataType,
+        sched: &Schedule,
+    ) -> Shaped {
+        let algo = match shape {
+            Shape::Chunked(_) => planner.choice(coll, nranks, dtype),
+            Shape::DirectAllGather => Choice::DIRECT,
+            Shape::InPlaceAllToAll(_) => Choice::PAIRWISE,
+        };
+        Shaped {
+            facts: SchedFacts::of(sched),
+            algo,
+        }
     }
 }
 
@@ -333,7 +363,25 @@ pub(crate) struct CallPlan {
     /// The schedule's shape, with its chunking.
     pub(crate) shape: Shape,
     pub(crate) staging: Staging,
+    /// Readers (bit `r` for rank `r`) whose staged blocks are copied with
+    /// plain stores whatever `staging` says: they run on this rank's CPU
+    /// and read the block from its cache.
+    pub(crate) staging_plain_for: u64,
     pub(crate) messages: Messages,
+}
+
+/// Whether the plan of a `coll` with `in_bytes` of input may stage it (and
+/// so needs to know whether the input is plain heap memory: the caller
+/// skips that lookup where it cannot matter).
+pub(crate) fn may_stage(topo: &Topology, coll: Coll, in_bytes: usize) -> bool {
+    let staged_all_to_all = topo.oversubscribed || in_bytes >= topo.stream_from;
+    topo.single_copy
+        && in_bytes > 0
+        && match coll {
+            Coll::AllGather { .. } => topo.oversubscribed,
+            Coll::AllToAll { .. } => staged_all_to_all,
+            _ => false,
+        }
 }
 
 /// Whether the plan of `call` depends on where the peer's CPU is, and if
@@ -421,12 +469,12 @@ impl Rules<'_> {
             && self.whole_blocks(bytes)
     }
 
-    /// Staging copies of `bytes` stream.
+    /// Staging copies of `bytes` stream from the streaming size, and always
+    /// with more local ranks than CPUs: there the readers, on other cores,
+    /// hold the last call's lines of the staging buffer, and a plain store
+    /// waits for each to come back.
     fn staging_stores(&self, bytes: usize) -> Stores {
-        let stream = match self.topo.oversubscribed {
-            true => bytes >= OVERSUBSCRIBED_STREAM_MIN_BYTES,
-            false => bytes >= self.topo.stream_from,
-        };
+        let stream = self.topo.oversubscribed || bytes >= self.topo.stream_from;
         if stream {
             Stores::Streaming
         } else {
@@ -435,26 +483,27 @@ impl Rules<'_> {
     }
 }
 
-/// The plan of a collective (see the module docs). `facts` says what the
+/// The plan of a collective (see the module docs). `shaped` says what the
 /// schedule of a shape does (the caller caches schedules).
 pub(crate) fn plan_call(
     planner: &Planner,
     topo: &Topology,
     call: &CallFacts,
     placement: Placement,
-    facts: &mut dyn FnMut(Shape) -> SchedFacts,
+    shaped: &mut dyn FnMut(Shape) -> Shaped,
 ) -> CallPlan {
     let rules = Rules { topo, placement };
     let n = topo.nranks;
     let bytes = call.out_bytes;
     let chunk = (topo.chunk_bytes / call.dtype.size()).max(1);
     let Some(coll) = call.coll else {
-        let messages = group_messages(topo, call, placement, facts(Shape::Chunked(chunk)));
+        let messages = group_messages(topo, call, placement, shaped(Shape::Chunked(chunk)).facts);
         return CallPlan {
             algo: Choice::RING,
             channels: 1,
             shape: Shape::Chunked(chunk),
             staging: Staging::None,
+            staging_plain_for: 0,
             messages,
         };
     };
@@ -467,7 +516,7 @@ pub(crate) fn plan_call(
                 && rules.all_gather(bytes)
                 && call.input_heap =>
         {
-            Staging::Input(Stores::Plain)
+            Staging::Input(rules.staging_stores(call.in_bytes))
         }
         Coll::AllToAll { .. } if call.in_bytes > 0 => {
             let stores = rules.staging_stores(call.in_bytes);
@@ -489,10 +538,11 @@ pub(crate) fn plan_call(
     };
     // The schedule's shape: one message per peer where it goes single
     // copy (each chunk would cost a handshake), else the planner's chunks.
-    let direct_ok = planner.allows_direct(coll);
     let mut shape = match coll {
         Coll::AllToAll { count } if rules.whole_blocks(bytes) => Shape::Chunked(count.max(1)),
-        Coll::AllGather { .. } if rules.all_gather(bytes) && direct_ok => Shape::DirectAllGather,
+        Coll::AllGather { .. } if rules.all_gather(bytes) && planner.allows_direct(coll) => {
+            Shape::DirectAllGather
+        }
         Coll::Broadcast { count, .. } if rules.broadcast() => Shape::Chunked(count.max(1)),
         Coll::Broadcast { .. } if topo.sockets => {
             Shape::Chunked((SOCKET_BROADCAST_CHUNK_BYTES / call.dtype.size()).max(1))
@@ -504,12 +554,7 @@ pub(crate) fn plan_call(
     {
         shape = Shape::InPlaceAllToAll(c);
     }
-    let algo = match shape {
-        Shape::Chunked(_) => planner.choice(coll, n, call.dtype),
-        Shape::DirectAllGather => Choice::DIRECT,
-        Shape::InPlaceAllToAll(_) => Choice::PAIRWISE,
-    };
-    let sched = facts(shape);
+    let Shaped { facts: sched, algo } = shaped(shape);
     // How its messages move.
     let single_copy = match coll {
         Coll::AllToAll { .. } => rules.all_to_all(bytes),
@@ -533,11 +578,19 @@ pub(crate) fn plan_call(
         true => Stores::Streaming,
         false => Stores::Plain,
     };
+    // Per-block staging (an all-to-all's blocks have one reader each):
+    // readers on this rank's own CPU take theirs from its cache.
+    let staging_plain_for = match staging {
+        Staging::OtherBlocks(Stores::Streaming)
+        | Staging::OtherBlocksOwnToOutput(Stores::Streaming) => topo.sharing_cpu,
+        _ => 0,
+    };
     CallPlan {
         algo,
         channels: 1,
         shape,
         staging,
+        staging_plain_for,
         messages,
     }
 }

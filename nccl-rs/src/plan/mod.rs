@@ -71,6 +71,35 @@ impl Coll {
         }
     }
 
+    /// How many kinds of collective there are.
+    pub(crate) const KINDS: usize = 8;
+
+    /// One collective of each kind.
+    const ALL: [Coll; Coll::KINDS] = [
+        Coll::AllReduce { count: 0 },
+        Coll::ReduceScatter { recv_count: 0 },
+        Coll::AllGather { send_count: 0 },
+        Coll::Broadcast { count: 0, root: 0 },
+        Coll::Reduce { count: 0, root: 0 },
+        Coll::AllToAll { count: 0 },
+        Coll::Gather { count: 0, root: 0 },
+        Coll::Scatter { count: 0, root: 0 },
+    ];
+
+    /// The collective's kind, as an index below [`Coll::KINDS`].
+    pub(crate) fn index(&self) -> usize {
+        match self {
+            Coll::AllReduce { .. } => 0,
+            Coll::ReduceScatter { .. } => 1,
+            Coll::AllGather { .. } => 2,
+            Coll::Broadcast { .. } => 3,
+            Coll::Reduce { .. } => 4,
+            Coll::AllToAll { .. } => 5,
+            Coll::Gather { .. } => 6,
+            Coll::Scatter { .. } => 7,
+        }
+    }
+
     /// Whether the collective combines data with a reduction operator.
     pub(crate) fn reduces(&self) -> bool {
         matches!(
@@ -192,18 +221,26 @@ pub(crate) struct Planner {
     algos: Rules<Algo>,
     /// Allowed protocols per collective, from `NCCL_PROTO`.
     protos: Rules<Proto>,
+    /// Whether the direct path is allowed, per collective (by
+    /// [`Coll::index`]): asked on every call, so worked out once.
+    direct: [bool; Coll::KINDS],
 }
 
 impl Planner {
     pub(crate) fn new(transport: &str, algo: Option<&str>, proto: Option<&str>) -> Result<Planner> {
-        Ok(Planner {
+        let mut p = Planner {
             model: Model::for_transport(transport),
             algos: algo.map(spec::algo_rules).transpose()?.unwrap_or_default(),
             protos: proto
                 .map(spec::proto_rules)
                 .transpose()?
                 .unwrap_or_default(),
-        })
+            direct: [false; Coll::KINDS],
+        };
+        for coll in Coll::ALL {
+            p.direct[coll.index()] = p.allowed(coll).contains(&Algo::Direct);
+        }
+        Ok(p)
     }
 
     fn allowed(&self, coll: Coll) -> Vec<Algo> {
@@ -245,7 +282,7 @@ impl Planner {
 
     /// Whether `NCCL_ALGO` and `NCCL_PROTO` allow `coll` the direct path.
     pub(crate) fn allows_direct(&self, coll: Coll) -> bool {
-        self.allowed(coll).contains(&Algo::Direct)
+        self.direct[coll.index()]
     }
 
     /// Whether an all-gather or reduce-scatter moving `bytes` (output of an
@@ -259,7 +296,7 @@ impl Planner {
             Coll::Broadcast { .. } => DIRECT_BROADCAST_MAX_BYTES,
             _ => 0,
         };
-        n >= 3 && bytes <= max && self.allowed(coll).contains(&Algo::Direct)
+        n >= 3 && bytes <= max && self.allows_direct(coll)
     }
 
     /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the

@@ -22,6 +22,7 @@ fn pair() -> Topology {
         stream_from: STREAM,
         chunk_bytes: CHUNK,
         placement: Placement::Near,
+        sharing_cpu: 0,
     }
 }
 
@@ -102,17 +103,21 @@ fn plan(t: &Topology, c: &CallFacts, p: Placement) -> CallPlan {
 
 fn plan_with(planner: &Planner, t: &Topology, c: &CallFacts, p: Placement) -> CallPlan {
     let coll = c.coll;
-    let mut facts = |shape| match coll {
-        Some(coll) => SchedFacts::of(&schedule_of(
-            planner, coll, shape, t.nranks, t.rank, c.dtype,
-        )),
-        None => SchedFacts {
-            receives: true,
-            one_message_per_peer: true,
-            ..SchedFacts::default()
+    let mut shaped = |shape| match coll {
+        Some(coll) => {
+            let sched = schedule_of(planner, coll, shape, t.nranks, t.rank, c.dtype);
+            Shaped::of(planner, coll, shape, t.nranks, c.dtype, &sched)
+        }
+        None => Shaped {
+            facts: SchedFacts {
+                receives: true,
+                one_message_per_peer: true,
+                ..SchedFacts::default()
+            },
+            algo: Choice::RING,
         },
     };
-    plan_call(planner, t, c, p, &mut facts)
+    plan_call(planner, t, c, p, &mut shaped)
 }
 
 /// What a row checks: the shape's kind, the staging, and the messages.
@@ -221,11 +226,12 @@ fn more_local_ranks_than_cpus() {
     let table = [
         // All-to-all above 64 KiB: whole blocks from shared staging.
         (all_to_all(&t, 64 * KIB), expect("chunked", none, false)),
-        (all_to_all(&t, MIB), expect("in place", Staging::OtherBlocksOwnToOutput(PLAIN), true)),
+        (all_to_all(&t, MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
         (all_to_all(&t, 4 * MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
         // All-gather above 64 KiB: one hop from shared staging.
         (all_gather(&t, 64 * KIB), expect("chunked", none, false)),
-        (all_gather(&t, MIB), expect("one hop", Staging::Input(PLAIN), true)),
+        (all_gather(&t, MIB), expect("one hop", Staging::Input(STREAMED), true)),
+        (all_gather(&t, 16 * MIB), expect("one hop", Staging::Input(STREAMED), true).streams_output()),
         // Nothing else goes single copy.
         (broadcast(MIB), expect("chunked", none, false)),
         (all_reduce(MIB), expect("chunked", none, false)),
@@ -429,4 +435,39 @@ fn own_copies_stream_from_the_streaming_size() {
         let got = plan(&t, &all_reduce(bytes), NEAR);
         assert_eq!(got.messages.copy_stores, want, "{bytes}");
     }
+}
+
+#[test]
+fn the_heap_lookup_is_asked_only_where_staging_can_follow() {
+    let (p, c) = (pair(), crowded());
+    let ag = Coll::AllGather { send_count: 1 };
+    let a2a = Coll::AllToAll { count: 1 };
+    assert!(
+        !may_stage(&p, ag, MIB),
+        "two ranks never stage an all-gather"
+    );
+    assert!(may_stage(&c, ag, MIB));
+    assert!(!may_stage(&p, a2a, MIB) && may_stage(&p, a2a, STREAM));
+    assert!(may_stage(&c, a2a, KIB));
+    assert!(!may_stage(&c, a2a, 0));
+    assert!(!may_stage(&hosts(), a2a, STREAM));
+    assert!(!may_stage(&c, Coll::Broadcast { count: 1, root: 0 }, MIB));
+}
+
+#[test]
+fn readers_on_the_same_cpu_take_plain_staged_blocks() {
+    // Rank 0 of four on two CPUs shares its CPU with rank 2.
+    let t = Topology {
+        sharing_cpu: 1 << 2,
+        ..crowded()
+    };
+    let got = plan(&t, &all_to_all(&t, MIB), UNKNOWN);
+    assert_eq!(got.staging, Staging::OtherBlocksOwnToOutput(STREAMED));
+    assert_eq!(got.staging_plain_for, 1 << 2);
+    // One copy that every reader takes: streamed for all.
+    let ag = plan(&t, &all_gather(&t, MIB), UNKNOWN);
+    assert_eq!(
+        (ag.staging, ag.staging_plain_for),
+        (Staging::Input(STREAMED), 0)
+    );
 }

@@ -300,3 +300,24 @@ pub(crate) fn online_cpus() -> usize {
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
+
+/// The one CPU this process may run on, where it is bound to exactly one
+/// (a launcher's `--bind core`); `None` otherwise.
+pub(crate) fn bound_cpu() -> Option<u32> {
+    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live `cpu_set_t` of the size passed, for the call
+    // to fill; pid 0 is this thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return None;
+    }
+    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| {
+        // SAFETY: `c` is below `CPU_SETSIZE`, the set's capacity.
+        unsafe { libc::CPU_ISSET(c, &set) }
+    });
+    match (cpus.next(), cpus.next()) {
+        (Some(c), None) => u32::try_from(c).ok(),
+        _ => None,
+    }
+}
