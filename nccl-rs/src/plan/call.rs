@@ -388,22 +388,24 @@ pub(crate) fn may_stage(topo: &Topology, coll: Coll, in_bytes: usize) -> bool {
 
 /// Whether the plan of `call` depends on where the peer's CPU is, and if
 /// so whether this call measures it (`Some(true)`) or reuses the last
-/// verdict (`Some(false)`); `seq` counts such calls from 0, alike on both
-/// ranks.
+/// verdict (`Some(false)`); `seq` counts such calls from 0. Both ranks
+/// measure together, so this reads only what every rank of the call has
+/// alike: the collective and its size, never one rank's buffers.
 pub(crate) fn placement_matters(topo: &Topology, call: &CallFacts, seq: u64) -> Option<bool> {
     if !(topo.single_copy && topo.pair() && !topo.oversubscribed) {
         return None;
     }
     let coll = call.coll?;
+    let bytes = coll.bytes(topo.nranks, call.dtype);
     let shapes = matches!(
         coll,
         Coll::AllGather { .. } | Coll::AllReduce { .. } | Coll::AllToAll { .. }
     );
-    if shapes && call.out_bytes >= topo.stream_from {
+    if shapes && bytes >= topo.stream_from {
         // The shape itself depends on it: every call measures.
         return Some(true);
     }
-    (call.out_bytes >= PLACEMENT_MIN_BYTES).then_some(seq % PLACEMENT_EVERY == 0)
+    (bytes >= PLACEMENT_MIN_BYTES).then_some(seq % PLACEMENT_EVERY == 0)
 }
 
 /// The single-copy rules of a call of `bytes` (see the module docs).

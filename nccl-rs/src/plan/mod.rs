@@ -100,6 +100,25 @@ impl Coll {
         }
     }
 
+    /// The collective's size in bytes over `nranks` ranks: the whole data
+    /// that every rank ends up with or contributes, the same on every rank
+    /// (a rooted collective's buffers are not: only the root's are whole).
+    pub(crate) fn bytes(&self, nranks: usize, dtype: DataType) -> usize {
+        let es = dtype.size();
+        let n = nranks.max(1);
+        let elems = match *self {
+            Coll::AllReduce { count }
+            | Coll::Broadcast { count, .. }
+            | Coll::Reduce { count, .. } => count,
+            Coll::ReduceScatter { recv_count } => recv_count.saturating_mul(n),
+            Coll::AllGather { send_count } => send_count.saturating_mul(n),
+            Coll::AllToAll { count } | Coll::Gather { count, .. } | Coll::Scatter { count, .. } => {
+                count.saturating_mul(n)
+            }
+        };
+        elems.saturating_mul(es)
+    }
+
     /// Whether the collective combines data with a reduction operator.
     pub(crate) fn reduces(&self) -> bool {
         matches!(

@@ -479,3 +479,32 @@ fn readers_on_the_same_cpu_take_plain_staged_blocks() {
         (Staging::Input(STREAMED), 0)
     );
 }
+
+/// A rooted collective's buffers differ by rank (only the root's output is
+/// whole): whether placement is measured must not, or one rank would run
+/// the probe's round trips against the other's data.
+#[test]
+fn every_rank_of_a_rooted_call_agrees_on_measuring_placement() {
+    let t = pair();
+    let count = 512 * 1024;
+    for coll in [
+        Coll::Gather { count, root: 0 },
+        Coll::Scatter { count, root: 0 },
+        Coll::Broadcast { count, root: 0 },
+        Coll::Reduce { count, root: 0 },
+    ] {
+        let root = coll_facts(coll, 2 * count * 4, 2 * count * 4);
+        let other = coll_facts(coll, count * 4, 0);
+        for seq in [0, 1, PLACEMENT_EVERY] {
+            assert_eq!(
+                placement_matters(&t, &root, seq),
+                placement_matters(&t, &other, seq),
+                "{coll:?} call {seq}"
+            );
+        }
+    }
+}
+
+fn coll_facts(c: Coll, in_bytes: usize, out_bytes: usize) -> CallFacts {
+    coll(c, in_bytes, out_bytes)
+}
