@@ -54,6 +54,8 @@ pub(crate) struct Core {
     placement_calls: u64,
     last_placement: Placement,
     cache: VecDeque<(CacheKey, Arc<Schedule>, Shaped)>,
+    /// The last collective's facts, placement and plan.
+    last_plan: Option<(CallFacts, Placement, CallPlan)>,
     /// The zero-copy path, where every rank shares this host over shared
     /// memory (see `zero_copy`).
     pub(crate) zero_copy: Option<super::zero_copy::ZeroCopy>,
@@ -89,6 +91,7 @@ impl Core {
             placement,
             placement_calls: 0,
             cache: VecDeque::with_capacity(CACHED_SCHEDULES),
+            last_plan: None,
             zero_copy: None,
             staging: SendStaging::default(),
             logged: Vec::new(),
@@ -215,24 +218,34 @@ impl Core {
         let facts = self.facts(Some(coll), dtype, &bufs);
         let placement = self.placement_for(&facts, tag, label)?;
         let (n, r) = (self.nranks, self.rank);
-        let mut fresh = false;
-        let plan = plan_call(&self.planner, &self.topo, &facts, placement, &mut |shape| {
-            let (shaped, missed) =
-                cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
-            fresh |= missed;
-            shaped
-        });
-        if fresh {
-            // A new shape: name its algorithm (once per communicator).
-            self.log_choice(coll, plan.algo);
-            tracing::trace!(
-                rank = self.rank,
-                ?placement,
-                ?plan,
-                "plan of {}",
-                label.call()
-            );
-        }
+        // The plan is a pure function of the facts and the placement (the
+        // planner and topology do not change): a loop repeating its call
+        // reuses the last one.
+        let plan = match self.last_plan {
+            Some((f, p, plan)) if f == facts && p == placement => plan,
+            _ => {
+                let mut fresh = false;
+                let plan = plan_call(&self.planner, &self.topo, &facts, placement, &mut |shape| {
+                    let (shaped, missed) =
+                        cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
+                    fresh |= missed;
+                    shaped
+                });
+                if fresh {
+                    // A new shape: name its algorithm (once per communicator).
+                    self.log_choice(coll, plan.algo);
+                    tracing::trace!(
+                        rank = self.rank,
+                        ?placement,
+                        ?plan,
+                        "plan of {}",
+                        label.call()
+                    );
+                }
+                self.last_plan = Some((facts, placement, plan));
+                plan
+            }
+        };
         // The plan's shape was the last one asked for: its entry is at the
         // back. Run straight from it, moved out and back (cloning the `Arc`
         // would count a reference per call).
