@@ -180,3 +180,17 @@ pub(crate) fn drive_engines(
     }
     panic!("{what}: did not finish within the step bound");
 }
+
+/// A small deterministic generator (xorshift64*) for test data: the same
+/// seed gives the same sequence on every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}

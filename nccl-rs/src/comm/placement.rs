@@ -10,7 +10,7 @@ use crate::datatype::{DataType, RedOp};
 use crate::engine::{CallBufs, Hints, OpLabel, Region};
 use crate::error::Result;
 use crate::plan::Placement;
-use crate::schedule;
+use crate::schedule::{self, Schedule};
 use std::time::{Duration, Instant};
 
 /// Rank 0's verdict, as it travels to rank 1.
@@ -49,6 +49,12 @@ fn trip_bufs(sent: &[u8], heard: &mut [u8]) -> CallBufs {
 }
 
 impl Core {
+    /// Runs one round trip of the probe as operation `label`.
+    fn trip(&mut self, sched: &Schedule, tag: u32, label: OpLabel, bufs: CallBufs) -> Result<()> {
+        let hints = Hints::default();
+        self.execute(sched, DataType::Uint8, RedOp::Sum, tag, label, bufs, hints)
+    }
+
     /// Where the two ranks' CPUs are right now, as rank 0 times and judges
     /// it and tells rank 1; `ring_ok`: this rank's side of the call may take
     /// the ring. Runs as operation `label` with `tag`, so its deadline,
@@ -68,15 +74,7 @@ impl Core {
         for _ in 0..self.placement_source().round_trips().max(1) {
             let bufs = trip_bufs(&mine, &mut theirs);
             let start = Instant::now();
-            self.execute(
-                &trip,
-                DataType::Uint8,
-                RedOp::Sum,
-                tag,
-                label,
-                bufs,
-                Hints::default(),
-            )?;
+            self.trip(&trip, tag, label, bufs)?;
             let took = start.elapsed();
             best = Some(best.map_or(took, |b| b.min(took)));
         }
@@ -85,15 +83,7 @@ impl Core {
         let mut heard = [0u8; 1];
         let one = schedule::round_trip(peer, 1, leads);
         let bufs = trip_bufs(&sent, &mut heard);
-        self.execute(
-            &one,
-            DataType::Uint8,
-            RedOp::Sum,
-            tag,
-            label,
-            bufs,
-            Hints::default(),
-        )?;
+        self.trip(&one, tag, label, bufs)?;
         let placement = placement_of(if leads { sent[0] } else { heard[0] });
         tracing::trace!(
             rank = self.rank,

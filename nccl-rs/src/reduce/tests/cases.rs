@@ -142,14 +142,14 @@ fn chunking_does_not_change_results() {
     ] {
         let size = dtype.size();
         let n = 3001;
-        let a: Vec<u8> = (0..n * size).map(|_| rng.next() as u8).collect();
-        let b: Vec<u8> = (0..n * size).map(|_| rng.next() as u8).collect();
+        let a: Vec<u8> = (0..n * size).map(|_| rng.next_u64() as u8).collect();
+        let b: Vec<u8> = (0..n * size).map(|_| rng.next_u64() as u8).collect();
         let mut whole = a.clone();
         reduce_inplace(dtype, RedOp::Sum, &mut whole, &b);
         let mut pieces = a.clone();
         let mut at = 0;
         while at < n {
-            let len = ((rng.next() % 97) as usize + 1).min(n - at);
+            let len = ((rng.next_u64() % 97) as usize + 1).min(n - at);
             let r = at * size..(at + len) * size;
             reduce_inplace(dtype, RedOp::Sum, &mut pieces[r.clone()], &b[r]);
             at += len;
@@ -163,7 +163,13 @@ fn bf16_conversions_match_half() {
     let mut rng = Rng(7);
     let mut xs: Vec<u32> = (0..=0xFFFFu32).map(|h| h << 16).collect();
     for h in 0..=0xFFFFu32 {
-        for lo in [0x7FFF, 0x8000, 0x8001, 0xFFFF, rng.next() as u32 & 0xFFFF] {
+        for lo in [
+            0x7FFF,
+            0x8000,
+            0x8001,
+            0xFFFF,
+            rng.next_u64() as u32 & 0xFFFF,
+        ] {
             xs.push(h << 16 | lo);
         }
     }

@@ -2,23 +2,12 @@
 //! several lengths and alignments.
 
 use super::*;
+pub(super) use crate::testing::Rng;
 use bytemuck::Pod;
 
 mod cases;
 
 const LENS: [usize; 5] = [0, 1, 7, 1000, 1027];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 /// A byte buffer at a chosen offset from an 8-aligned base.
 struct Buf {
@@ -58,7 +47,7 @@ macro_rules! int_elem {
     ($($t:ty),*) => {$(
         impl TestElem for $t {
             fn gen(rng: &mut Rng) -> Self {
-                let r = rng.next();
+                let r = rng.next_u64();
                 // Mix full-range values with small ones.
                 if r & 1 == 0 { (r >> 8) as $t } else { ((r >> 8) % 7) as $t }
             }
@@ -121,9 +110,9 @@ fn ref_f32(op: RedOp, a: f32, b: f32) -> f32 {
 }
 
 fn gen_f64(rng: &mut Rng) -> f64 {
-    let r = rng.next();
+    let r = rng.next_u64();
     match r % 8 {
-        0 => f64::from_bits(rng.next()),
+        0 => f64::from_bits(rng.next_u64()),
         1 => [0.0, -0.0, f64::NAN, f64::INFINITY, -f64::INFINITY][(r >> 8) as usize % 5],
         _ => ((r >> 16) as i32 as f64) / 65536.0,
     }
@@ -149,8 +138,8 @@ impl TestElem for f64 {
 
 impl TestElem for f32 {
     fn gen(rng: &mut Rng) -> Self {
-        if rng.next() & 7 == 0 {
-            f32::from_bits(rng.next() as u32)
+        if rng.next_u64() & 7 == 0 {
+            f32::from_bits(rng.next_u64() as u32)
         } else {
             gen_f64(rng) as f32
         }
@@ -173,7 +162,7 @@ macro_rules! narrow_elem {
     ($($t:ty => $bits:ty),*) => {$(
         impl TestElem for $t {
             fn gen(rng: &mut Rng) -> Self {
-                let r = rng.next();
+                let r = rng.next_u64();
                 if r % 4 == 0 {
                     <$t>::from_bits((r >> 8) as $bits)
                 } else {

@@ -9,6 +9,7 @@ use crate::cuda::kernels::{reduce_name, scale_name, SOURCE};
 use crate::datatype::{DataType, RedOp};
 use crate::fp8::{F8E4M3, F8E5M2};
 use crate::reduce;
+use crate::testing::Rng;
 use std::ffi::{c_void, CString};
 use std::path::PathBuf;
 use std::process::Command;
@@ -75,18 +76,6 @@ fn launch(grid: u32, block: u32, mut f: impl FnMut()) {
             unsafe { set(grid, block, b, t) };
             f();
         }
-    }
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 }
 
@@ -192,7 +181,7 @@ fn inputs(dtype: DataType, rows: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
     let mut out = vec![vec![0u8; len * es]; rows];
     for i in 0..len {
         for (r, row) in out.iter_mut().enumerate() {
-            let x = rng.next();
+            let x = rng.next_u64();
             let v = match (i < pairs, r) {
                 (true, 0) => sp[i / sp.len()],
                 (true, 1) => sp[i % sp.len()],
@@ -202,7 +191,7 @@ fn inputs(dtype: DataType, rows: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
                 _ => match dtype {
                     DataType::Float32 => u64::from(((x >> 16) as f32 / 64.0).to_bits()),
                     DataType::Float64 => ((x >> 11) as f64 / 1024.0).to_bits(),
-                    _ => rng.next(),
+                    _ => rng.next_u64(),
                 },
             };
             row[i * es..(i + 1) * es].copy_from_slice(&v.to_le_bytes()[..es]);
