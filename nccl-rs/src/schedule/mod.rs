@@ -28,7 +28,10 @@ pub use p2p::{
     all_gather_direct, all_to_all, all_to_all_in_place, broadcast_direct, gather, p2p_group,
     round_trip, scatter, P2pOp,
 };
-pub use ring::{all_gather, all_reduce, broadcast, reduce, reduce_scatter};
+pub use ring::{
+    all_gather, all_gather_on, all_reduce, all_reduce_on, broadcast, broadcast_on, reduce,
+    reduce_on, reduce_scatter, reduce_scatter_on, RingOrder,
+};
 pub use tree::{all_reduce_tree, btree, dtree, Tree};
 pub use zero_copy::{check_zero_copy, zero_copy, ZcAt, ZcBuf, ZcColl, ZcStep};
 

@@ -1,6 +1,8 @@
 //! Pipelined ring schedules.
 //!
-//! The ring is `0 → 1 → … → n-1 → 0`. Reduction collectives split the buffer
+//! The ring is `0 → 1 → … → n-1 → 0`, or any other order of the ranks
+//! ([`RingOrder`]; the `_on` forms): segment and block indices stay rank
+//! ids, only the neighbours change. Reduction collectives split the buffer
 //! into `n` segments (one per rank, nearly equal, see
 //! [`part_start`](super::part_start)); each segment is cut into slices of at
 //! most `chunk` elements, and slice `k` of every segment forms round `k`.
@@ -22,17 +24,89 @@
 
 use super::{part_len, part_start, Loc, Schedule, Step};
 
-fn next(n: usize, r: usize) -> usize {
-    (r + 1) % n
+/// The order the ranks sit in around the ring: `order[i]` is the rank at
+/// position `i`, and each rank sends to the one after it. Every rank of a
+/// communicator must use the same order (the planner derives it from facts
+/// all ranks share); the identity is the rank-order ring.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RingOrder {
+    order: Vec<usize>,
+    pos: Vec<usize>,
 }
 
-fn prev(n: usize, r: usize) -> usize {
-    (r + n - 1) % n
-}
+impl RingOrder {
+    /// The ring `0 → 1 → … → n-1 → 0`.
+    pub fn identity(n: usize) -> RingOrder {
+        RingOrder {
+            order: (0..n).collect(),
+            pos: (0..n).collect(),
+        }
+    }
 
-/// `(r - j) mod n` for any `j`.
-fn back(n: usize, r: usize, j: usize) -> usize {
-    (r + n - j % n) % n
+    /// The ring through `order`; `None` unless it is a permutation of
+    /// `0..order.len()`.
+    pub fn new(order: Vec<usize>) -> Option<RingOrder> {
+        let n = order.len();
+        let mut pos = vec![usize::MAX; n];
+        for (i, &r) in order.iter().enumerate() {
+            if r >= n || pos[r] != usize::MAX {
+                return None;
+            }
+            pos[r] = i;
+        }
+        Some(RingOrder { order, pos })
+    }
+
+    /// The ranks in ring order.
+    pub fn ranks(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// Ranks on the ring.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the ring is empty.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Whether this is the rank-order ring.
+    pub fn is_identity(&self) -> bool {
+        self.order.iter().enumerate().all(|(i, &r)| i == r)
+    }
+
+    /// Position of rank `r`.
+    pub fn position(&self, r: usize) -> usize {
+        self.pos[r]
+    }
+
+    /// The rank `j` places after `r` (any `j`; wraps around).
+    pub fn ahead(&self, r: usize, j: usize) -> usize {
+        let n = self.order.len();
+        self.order[(self.pos[r] + j % n) % n]
+    }
+
+    /// The rank `j` places before `r` (any `j`; wraps around).
+    pub fn back(&self, r: usize, j: usize) -> usize {
+        let n = self.order.len();
+        self.order[(self.pos[r] + n - j % n) % n]
+    }
+
+    fn next(&self, r: usize) -> usize {
+        self.ahead(r, 1)
+    }
+
+    fn prev(&self, r: usize) -> usize {
+        self.back(r, 1)
+    }
+
+    /// Places from `from` forward to `to`.
+    fn distance(&self, from: usize, to: usize) -> usize {
+        let n = self.order.len();
+        (self.pos[to] + n - self.pos[from]) % n
+    }
 }
 
 fn rounds(len: usize, chunk: usize) -> usize {
@@ -81,10 +155,16 @@ fn single(count: usize) -> Schedule {
 
 /// Ring all-reduce of `count` elements.
 pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    all_reduce_on(&RingOrder::identity(n), r, count, chunk)
+}
+
+/// Ring all-reduce of `count` elements around `ring`.
+pub fn all_reduce_on(ring: &RingOrder, r: usize, count: usize, chunk: usize) -> Schedule {
+    let n = ring.len();
     if n == 1 {
         return single(count);
     }
-    let (nx, pv) = (next(n, r), prev(n, r));
+    let (nx, pv) = (ring.next(r), ring.prev(r));
     let seg = |s: usize, k: usize| slice(part_start(count, n, s), part_len(count, n, s), k, chunk);
     let mut w = Wave::default();
     for k in 0..rounds(part_len(count, n, 0), chunk) {
@@ -99,7 +179,7 @@ pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
             },
         );
         for j in 1..n {
-            let (o, c) = seg(back(n, r, j), k);
+            let (o, c) = seg(ring.back(r, j), k);
             let step = Step::RecvReduceCopySend {
                 from: pv,
                 to: Some(nx),
@@ -111,7 +191,7 @@ pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
             w.push(k, j, step);
         }
         for i in 1..n {
-            let (o, c) = seg((r + 1 + n - i) % n, k);
+            let (o, c) = seg(ring.back(r, i - 1), k);
             let step = if i < n - 1 {
                 Step::RecvCopySend {
                     from: pv,
@@ -135,10 +215,16 @@ pub fn all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
 /// Ring reduce-scatter: `recv_count` elements per rank; the input holds
 /// `n * recv_count`, rank `r`'s result is input segment `r` reduced.
 pub fn reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Schedule {
+    reduce_scatter_on(&RingOrder::identity(n), r, recv_count, chunk)
+}
+
+/// Ring reduce-scatter around `ring`.
+pub fn reduce_scatter_on(ring: &RingOrder, r: usize, recv_count: usize, chunk: usize) -> Schedule {
+    let n = ring.len();
     if n == 1 {
         return single(recv_count);
     }
-    let (nx, pv) = (next(n, r), prev(n, r));
+    let (nx, pv) = (ring.next(r), ring.prev(r));
     let mut w = Wave::default();
     for k in 0..rounds(recv_count, chunk) {
         let (o, c) = slice(0, recv_count, k, chunk);
@@ -148,12 +234,12 @@ pub fn reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Sc
             0,
             Step::Send {
                 to: nx,
-                src: Loc::In(at(back(n, r, 1))),
+                src: Loc::In(at(ring.back(r, 1))),
                 count: c,
             },
         );
         for j in 1..n {
-            let s = back(n, r, j + 1);
+            let s = ring.back(r, j + 1);
             let last = j == n - 1;
             let step = Step::RecvReduceCopySend {
                 from: pv,
@@ -175,7 +261,13 @@ pub fn reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Sc
 
 /// Ring all-gather: `send_count` elements per rank into `n * send_count`.
 pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedule {
-    let (nx, pv) = (next(n, r), prev(n, r));
+    all_gather_on(&RingOrder::identity(n), r, send_count, chunk)
+}
+
+/// Ring all-gather around `ring`.
+pub fn all_gather_on(ring: &RingOrder, r: usize, send_count: usize, chunk: usize) -> Schedule {
+    let n = ring.len();
+    let (nx, pv) = (ring.next(r), ring.prev(r));
     let mut w = Wave::default();
     for k in 0..rounds(send_count, chunk) {
         let (o, c) = slice(0, send_count, k, chunk);
@@ -204,7 +296,7 @@ pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedu
             continue;
         }
         for j in 1..n {
-            let dst = Loc::Out(back(n, r, j) * send_count + o);
+            let dst = Loc::Out(ring.back(r, j) * send_count + o);
             let step = if j < n - 1 {
                 Step::RecvCopySend {
                     from: pv,
@@ -227,8 +319,20 @@ pub fn all_gather(n: usize, r: usize, send_count: usize, chunk: usize) -> Schedu
 
 /// Pipelined chain broadcast from `root` along the ring.
 pub fn broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
-    let (nx, pv) = (next(n, r), prev(n, r));
-    let pos = (r + n - root) % n;
+    broadcast_on(&RingOrder::identity(n), r, root, count, chunk)
+}
+
+/// Pipelined chain broadcast from `root` around `ring`.
+pub fn broadcast_on(
+    ring: &RingOrder,
+    r: usize,
+    root: usize,
+    count: usize,
+    chunk: usize,
+) -> Schedule {
+    let n = ring.len();
+    let (nx, pv) = (ring.next(r), ring.prev(r));
+    let pos = ring.distance(root, r);
     let mut w = Wave::default();
     for k in 0..rounds(count, chunk) {
         let (o, c) = slice(0, count, k, chunk);
@@ -283,11 +387,18 @@ pub fn broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) ->
 /// Pipelined chain reduce to `root` along the ring; the chain starts at
 /// `root + 1` and ends at `root`.
 pub fn reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
+    reduce_on(&RingOrder::identity(n), r, root, count, chunk)
+}
+
+/// Pipelined chain reduce to `root` around `ring`; the chain starts at the
+/// rank after `root` and ends at `root`.
+pub fn reduce_on(ring: &RingOrder, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
+    let n = ring.len();
     if n == 1 {
         return single(count);
     }
-    let (nx, pv) = (next(n, r), prev(n, r));
-    let pos = (r + 2 * n - root - 1) % n;
+    let (nx, pv) = (ring.next(r), ring.prev(r));
+    let pos = (ring.distance(root, r) + n - 1) % n;
     let mut w = Wave::default();
     for k in 0..rounds(count, chunk) {
         let (o, c) = slice(0, count, k, chunk);

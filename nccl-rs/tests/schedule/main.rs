@@ -9,6 +9,7 @@ use nccl_rs::schedule::*;
 
 mod halving_doubling;
 mod p2p;
+mod ring_order;
 
 const SIZES: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 13, 16, 64];
 const COUNTS: &[usize] = &[0, 1, 7, 64, 1023];
