@@ -243,6 +243,8 @@ pub(crate) struct Planner {
     /// Whether the direct path is allowed, per collective (by
     /// [`Coll::index`]): asked on every call, so worked out once.
     direct: [bool; Coll::KINDS],
+    /// The order of the ring schedules (see [`Planner::with_ring`]).
+    ring: Option<schedule::RingOrder>,
 }
 
 impl Planner {
@@ -255,11 +257,28 @@ impl Planner {
                 .transpose()?
                 .unwrap_or_default(),
             direct: [false; Coll::KINDS],
+            ring: None,
         };
         for coll in Coll::ALL {
             p.direct[coll.index()] = p.allowed(coll).contains(&Algo::Direct);
         }
         Ok(p)
+    }
+
+    /// Rings run through `ring` instead of rank order: the same on every
+    /// rank (a topology-aware order crosses hosts and switches the fewest
+    /// times). Ignored for any other number of ranks.
+    pub(crate) fn with_ring(mut self, ring: schedule::RingOrder) -> Planner {
+        self.ring = (!ring.is_identity()).then_some(ring);
+        self
+    }
+
+    /// The ring over `n` ranks.
+    fn ring(&self, n: usize) -> std::borrow::Cow<'_, schedule::RingOrder> {
+        match &self.ring {
+            Some(ring) if ring.len() == n => std::borrow::Cow::Borrowed(ring),
+            _ => std::borrow::Cow::Owned(schedule::RingOrder::identity(n)),
+        }
     }
 
     fn allowed(&self, coll: Coll) -> Vec<Algo> {
@@ -329,9 +348,10 @@ impl Planner {
         chunk: usize,
     ) -> Schedule {
         let (n, r) = (nranks, rank);
+        let ring = self.ring(n);
         match coll {
             Coll::AllReduce { count } => match self.all_reduce_algo(n, count * dtype.size()) {
-                Algo::Ring => schedule::all_reduce(n, r, count, chunk),
+                Algo::Ring => schedule::all_reduce_on(&ring, r, count, chunk),
                 Algo::Tree => schedule::all_reduce_tree(n, r, count, chunk),
                 Algo::Direct => schedule::all_reduce_direct(n, r, count),
                 Algo::HalvingDoubling => schedule::all_reduce_halving_doubling(n, r, count, chunk),
@@ -340,24 +360,24 @@ impl Planner {
                 if self.direct_exchange(coll, n, n * recv_count * dtype.size()) {
                     schedule::reduce_scatter_direct(n, r, recv_count)
                 } else {
-                    schedule::reduce_scatter(n, r, recv_count, chunk)
+                    schedule::reduce_scatter_on(&ring, r, recv_count, chunk)
                 }
             }
             Coll::AllGather { send_count } => {
                 if self.direct_exchange(coll, n, n * send_count * dtype.size()) {
                     schedule::all_gather_direct(n, r, send_count)
                 } else {
-                    schedule::all_gather(n, r, send_count, chunk)
+                    schedule::all_gather_on(&ring, r, send_count, chunk)
                 }
             }
             Coll::Broadcast { count, root } => {
                 if self.direct_exchange(coll, n, count * dtype.size()) {
                     schedule::broadcast_direct(n, r, root, count)
                 } else {
-                    schedule::broadcast(n, r, root, count, chunk)
+                    schedule::broadcast_on(&ring, r, root, count, chunk)
                 }
             }
-            Coll::Reduce { count, root } => schedule::reduce(n, r, root, count, chunk),
+            Coll::Reduce { count, root } => schedule::reduce_on(&ring, r, root, count, chunk),
             Coll::AllToAll { count } => schedule::all_to_all(n, r, count, chunk),
             Coll::Gather { count, root } => schedule::gather(n, r, root, count),
             Coll::Scatter { count, root } => schedule::scatter(n, r, root, count),

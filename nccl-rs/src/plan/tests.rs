@@ -243,3 +243,50 @@ fn the_direct_path_honours_nccl_algo_and_proto() {
         assert!(!q.allows_direct(ag), "{algo:?} {proto:?}");
     }
 }
+
+#[test]
+fn rings_follow_the_planners_order() {
+    // Ranks 0 and 2 on one host, 1 and 3 on another (cyclic placement):
+    // the ring 0 → 2 → 1 → 3 crosses between the hosts twice, not four times.
+    let ring = schedule::RingOrder::new(vec![0, 2, 1, 3]).unwrap();
+    let p = Planner::new("Socket", Some("ring"), None)
+        .unwrap()
+        .with_ring(ring);
+    let next = [2, 3, 1, 0];
+    let big = 1 << 20;
+    for coll in [
+        Coll::AllReduce { count: big },
+        Coll::ReduceScatter { recv_count: big },
+        Coll::AllGather { send_count: big },
+        Coll::Broadcast {
+            count: big,
+            root: 1,
+        },
+        Coll::Reduce {
+            count: big,
+            root: 1,
+        },
+    ] {
+        for r in 0..4 {
+            let s = p.plan(coll, 4, r, DataType::Float32, 1 << 14);
+            let sends: Vec<_> = s.steps.iter().filter_map(|s| s.send_peer()).collect();
+            assert!(
+                sends.iter().all(|&to| to == next[r]),
+                "{coll:?} rank {r}: {sends:?}"
+            );
+        }
+    }
+    // Another world size (a split communicator's planner): rank order.
+    let s = p.plan(
+        Coll::AllReduce { count: big },
+        3,
+        0,
+        DataType::Float32,
+        1 << 14,
+    );
+    assert!(s
+        .steps
+        .iter()
+        .filter_map(|s| s.send_peer())
+        .all(|to| to == 1));
+}
