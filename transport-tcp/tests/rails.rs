@@ -128,7 +128,8 @@ fn run(tx_if: &'static str, rx_if: &'static str) -> (usize, usize) {
         enter(NS[0]);
         let tx = net(tx_if);
         let mut connector = tx.connect(listener.handle()).unwrap();
-        let (mut s, mut r): (Option<Box<dyn SendComm>>, Option<Box<dyn RecvComm>>) = (None, None);
+        let mut s: Option<Box<dyn SendComm>> = None;
+        let mut r: Option<Box<dyn RecvComm>> = None;
         let start = Instant::now();
         while s.is_none() || r.is_none() {
             assert!(start.elapsed() < DEADLINE, "timed out: handshake");
@@ -156,8 +157,8 @@ fn run(tx_if: &'static str, rx_if: &'static str) -> (usize, usize) {
             let q = unsafe { s.isend(src.as_ptr(), src.len(), i as u32, None) };
             sreqs.push(q.unwrap().unwrap());
         }
-        let mut sent = vec![false; MESSAGES];
-        let mut got = vec![None; MESSAGES];
+        let mut sent = [false; MESSAGES];
+        let mut got = [None; MESSAGES];
         let start = Instant::now();
         while sent.iter().any(|d| !d) || got.iter().any(Option::is_none) {
             assert!(start.elapsed() < DEADLINE, "timed out: transfer");
