@@ -9,7 +9,7 @@ pub use cuda::{CudaConfig, DeviceReduce, GdrLevel};
 use crate::error::{Error, Result};
 use std::sync::OnceLock;
 use std::time::Duration;
-pub use transport_tcp::AddrFamily;
+pub use transport_tcp::{AddrFamily, CrossNic};
 
 /// Staging per connection (`NCCL_BUFFSIZE` unset) when every rank of a
 /// communicator is on one host and they outnumber its CPUs. Ranks that take
@@ -40,6 +40,7 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_BOOTSTRAP_TIMEOUT",
     "NCCL_NSOCKS_PERTHREAD",
     "NCCL_SOCKET_NTHREADS",
+    "NCCL_CROSS_NIC",
     "NCCL_ALGO",
     "NCCL_PROTO",
     "NCCL_NET",
@@ -116,6 +117,9 @@ pub struct Config {
     pub nsocks_perthread: usize,
     /// `NCCL_SOCKET_NTHREADS`.
     pub socket_nthreads: usize,
+    /// `NCCL_CROSS_NIC`: whether a TCP connection may join different
+    /// rails (NICs) when the two ends have different rail counts.
+    pub cross_nic: CrossNic,
     /// `NCCL_ALGO`, unparsed (the planner reads it).
     pub algo: Option<String>,
     /// `NCCL_PROTO`, unparsed.
@@ -180,6 +184,7 @@ impl Default for Config {
             bootstrap_timeout: Duration::from_secs(120),
             nsocks_perthread: transport_tcp::DEFAULT_NSOCKS_PERTHREAD,
             socket_nthreads: transport_tcp::DEFAULT_NTHREADS,
+            cross_nic: CrossNic::Auto,
             algo: None,
             proto: None,
             net: None,
@@ -383,6 +388,14 @@ impl Config {
             bootstrap_timeout: secs(&text, "NCCL_RS_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
             nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", d.nsocks_perthread, 1..=64)?,
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
+            cross_nic: match text("NCCL_CROSS_NIC") {
+                None => d.cross_nic,
+                Some(v) => v
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(CrossNic::from_value)
+                    .ok_or_else(|| bad("NCCL_CROSS_NIC", &v, "0, 1 or 2"))?,
+            },
             algo,
             proto,
             net,

@@ -1,17 +1,21 @@
 //! TCP sockets transport for nccl-rs: NCCL's `Socket` net, implementing
 //! [`nccl_net::Net`].
 //!
-//! * [`TcpNet::new`] picks the local interface as NCCL does from
+//! * [`TcpNet::new`] picks the local interfaces as NCCL does from
 //!   `NCCL_SOCKET_IFNAME` / `NCCL_SOCKET_FAMILY` (given here as
-//!   [`TcpOptions`]; see [`iface`]).
-//! * [`Net::listen`] binds a non-blocking listener on that address, port 0;
-//!   its handle ([`handle`]) carries address, port and a random nonce.
+//!   [`TcpOptions`]; see [`iface`]). With an explicit `NCCL_SOCKET_IFNAME`
+//!   every interface selected is a rail (see [`rails`]).
+//! * [`Net::listen`] binds a non-blocking listener on each rail's address,
+//!   port 0; its handle ([`handle`]) carries the addresses and ports and a
+//!   random nonce.
 //! * [`Net::connect`] starts a non-blocking connect; once connected it sends
 //!   a greeting with the nonce. The listener only accepts a connection that
 //!   presents it and drops strays.
 //! * A connection is [`TcpOptions::nsocks`] data sockets (the listener's
-//!   count wins; see [`handle`]), plus a control socket if there are
-//!   several, as in NCCL. Messages are framed as a 16-byte header (tag,
+//!   count wins, rounded up to a multiple of the rails both ends have; see
+//!   [`handle`] and [`rails`]), plus a control socket if there are
+//!   several, as in NCCL. Data socket k leaves local rail k mod R for the
+//!   peer's rail k mod R; the control socket stays on rail 0. Messages are framed as a 16-byte header (tag,
 //!   length, alignment) on socket 0 and matched in posting order; small ones
 //!   follow their header inline, large ones are striped over the data sockets
 //!   in chunks of at least 64 KiB (see the `stripe` and `comm` modules);
@@ -58,13 +62,16 @@ pub mod handle;
 mod helper;
 pub mod iface;
 mod lanes;
+pub mod rails;
 mod stripe;
 mod sys;
 mod wire;
 
 pub use cache::{default_splice_max_bytes, last_level_cache_bytes};
 pub use connect::{HELLO_TIMEOUT, MAX_PENDING};
-pub use handle::{TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_SOCKS};
+pub use handle::{
+    TcpHandle, HANDLE_BYTES, HANDLE_VERSION, HELLO_BYTES, MAX_RAILS, MAX_SOCKS, RAIL_BYTES,
+};
 pub use iface::{enumerate_interfaces, find_interfaces, select_interfaces, Iface};
 
 use comm::SpliceSizes;
@@ -109,6 +116,36 @@ pub enum AddrFamily {
     V6,
 }
 
+/// `NCCL_CROSS_NIC`: whether a connection may join different rails (NCCL's
+/// values 0, 1, 2). Rails are separate networks, so this only matters when
+/// the two ends have different rail counts (see [`rails::connection_rails`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CrossNic {
+    /// 0: rail k only to rail k; a connection uses the rails both ends
+    /// have (the smaller count), the richer side's extra rails stay idle.
+    Off,
+    /// 1: rails may cross; a connection uses the larger rail count and the
+    /// poorer side's rails are reused round-robin (rail k to rail
+    /// k mod R). Only for rails that route to each other.
+    On,
+    /// 2 (default): as `Off`, which is always possible here since every
+    /// rail count is at least 1.
+    #[default]
+    Auto,
+}
+
+impl CrossNic {
+    /// NCCL's value: 0, 1 or 2.
+    pub fn from_value(v: i64) -> Option<CrossNic> {
+        match v {
+            0 => Some(CrossNic::Off),
+            1 => Some(CrossNic::On),
+            2 => Some(CrossNic::Auto),
+            _ => None,
+        }
+    }
+}
+
 /// Settings of the TCP transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpOptions {
@@ -137,6 +174,8 @@ pub struct TcpOptions {
     /// ... and of at most this many bytes. Default
     /// [`default_splice_max_bytes`], from the last-level cache.
     pub splice_max_bytes: usize,
+    /// `NCCL_CROSS_NIC`; applied by the connecting side.
+    pub cross_nic: CrossNic,
 }
 
 impl Default for TcpOptions {
@@ -149,71 +188,110 @@ impl Default for TcpOptions {
             nthreads: DEFAULT_NTHREADS,
             splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
             splice_max_bytes: default_splice_max_bytes(),
+            cross_nic: CrossNic::Auto,
         }
     }
 }
 
-/// The TCP transport: one local address, any number of connections.
+/// One local NIC of a [`TcpNet`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rail {
+    /// Interface name (`None` with [`TcpNet::with_local_ip`]).
+    pub ifname: Option<String>,
+    /// The address listeners bind to and connections leave from.
+    pub ip: IpAddr,
+    /// Link speed, Mbit/s.
+    pub speed_mbps: u64,
+}
+
+/// The TCP transport: one local address per rail, any number of
+/// connections.
 #[derive(Debug)]
 pub struct TcpNet {
     opts: TcpOptions,
-    ip: IpAddr,
-    ifname: Option<String>,
-    speed_mbps: u64,
+    rails: Vec<Rail>,
 }
 
 impl TcpNet {
-    /// Selects the interfaces per `opts.ifname` / `opts.family` and uses the
-    /// address of the first one.
+    /// Selects the interfaces per `opts.ifname` / `opts.family`; see
+    /// [`rails::pick_rails`] for which of them become rails.
     pub fn new(opts: TcpOptions) -> NetResult<TcpNet> {
         check_options(&opts)?;
         let chosen = iface::find_interfaces(opts.ifname.as_deref(), opts.family)
             .map_err(|e| NetError::io("getifaddrs", e))?;
-        let Some(first) = chosen.into_iter().next() else {
+        if chosen.is_empty() {
             return Err(NetError::Other(format!(
                 "NET/Socket: no usable network interface (NCCL_SOCKET_IFNAME={:?}, family {:?})",
                 opts.ifname.as_deref().unwrap_or(""),
                 opts.family
             )));
-        };
-        let speed_mbps = link_speed(&first.name);
-        let line = format!(
-            "NET/Socket: using {}:{} ({} Mb/s)",
-            first.name, first.addr, speed_mbps
-        );
-        if iface::first_time(&line) {
-            tracing::info!("{line}");
         }
-        Ok(TcpNet {
-            opts,
-            ip: first.addr,
-            ifname: Some(first.name),
-            speed_mbps,
-        })
+        let picked = rails::pick_rails(chosen, opts.ifname.as_deref());
+        for (f, why) in &picked.dropped {
+            let line = format!(
+                "NET/Socket: not using {}:{} as a rail: {why}",
+                f.name, f.addr
+            );
+            if iface::first_time(&line) {
+                tracing::warn!("{line}");
+            }
+        }
+        let rails: Vec<Rail> = picked
+            .rails
+            .into_iter()
+            .map(|f| Rail {
+                speed_mbps: link_speed(&f.name),
+                ip: f.addr,
+                ifname: Some(f.name),
+            })
+            .collect();
+        let list: Vec<String> = rails
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}:{} ({} Mb/s)",
+                    r.ifname.as_deref().unwrap_or(""),
+                    r.ip,
+                    r.speed_mbps
+                )
+            })
+            .collect();
+        let line = format!("NET/Socket: using {}", list.join(", "));
+        if iface::first_time(&line) {
+            tracing::info!(rails = rails.len(), "{line}");
+        }
+        Ok(TcpNet { opts, rails })
     }
 
-    /// Uses `ip` as the local address without interface selection
-    /// (`opts.ifname` / `opts.family` are ignored). Handy for tests and for
-    /// callers that already know the address.
+    /// Uses `ip` as the only local address (one rail) without interface
+    /// selection (`opts.ifname` / `opts.family` are ignored). Handy for
+    /// tests and for callers that already know the address.
     pub fn with_local_ip(ip: IpAddr, opts: TcpOptions) -> NetResult<TcpNet> {
         check_options(&opts)?;
         Ok(TcpNet {
             opts,
-            ip,
-            ifname: None,
-            speed_mbps: DEFAULT_SPEED_MBPS,
+            rails: vec![Rail {
+                ifname: None,
+                ip,
+                speed_mbps: DEFAULT_SPEED_MBPS,
+            }],
         })
     }
 
-    /// The local address listeners bind to.
+    /// The address of rail 0 (what the bootstrap advertises).
     pub fn local_ip(&self) -> IpAddr {
-        self.ip
+        self.rails[0].ip
     }
 
-    /// The interface chosen by [`TcpNet::new`] (`None` with
+    /// Rail 0's interface, chosen by [`TcpNet::new`] (`None` with
     /// [`TcpNet::with_local_ip`]).
     pub fn interface_name(&self) -> Option<&str> {
-        self.ifname.as_deref()
+        self.rails[0].ifname.as_deref()
+    }
+
+    /// The rails, rail 0 first (never empty).
+    pub fn rails(&self) -> &[Rail] {
+        &self.rails
     }
 
     /// The options in force.
@@ -255,7 +333,8 @@ impl Net for TcpNet {
     fn properties(&self) -> Properties {
         Properties {
             name: "Socket".into(),
-            speed_mbps: self.speed_mbps,
+            // A connection stripes over every rail: their speeds add up.
+            speed_mbps: self.rails.iter().map(|r| r.speed_mbps).sum(),
             latency_us: LATENCY_US,
             ptr_support: PtrSupport {
                 host: true,
@@ -271,8 +350,9 @@ impl Net for TcpNet {
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
         // check_options keeps nsocks within 1..=MAX_SOCKS (64).
         let nsocks = u8::try_from(self.opts.nsocks).unwrap_or(1);
+        let ips: Vec<IpAddr> = self.rails.iter().map(|r| r.ip).collect();
         Ok(Box::new(connect::TcpListener::bind(
-            self.ip,
+            &ips,
             self.opts.socket_buf_bytes,
             nsocks,
             self.opts.nthreads,
@@ -288,8 +368,11 @@ impl Net for TcpNet {
                 "NET/Socket: peer listens with another socket count; using the peer's"
             );
         }
+        let ips: Vec<IpAddr> = self.rails.iter().map(|r| r.ip).collect();
         Ok(Box::new(connect::TcpConnector::start(
             &h,
+            &ips,
+            self.opts.cross_nic,
             self.opts.socket_buf_bytes,
             self.opts.nthreads,
             SpliceSizes {

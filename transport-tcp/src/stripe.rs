@@ -195,4 +195,42 @@ mod tests {
         assert_eq!(socks, [3, 4, 1, 2]);
         assert!(v.iter().all(|p| p.len == 256 << 10));
     }
+
+    /// With the data sockets a multiple of the rails, as
+    /// `rails::connection_nsocks` makes them, every rail carries the same
+    /// share of a large message, to within one aligned chunk per socket.
+    #[test]
+    fn rails_get_equal_shares() {
+        use crate::rails::{connection_nsocks, socket_rails};
+        for r in 1..=crate::MAX_RAILS {
+            for nsocks in [1, 2, 3, 4, 8, 64] {
+                let n = connection_nsocks(nsocks, r);
+                if n == 1 {
+                    // One socket, one rail: everything inline on it.
+                    continue;
+                }
+                let mut s = Striper::new(n);
+                for len in [64 << 20, (64 << 20) + 12345, 1 << 30, n * MIN_CHUNK * 7 + 1] {
+                    let mut per = vec![0usize; r];
+                    s.layout(len, |p| per[socket_rails(p.sock, n, r, r, r).0] += p.len);
+                    assert_eq!(per.iter().sum::<usize>(), len);
+                    let fair = len / r;
+                    let slack = n * CHUNK_ALIGN;
+                    for (rail, &b) in per.iter().enumerate() {
+                        assert!(
+                            b + slack >= fair && b <= fair + slack,
+                            "{r} rails, {n} sockets, {len} bytes: rail {rail} got {b} of {per:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // Exactly: 64 MiB over 4 sockets on 2 rails, 32 MiB each.
+        let mut s = Striper::new(4);
+        let mut per = [0usize; 2];
+        s.layout(64 << 20, |p| {
+            per[socket_rails(p.sock, 4, 2, 2, 2).0] += p.len
+        });
+        assert_eq!(per, [32 << 20, 32 << 20]);
+    }
 }

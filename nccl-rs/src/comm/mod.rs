@@ -70,6 +70,7 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
         nthreads: config.socket_nthreads,
         splice_min_bytes: config.socket_splice_min_bytes,
         splice_max_bytes: config.socket_splice_max_bytes,
+        cross_nic: config.cross_nic,
     }
 }
 

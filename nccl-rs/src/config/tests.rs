@@ -31,6 +31,16 @@ fn defaults_and_overrides() {
     assert_eq!(c.buffsize, 1 << 20);
     assert_eq!(c.timeout, Duration::from_millis(2500));
     assert_eq!(c.socket_family, Some(AddrFamily::V6));
+    assert_eq!(c.cross_nic, CrossNic::Auto);
+    for (v, want) in [
+        ("0", CrossNic::Off),
+        ("1", CrossNic::On),
+        ("2", CrossNic::Auto),
+    ] {
+        let c = cfg(&[("NCCL_CROSS_NIC", v)]).unwrap();
+        assert_eq!(c.cross_nic, want, "{v}");
+        assert_eq!(crate::comm::tcp_options(&c).cross_nic, want, "{v}");
+    }
     assert!(c.shm_use_cma);
     assert_eq!(c.shm_cma_max_bytes, 2 << 20);
     use crate::plan::{Placement, PlacementMode};
@@ -163,6 +173,7 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_RS_BOOTSTRAP_TIMEOUT", secs()),
         ("NCCL_NSOCKS_PERTHREAD", count(&["0", "65"])),
         ("NCCL_SOCKET_NTHREADS", count(&["0", "17"])),
+        ("NCCL_CROSS_NIC", vec!["3", "-1", "yes", "1.0"]),
         (
             "NCCL_ALGO",
             vec![
@@ -449,6 +460,7 @@ const NCCL_OWN: &[&str] = &[
     "NCCL_BUFFSIZE",
     "NCCL_NSOCKS_PERTHREAD",
     "NCCL_SOCKET_NTHREADS",
+    "NCCL_CROSS_NIC",
     "NCCL_ALGO",
     "NCCL_PROTO",
     "NCCL_NET",

@@ -190,11 +190,7 @@ fn garbage_header_is_protocol_error() {
 #[test]
 fn sender_writes_documented_units() {
     let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let handle = TcpHandle {
-        addr: raw.local_addr().unwrap(),
-        nonce: *b"unitunit",
-        nsocks: 1,
-    };
+    let handle = TcpHandle::single(raw.local_addr().unwrap(), *b"unitunit", 1);
     let net = net();
     let mut connector = net.connect(&handle.encode()).unwrap();
     let (mut peer, _) = raw.accept().unwrap();
