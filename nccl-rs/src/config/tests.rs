@@ -202,6 +202,22 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
             count(&["100", "4095", "1073741825"]),
         ),
         ("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", count(&[])),
+        (
+            "NCCL_RS_TOPO_OVERSUB",
+            vec![
+                "0.5",
+                "0",
+                "-2",
+                "2,",
+                ",2",
+                "x",
+                "NaN",
+                "inf",
+                "1001",
+                "2:1",
+                "1,1,1,1,1,1,1,1,1",
+            ],
+        ),
         ("NCCL_COMM_BLOCKING", flag()),
         (
             "NCCL_NET_GDR_LEVEL",
@@ -280,6 +296,17 @@ fn lenient() -> Vec<Lenient> {
         }),
         ("NCCL_DEBUG_SUBSYS", "^INIT,NOSUCH", |c| {
             c.debug_subsys.as_deref() == Some("^INIT,NOSUCH")
+        }),
+        // A host id is any text; the topology file is read (and its errors
+        // reported) at init, the dump file written there.
+        ("NCCL_HOSTID", "rack 3/node#7", |c| {
+            c.host_id.as_deref() == Some("rack 3/node#7")
+        }),
+        ("NCCL_RS_TOPO_FILE", "/no/such/topology.conf", |c| {
+            c.topo_file.as_deref() == Some("/no/such/topology.conf")
+        }),
+        ("NCCL_TOPO_DUMP_FILE", "topo.xml", |c| {
+            c.topo_dump_file.as_deref() == Some("topo.xml")
         }),
         ("NCCL_RS_CUDA_DRIVER", "/opt/libcuda.so.1", |c| {
             c.cuda.driver.as_deref() == Some("/opt/libcuda.so.1")

@@ -20,3 +20,6 @@ pub use slurm::{expand_hostlist, Switch, SwitchTree, TopoFileError};
 pub fn write_dump(fabric: &Fabric, path: &std::path::Path) -> std::io::Result<()> {
     std::fs::write(path, to_xml(fabric))
 }
+
+#[cfg(test)]
+mod tests;
