@@ -55,6 +55,10 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_ZERO_COPY_MIN_BYTES",
     "NCCL_RS_SOCKET_BUF_BYTES",
     "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
+    "NCCL_HOSTID",
+    "NCCL_RS_TOPO_FILE",
+    "NCCL_RS_TOPO_OVERSUB",
+    "NCCL_TOPO_DUMP_FILE",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
@@ -160,6 +164,19 @@ pub struct Config {
     /// host's last-level cache
     /// ([`transport_tcp::default_splice_max_bytes`]).
     pub socket_splice_max_bytes: usize,
+    /// `NCCL_HOSTID`: this host's identity and its name in the topology
+    /// file, instead of boot id and host name (ranks with equal values
+    /// share a host).
+    pub host_id: Option<String>,
+    /// `NCCL_RS_TOPO_FILE`: a Slurm `topology.conf` (tree plugin) naming
+    /// the leaf switch of each host.
+    pub topo_file: Option<String>,
+    /// `NCCL_RS_TOPO_OVERSUB`: oversubscription ratio per switch level,
+    /// from the leaves up (empty: unknown).
+    pub topo_oversub: Vec<f64>,
+    /// `NCCL_TOPO_DUMP_FILE`: rank 0 writes the detected topology there,
+    /// as XML.
+    pub topo_dump_file: Option<String>,
     /// The `NCCL_IB_*` settings of the verbs transport.
     pub ib: transport_verbs::VerbsOptions,
     /// The settings of device buffers (the `cuda` feature).
@@ -200,6 +217,10 @@ impl Default for Config {
             socket_buf_bytes: 4 << 20,
             socket_splice_min_bytes: transport_tcp::DEFAULT_SPLICE_MIN_BYTES,
             socket_splice_max_bytes: transport_tcp::default_splice_max_bytes(),
+            host_id: None,
+            topo_file: None,
+            topo_oversub: Vec::new(),
+            topo_dump_file: None,
             ib: transport_verbs::VerbsOptions::default(),
             cuda: CudaConfig::default(),
         }
@@ -216,6 +237,25 @@ fn parse_secret(v: &str) -> Option<[u8; 16]> {
         *b = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
+}
+
+/// Switch levels `NCCL_RS_TOPO_OVERSUB` may give.
+const MAX_SWITCH_LEVELS: usize = 8;
+
+/// `NCCL_RS_TOPO_OVERSUB`: `2` or `2,1.5`, each ratio in 1..=1000 (a
+/// ratio below 1 would be a switch with more uplink than downlink
+/// bandwidth, which the ratio is not meant to describe).
+fn parse_oversub(v: &str) -> Option<Vec<f64>> {
+    let ratios: Vec<f64> = v
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (1.0..=1000.0).contains(r))
+        })
+        .collect::<Option<_>>()?;
+    (ratios.len() <= MAX_SWITCH_LEVELS).then_some(ratios)
 }
 
 /// The logging settings, which parse whatever their values (unknown
@@ -455,6 +495,19 @@ impl Config {
                 0..=usize::MAX,
             )?,
             socket_splice_max_bytes: d.socket_splice_max_bytes,
+            host_id: text("NCCL_HOSTID"),
+            topo_file: text("NCCL_RS_TOPO_FILE"),
+            topo_oversub: match text("NCCL_RS_TOPO_OVERSUB") {
+                None => Vec::new(),
+                Some(v) => parse_oversub(&v).ok_or_else(|| {
+                    bad(
+                        "NCCL_RS_TOPO_OVERSUB",
+                        &v,
+                        "comma-separated ratios from 1 to 1000, one per switch level from the leaves up (at most 8)",
+                    )
+                })?,
+            },
+            topo_dump_file: text("NCCL_TOPO_DUMP_FILE"),
             ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
                 .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
             cuda: CudaConfig::from_text(&text)?,

@@ -51,6 +51,7 @@ pub mod schedule;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
+pub mod topo;
 pub mod transport;
 
 pub use bootstrap::UniqueId;

@@ -1,12 +1,14 @@
-//! Connection setup: ranks exchange host identities, pick a transport per
+//! Connection setup: ranks exchange host records (the topology), pick a transport per
 //! peer (shared memory between ranks of one host, the network otherwise),
 //! listen once per peer, pass the handles through the bootstrap all-gather,
 //! then poll all connects and accepts together until the full mesh is up or
 //! the deadline passes.
 
 use crate::bootstrap::Bootstrap;
-use crate::error::{Error, Result};
+use crate::config::Config;
+use crate::error::{BootstrapError, Error, Result};
 use crate::plan::Topology;
+use crate::topo::{Fabric, HostRecord, SwitchTree};
 use crate::transport::{Connector, Listener, Net, RecvComm, SendComm, MAX_HANDLE_BYTES};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,23 +20,77 @@ type Mesh = (
 
 const SLOT: usize = 1 + MAX_HANDLE_BYTES;
 
-/// This host's identity: the kernel's boot id (distinct per machine and
-/// per boot, shared by every process and network namespace of one kernel)
-/// plus the host name.
-pub(crate) fn host_identity() -> Vec<u8> {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}/{}", boot_id.trim(), host.trim()).into_bytes()
-}
-
-/// Exchanges host identities: `same[p]` says whether rank `p` shares this
-/// rank's host.
-pub(crate) fn colocated(boot: &mut Bootstrap, rank: usize) -> Result<Vec<bool>> {
-    let me = host_identity();
+/// Exchanges every rank's [`HostRecord`] and builds the same [`Fabric`]
+/// on every rank, with the switch tree of `NCCL_RS_TOPO_FILE`. A rank whose
+/// file does not load sends its error instead of its record, so that every
+/// rank fails init with it rather than waiting for that rank. Rank 0 logs
+/// the summary (and the hosts the file does not name) and writes
+/// `NCCL_TOPO_DUMP_FILE`.
+pub(crate) fn exchange_topology(
+    boot: &mut Bootstrap,
+    rank: usize,
+    config: &Config,
+) -> Result<Fabric> {
+    let record = HostRecord::detect(
+        config.host_id.as_deref(),
+        config.socket_ifname.as_deref(),
+        config.socket_family,
+    );
+    let tree = config
+        .topo_file
+        .as_deref()
+        .map(|p| SwitchTree::load(std::path::Path::new(p)))
+        .transpose();
+    let me = match &tree {
+        Ok(_) => [&[0u8][..], &record.encode()].concat(),
+        Err(e) => [&[1u8][..], e.as_bytes()].concat(),
+    };
     let all = boot
         .all_gather(&me)
         .map_err(|source| Error::Bootstrap { rank, source })?;
-    Ok(all.iter().map(|h| *h == me && !me.is_empty()).collect())
+    let tree =
+        tree.map_err(|e| Error::InvalidArgument(format!("rank {rank}: NCCL_RS_TOPO_FILE: {e}")))?;
+    let mut records = Vec::with_capacity(all.len());
+    for (p, bytes) in all.iter().enumerate() {
+        match bytes.split_first() {
+            Some((0, rec)) => {
+                records.push(HostRecord::decode(rec).map_err(|e| Error::Bootstrap {
+                    rank,
+                    source: BootstrapError::Protocol(format!("rank {p}: {e}")),
+                })?)
+            }
+            Some((1, msg)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {rank}: rank {p} failed with NCCL_RS_TOPO_FILE: {}",
+                    String::from_utf8_lossy(msg)
+                )))
+            }
+            _ => {
+                return Err(Error::Bootstrap {
+                    rank,
+                    source: BootstrapError::Protocol(format!("rank {p} sent no host record")),
+                })
+            }
+        }
+    }
+    let fabric = Fabric::build(&records, tree.as_ref(), &config.topo_oversub);
+    if rank == 0 {
+        let unplaced = fabric.unplaced_hosts();
+        if !unplaced.is_empty() {
+            tracing::warn!(
+                rank,
+                "NCCL_RS_TOPO_FILE names no leaf switch for hosts {unplaced:?}: each is its own leaf"
+            );
+        }
+        tracing::info!(rank, "{}", fabric.summary());
+        if let Some(path) = &config.topo_dump_file {
+            match crate::topo::write_dump(&fabric, std::path::Path::new(path)) {
+                Ok(()) => tracing::info!(rank, "topology written to {path}"),
+                Err(e) => tracing::warn!(rank, "NCCL_TOPO_DUMP_FILE={path}: {e}"),
+            }
+        }
+    }
+    Ok(fabric)
 }
 
 /// The ranks (bit `r` for rank `r`, ranks 0-63) on this host bound to the

@@ -26,6 +26,7 @@ use crate::error::{BootstrapError, Error, Result};
 use crate::launch::LaunchEnv;
 use crate::plan::{Coll, Planner};
 use crate::plan::{Placement, PlacementMode, Topology};
+use crate::topo::Fabric;
 use crate::transport::shm::{ShmNet, ShmOptions};
 use crate::transport::Net;
 use core::Core;
@@ -47,6 +48,7 @@ pub struct Communicator {
     transport: String,
     net: Arc<dyn Net>,
     config: Config,
+    fabric: Arc<Fabric>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -127,7 +129,8 @@ impl Communicator {
         crate::logging::set_process_rank(rank);
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
-        let local = connect::colocated(&mut boot, rank)?;
+        let fabric = Arc::new(connect::exchange_topology(&mut boot, rank, config)?);
+        let local: Vec<bool> = (0..nranks).map(|p| fabric.same_host(rank, p)).collect();
         let sharing_cpu = connect::sharing_cpu(&mut boot, rank, &local)?;
         tracing::debug!(rank, sharing_cpu, "ranks bound to this rank's CPU");
         let local_ranks = local.iter().filter(|&&l| l).count();
@@ -245,6 +248,7 @@ impl Communicator {
             transport: props.name,
             net,
             config: config.clone(),
+            fabric,
         })
     }
 
@@ -286,6 +290,11 @@ impl Communicator {
     /// The name of the data transport (`"Socket"`, `"Mem"`).
     pub fn transport_name(&self) -> &str {
         &self.transport
+    }
+
+    /// The hosts, rails and switches of this communicator's ranks.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
     }
 
     /// The network transport's capabilities (the transport used between

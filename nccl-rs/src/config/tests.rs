@@ -213,6 +213,22 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
             count(&["100", "4095", "1073741825"]),
         ),
         ("NCCL_RS_SOCKET_SPLICE_MIN_BYTES", count(&[])),
+        (
+            "NCCL_RS_TOPO_OVERSUB",
+            vec![
+                "0.5",
+                "0",
+                "-2",
+                "2,",
+                ",2",
+                "x",
+                "NaN",
+                "inf",
+                "1001",
+                "2:1",
+                "1,1,1,1,1,1,1,1,1",
+            ],
+        ),
         ("NCCL_COMM_BLOCKING", flag()),
         (
             "NCCL_NET_GDR_LEVEL",
@@ -291,6 +307,17 @@ fn lenient() -> Vec<Lenient> {
         }),
         ("NCCL_DEBUG_SUBSYS", "^INIT,NOSUCH", |c| {
             c.debug_subsys.as_deref() == Some("^INIT,NOSUCH")
+        }),
+        // A host id is any text; the topology file is read (and its errors
+        // reported) at init, the dump file written there.
+        ("NCCL_HOSTID", "rack 3/node#7", |c| {
+            c.host_id.as_deref() == Some("rack 3/node#7")
+        }),
+        ("NCCL_RS_TOPO_FILE", "/no/such/topology.conf", |c| {
+            c.topo_file.as_deref() == Some("/no/such/topology.conf")
+        }),
+        ("NCCL_TOPO_DUMP_FILE", "topo.xml", |c| {
+            c.topo_dump_file.as_deref() == Some("topo.xml")
         }),
         ("NCCL_RS_CUDA_DRIVER", "/opt/libcuda.so.1", |c| {
             c.cuda.driver.as_deref() == Some("/opt/libcuda.so.1")
@@ -450,6 +477,8 @@ fn logging_settings_come_with_the_config() {
 /// The variables that are NCCL's own (checked against NCCL's documentation
 /// and source): they keep NCCL's names and meanings.
 const NCCL_OWN: &[&str] = &[
+    "NCCL_HOSTID",
+    "NCCL_TOPO_DUMP_FILE",
     "NCCL_DEBUG",
     "NCCL_DEBUG_FILE",
     "NCCL_DEBUG_SUBSYS",
@@ -584,4 +613,47 @@ fn a_job_secret_is_read_as_its_bytes() {
     }
     want[15] = 0xff;
     assert_eq!(c.job_secret, Some(want));
+}
+
+#[test]
+fn topology_variables() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(
+        (c.host_id, c.topo_file, c.topo_oversub, c.topo_dump_file),
+        (None, None, vec![], None)
+    );
+    let c = cfg(&[
+        ("NCCL_HOSTID", " fab-h3 "),
+        ("NCCL_RS_TOPO_FILE", "/etc/slurm/topology.conf"),
+        ("NCCL_TOPO_DUMP_FILE", "/tmp/topo.xml"),
+    ])
+    .unwrap();
+    assert_eq!(c.host_id.as_deref(), Some("fab-h3"));
+    assert_eq!(c.topo_file.as_deref(), Some("/etc/slurm/topology.conf"));
+    assert_eq!(c.topo_dump_file.as_deref(), Some("/tmp/topo.xml"));
+    let oversub = |v| cfg(&[("NCCL_RS_TOPO_OVERSUB", v)]).map(|c| c.topo_oversub);
+    // (value, ratios or None for an error)
+    let cases: &[(&str, Option<&[f64]>)] = &[
+        ("2", Some(&[2.0])),
+        ("2,1", Some(&[2.0, 1.0])),
+        (" 1.5 , 3 ", Some(&[1.5, 3.0])),
+        ("1,1,1,1,1,1,1,1", Some(&[1.0; 8])),
+        ("1,1,1,1,1,1,1,1,1", None),
+        ("0.5", None),
+        ("2,", None),
+        ("two", None),
+        ("NaN", None),
+        ("inf", None),
+        ("1001", None),
+        ("2:1", None),
+    ];
+    for (v, want) in cases {
+        match want {
+            Some(w) => assert_eq!(oversub(v).unwrap(), *w, "{v:?}"),
+            None => {
+                let e = oversub(v).unwrap_err().to_string();
+                assert!(e.contains("NCCL_RS_TOPO_OVERSUB"), "{v:?}: {e}");
+            }
+        }
+    }
 }
