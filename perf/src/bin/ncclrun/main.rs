@@ -1,14 +1,22 @@
-//! `ncclrun -n N [--timeout SECS] [--bind core|none] [--] cmd args...`:
-//! starts N processes of `cmd` on this host as the ranks of one job,
-//! torchrun style. `ncclrun --help` ([`help`]) says what each rank's
-//! environment holds, how ranks are bound to CPUs, how a failed job is
-//! stopped and blamed (module [`verdict`]), and the exit statuses.
+//! `ncclrun [-n N] [-H host[:slots],... | --hostfile FILE] ... [--] cmd
+//! args...`: starts the ranks of one job, torchrun style, on this host or
+//! on the hosts given (Open MPI's conventions: module [`hosts`] reads the
+//! hosts and maps the ranks onto them, module [`remote`] builds each rank's
+//! environment and the agent's command line, module [`tag`] tags output).
+//! `ncclrun --help` ([`help`]) says what each rank's environment holds,
+//! how ranks are bound to CPUs, how a failed job is stopped and blamed
+//! (module [`verdict`]), and the exit statuses.
 
+mod hosts;
+mod remote;
+mod tag;
 mod verdict;
 
+use hosts::{Host, MapBy, Place};
 use nccl_perf::bind::{self, Bind};
+use remote::{Agent, Export};
 use std::net::TcpListener;
-use std::process::{Child, Command, ExitCode};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use verdict::{End, State};
 
@@ -20,8 +28,13 @@ const POLL: Duration = Duration::from_millis(20);
 /// a stopped process at once, but one in an uninterruptible sleep (a dead
 /// network file system) lingers, and ncclrun must not hang on it.
 const REAP: Duration = Duration::from_secs(10);
-/// The address every rank is given as `MASTER_ADDR`.
+/// With `--tag-output`, how long ncclrun waits, once every rank is reaped,
+/// for the rest of their output.
+const DRAIN: Duration = Duration::from_secs(2);
+/// `MASTER_ADDR` when every rank is on this host.
 const MASTER_ADDR: &str = "127.0.0.1";
+/// The default `--rsh`.
+const RSH: &str = "ssh";
 
 /// Variables of other launchers that would make a child see another rank.
 const FOREIGN: &[&str] = &[
@@ -40,14 +53,28 @@ const FOREIGN: &[&str] = &[
     "ROLE_RANK",
 ];
 
+#[derive(Debug)]
 struct Opts {
-    n: usize,
+    /// `-n`; `None`: every slot of the hosts.
+    n: Option<usize>,
+    /// From `-H` (all of them, in order).
+    hosts: Vec<Host>,
+    hostfile: Option<String>,
+    map_by: MapBy,
+    rsh: Agent,
+    master_addr: Option<String>,
+    master_port: Option<u16>,
+    tag_output: bool,
+    exports: Vec<Export>,
     timeout: Option<Duration>,
     bind: Bind,
     cmd: Vec<String>,
 }
 
-const USAGE: &str = "usage: ncclrun -n N [--timeout SECS] [--bind core|none] [--] cmd [args...]\n";
+const USAGE: &str = "usage: ncclrun [-n N] [-H host[:slots],... | --hostfile FILE]\n\
+\x20              [--map-by slot|node] [--rsh AGENT] [--master-addr ADDR]\n\
+\x20              [--master-port PORT] [-x VAR[=value]]... [--tag-output]\n\
+\x20              [--timeout SECS] [--bind core|none] [--] cmd [args...]\n";
 
 /// The `--help` text: what ncclrun does to each rank and to the job. The
 /// lists and numbers come from the constants the code uses, so they agree.
@@ -66,38 +93,97 @@ fn help() -> String {
     }
     let grace = GRACE.as_secs();
     let reap = REAP.as_secs();
+    let drain = DRAIN.as_secs();
     let killed = 128 + libc::SIGKILL;
     format!(
-        "ncclrun: runs N processes of a command on this machine as the ranks of one job\n\
-         (torchrun style: the ranks find each other through MASTER_ADDR:MASTER_PORT).\n\
+        "ncclrun: runs N processes of a command as the ranks of one job, on this\n\
+         machine or on the hosts given (torchrun style: the ranks find each other\n\
+         through MASTER_ADDR:MASTER_PORT; hosts, mapping, -x and --tag-output as in\n\
+         Open MPI's mpirun).\n\
          \n\
          {USAGE}\
          \n\
          options:\n\
          \x20 -n, -np, --nproc, --nproc-per-node N\n\
-         \x20                    the number of ranks (processes), at least 1\n\
+         \x20                    the number of ranks (processes), at least 1; needed\n\
+         \x20                    without hosts; with hosts at most their slots (more is\n\
+         \x20                    an error: no oversubscribing), fewer take the first\n\
+         \x20                    slots in map order, and the default is every slot\n\
+         \x20 -H, --host host[:slots],...\n\
+         \x20                    the hosts and their slots (1 by default; [addr]:slots\n\
+         \x20                    for an IPv6 address); repeatable; a host named again\n\
+         \x20                    gets more slots\n\
+         \x20 --hostfile FILE    the hosts, in Open MPI's hostfile format: \"host slots=N\"\n\
+         \x20                    a line (a bare host has 1 slot; max_slots=N is ignored),\n\
+         \x20                    # comments, blank lines; a host named again gets more\n\
+         \x20                    slots (not with -H)\n\
+         \x20 --map-by slot|node slot (the default): fill each host's slots in turn;\n\
+         \x20                    node: deal the ranks round-robin over the hosts,\n\
+         \x20                    skipping the full ones\n\
+         \x20 --rsh AGENT        what starts a rank on another host ({RSH} by default, as\n\
+         \x20                    Open MPI's plm_rsh_agent), split on white space; a host\n\
+         \x20                    named localhost or 127.0.0.1 runs its ranks directly\n\
+         \x20 --master-addr ADDR MASTER_ADDR (default: {MASTER_ADDR} when every rank is on\n\
+         \x20                    this machine, else the first host's name as given)\n\
+         \x20 --master-port PORT MASTER_PORT (default: a port free here when ncclrun starts)\n\
+         \x20 -x VAR, -x VAR=value\n\
+         \x20                    set VAR in every rank's environment: to value, or to\n\
+         \x20                    ncclrun's (for ranks here a bare VAR is inherited\n\
+         \x20                    anyway; through the agent it is skipped when unset);\n\
+         \x20                    repeatable\n\
+         \x20 --tag-output       write each line of a rank's stdout (stderr) to ncclrun's\n\
+         \x20                    stdout (stderr) as \"[1,RANK]<stdout>:line\"\n\
+         \x20                    (\"[1,RANK]<stderr>:line\"), lines whole\n\
          \x20 --timeout SECS     kill every rank and exit 124 after SECS seconds\n\
          \x20                    (fractions allowed; 0, the default: no limit)\n\
          \x20 --bind core|none   core (the default): bind each rank to one CPU of those\n\
-         \x20                    ncclrun may run on (rank r of N gets CPU number r*C/N of\n\
-         \x20                    the C allowed, so with more ranks than CPUs neighbouring\n\
-         \x20                    ranks share one); none: leave the ranks unbound\n\
+         \x20                    ncclrun may run on (local rank l of the L ranks on a\n\
+         \x20                    host gets CPU number l*C/L of the C allowed, so with\n\
+         \x20                    more ranks than CPUs neighbouring ranks share one);\n\
+         \x20                    none: leave the ranks unbound. Through the agent this\n\
+         \x20                    binds the process ncclrun starts: with ip netns exec\n\
+         \x20                    the rank (exec keeps the binding), with ssh only the\n\
+         \x20                    local ssh client, not the remote rank\n\
          \x20 -h, --help         this text\n\
          \n\
-         each rank's environment: ncclrun's own, plus\n\
+         each rank's environment: ncclrun's own (through an agent: what the agent\n\
+         gives), plus\n\
          \x20 RANK=r              the rank, 0 to N-1\n\
          \x20 WORLD_SIZE=N        the number of ranks\n\
-         \x20 LOCAL_RANK=r        the same as RANK (every rank is on this machine)\n\
-         \x20 LOCAL_WORLD_SIZE=N  the same as WORLD_SIZE\n\
-         \x20 MASTER_ADDR={MASTER_ADDR}\n\
-         \x20 MASTER_PORT=P       a port that was free when ncclrun started, the same for all\n\
+         \x20 LOCAL_RANK=l        the rank's index among the ranks on its host (without\n\
+         \x20                    hosts: the same as RANK)\n\
+         \x20 LOCAL_WORLD_SIZE=L  the number of ranks on its host (without hosts: N)\n\
+         \x20 NODE_RANK=h         its host's index in -H/hostfile order (without hosts: 0)\n\
+         \x20 MASTER_ADDR={MASTER_ADDR} (or as --master-addr and the hosts say)\n\
+         \x20 MASTER_PORT=P       the same for all\n\
          \x20 NCCL_RS_JOB_SECRET  32 random hex digits, the same for all (unless ncclrun's\n\
          \x20                    environment has one): only ranks that present it may join\n\
+         \x20 the -x variables    (the variables above win over them)\n\
          and without these variables of other launchers (Open MPI, PMI, Slurm,\n\
          torchrun), so that they cannot win over RANK and WORLD_SIZE:\n\
          {foreign}\n\
-         The ranks share ncclrun's stdin, stdout and stderr, and get SIGKILL if\n\
+         A rank started through the agent also gets every NCCL_* variable of\n\
+         ncclrun's environment, and NCCL_HOSTID=<its host as named> unless\n\
+         ncclrun's environment has NCCL_HOSTID (ncclrun knows which ranks share a\n\
+         host; network namespaces on one kernel would otherwise look like one\n\
+         host).\n\
+         Ranks here share ncclrun's stdin; ranks through the agent get /dev/null.\n\
+         All share ncclrun's stdout and stderr (or write through it, with\n\
+         --tag-output: once every rank has ended ncclrun waits at most {drain} s for\n\
+         the rest of their output), and what ncclrun started gets SIGKILL if\n\
          ncclrun dies.\n\
+         \n\
+         ranks on other hosts: a rank runs as\n\
+         \x20 AGENT... HOST env -C DIR VAR=value... cmd args...\n\
+         with DIR ncclrun's current directory (GNU env, coreutils 8.28 or later, on\n\
+         the host). An agent whose program is ssh or rsh hands the host one shell\n\
+         command line: each word after HOST is shell-quoted (a POSIX login shell is\n\
+         assumed); any other agent (--rsh \"ip netns exec\") gets them as they are.\n\
+         The agent's exit status is the rank's (ssh: 255 when it cannot connect).\n\
+         The variables travel on the agent's command line, which other users of\n\
+         this machine can read (ps) while it runs. Killing a rank kills what\n\
+         ncclrun started: ip netns exec has become the rank; a killed ssh client\n\
+         does not always end the remote command.\n\
          \n\
          when a rank fails (exits non-zero or is killed by a signal), the other\n\
          ranks get a grace of {grace} s to exit; then ncclrun kills (SIGKILL) those\n\
@@ -118,14 +204,23 @@ fn help() -> String {
          \x20 128+S    the culprit was killed by signal S; {killed} (SIGKILL) for a rank\n\
          \x20          ncclrun killed (a stopped one)\n\
          \x20 124      --timeout ran out (the ranks left are killed, the culprit named)\n\
-         \x20 2        a usage error (bad or missing option, no command)\n\
-         \x20 126, 127 the command could not be started (127: not found)\n\
-         \x20 1        ncclrun itself failed (no free port)\n"
+         \x20 2        a usage error (bad or missing option, no command, a bad hostfile,\n\
+         \x20          more ranks than slots), told in one line\n\
+         \x20 126, 127 the command (or the agent) could not be started (127: not found)\n\
+         \x20 1        ncclrun itself failed (no free port, no current directory)\n"
     )
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
     let mut n = None;
+    let mut hosts = Vec::new();
+    let mut hostfile = None;
+    let mut map_by = MapBy::Slot;
+    let mut rsh = Agent::parse(RSH)?;
+    let mut master_addr = None;
+    let mut master_port = None;
+    let mut tag_output = false;
+    let mut exports = Vec::new();
     let mut timeout = None;
     let mut bind = Bind::Core;
     let mut cmd = Vec::new();
@@ -141,6 +236,33 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
                         .ok_or_else(|| format!("bad process count '{v}'"))?,
                 );
             }
+            "-H" | "-host" | "--host" => hosts::parse_h(&value(&a)?, &mut hosts)?,
+            "--hostfile" | "-hostfile" | "--machinefile" | "-machinefile" => {
+                if hostfile.is_some() {
+                    return Err(format!("{a} given twice"));
+                }
+                hostfile = Some(value(&a)?);
+            }
+            "--map-by" | "-map-by" => map_by = MapBy::parse(&value(&a)?)?,
+            "--rsh" => rsh = Agent::parse(&value(&a)?)?,
+            "--master-addr" | "--master_addr" => {
+                let v = value(&a)?;
+                if v.is_empty() || v.contains(char::is_whitespace) {
+                    return Err(format!("bad {a} '{v}'"));
+                }
+                master_addr = Some(v);
+            }
+            "--master-port" | "--master_port" => {
+                let v = value(&a)?;
+                master_port = Some(
+                    v.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| format!("bad {a} '{v}'"))?,
+                );
+            }
+            "--tag-output" | "-tag-output" => tag_output = true,
+            "-x" => exports.push(Export::parse(&value(&a)?)?),
             "--timeout" => {
                 let v = value(&a)?;
                 let secs: f64 = v
@@ -166,15 +288,78 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Opts, String> {
             }
         }
     }
-    let n = n.ok_or("missing -n N")?;
+    if hostfile.is_some() && !hosts.is_empty() {
+        return Err("give -H or --hostfile, not both".into());
+    }
+    if n.is_none() && hostfile.is_none() && hosts.is_empty() {
+        return Err("missing -n N (or -H/--hostfile)".into());
+    }
     if cmd.is_empty() {
         return Err("missing command".into());
     }
     Ok(Opts {
         n,
+        hosts,
+        hostfile,
+        map_by,
+        rsh,
+        master_addr,
+        master_port,
+        tag_output,
+        exports,
         timeout,
         bind,
         cmd,
+    })
+}
+
+/// Where the ranks run: the hosts, each rank's place, and `MASTER_ADDR`.
+struct Plan {
+    hosts: Vec<Host>,
+    places: Vec<Place>,
+    master_addr: String,
+}
+
+impl Plan {
+    /// Whether rank `rank` runs on this machine without the agent.
+    fn local(&self, rank: usize) -> bool {
+        hosts::is_local(&self.hosts[self.places[rank].host].name)
+    }
+}
+
+/// The plan of `opts`, reading the hostfile through `read`. Without hosts,
+/// every rank is on `localhost`. Errors are usage errors.
+fn plan(opts: &Opts, read: impl Fn(&str) -> std::io::Result<String>) -> Result<Plan, String> {
+    let hosts = match (&opts.hostfile, opts.n) {
+        (Some(path), _) => {
+            let text = read(path).map_err(|e| format!("cannot read hostfile {path}: {e}"))?;
+            hosts::parse_hostfile(&text).map_err(|e| format!("hostfile {path}: {e}"))?
+        }
+        (None, _) if !opts.hosts.is_empty() => opts.hosts.clone(),
+        (None, Some(n)) => vec![Host {
+            name: "localhost".into(),
+            slots: n,
+        }],
+        (None, None) => return Err("missing -n N (or -H/--hostfile)".into()),
+    };
+    let places = hosts::map(&hosts, opts.n, opts.map_by)?;
+    let master_addr = match &opts.master_addr {
+        Some(a) => a.clone(),
+        None if places.iter().all(|p| hosts::is_local(&hosts[p.host].name)) => {
+            MASTER_ADDR.to_string()
+        }
+        None if hosts::is_local(&hosts[0].name) => {
+            return Err(format!(
+            "the first host is {}, which the ranks on other hosts cannot reach: give --master-addr",
+            hosts[0].name
+        ))
+        }
+        None => hosts[0].name.clone(),
+    };
+    Ok(Plan {
+        hosts,
+        places,
+        master_addr,
     })
 }
 
@@ -294,18 +479,29 @@ fn kill_all(running: &mut Vec<(usize, Child)>, ends: &mut Vec<(usize, End)>) -> 
 }
 
 fn main() -> ExitCode {
+    let usage_error = |msg: String| {
+        eprintln!("ncclrun: {msg}; see ncclrun --help");
+        ExitCode::from(2)
+    };
     let opts = match parse(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(msg) if msg.is_empty() => {
             print!("{}", help());
             return ExitCode::SUCCESS;
         }
-        Err(msg) => {
-            eprint!("ncclrun: {msg}\n{USAGE}(ncclrun --help says more)\n");
-            return ExitCode::from(2);
-        }
+        Err(msg) => return usage_error(msg),
     };
-    let port = match free_port() {
+    let plan = match plan(&opts, |p| std::fs::read_to_string(p)) {
+        Ok(p) => p,
+        Err(msg) => return usage_error(msg),
+    };
+    run(&opts, &plan)
+}
+
+/// Starts the ranks of `plan`, waits for them, and says how the job ended.
+fn run(opts: &Opts, plan: &Plan) -> ExitCode {
+    let n = plan.places.len();
+    let port = match opts.master_port.map_or_else(free_port, Ok) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ncclrun: cannot find a free port: {e}");
@@ -324,34 +520,73 @@ fn main() -> ExitCode {
             }
         },
     };
-    let cpus = bind::allowed_cpus();
-    let start = Instant::now();
-    let mut running: Vec<(usize, Child)> = Vec::with_capacity(opts.n);
-    // How each rank ended, in the order ncclrun saw it.
-    let mut ends: Vec<(usize, End)> = Vec::with_capacity(opts.n);
-    for rank in 0..opts.n {
-        let mut cmd = Command::new(&opts.cmd[0]);
-        cmd.args(&opts.cmd[1..])
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", opts.n.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env("LOCAL_WORLD_SIZE", opts.n.to_string())
-            .env("MASTER_ADDR", MASTER_ADDR)
-            .env("MASTER_PORT", port.to_string());
-        if let Some(secret) = &secret {
-            cmd.env("NCCL_RS_JOB_SECRET", secret);
+    // ncclrun's environment, for what goes to ranks through the agent.
+    let parent: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    // The directory remote ranks start in.
+    let dir = if (0..n).all(|r| plan.local(r)) {
+        String::new()
+    } else {
+        match std::env::current_dir().map(|d| d.into_os_string().into_string()) {
+            Ok(Ok(d)) => d,
+            Ok(Err(d)) => {
+                eprintln!("ncclrun: the current directory {d:?} is not UTF-8");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("ncclrun: no current directory: {e}");
+                return ExitCode::FAILURE;
+            }
         }
+    };
+    let cpus = bind::allowed_cpus();
+    let mut tagger = opts.tag_output.then(tag::Tagger::new);
+    let start = Instant::now();
+    let mut running: Vec<(usize, Child)> = Vec::with_capacity(n);
+    // How each rank ended, in the order ncclrun saw it.
+    let mut ends: Vec<(usize, End)> = Vec::with_capacity(n);
+    for (rank, place) in plan.places.iter().enumerate() {
+        let vars = remote::rank_vars(rank, n, *place, &plan.master_addr, port);
+        let host = &plan.hosts[place.host].name;
+        let mut cmd = if plan.local(rank) {
+            let mut cmd = Command::new(&opts.cmd[0]);
+            cmd.args(&opts.cmd[1..]).envs(remote::rank_env(
+                &parent,
+                None,
+                secret.as_deref(),
+                &opts.exports,
+                &vars,
+            ));
+            cmd
+        } else {
+            let env =
+                remote::rank_env(&parent, Some(host), secret.as_deref(), &opts.exports, &vars);
+            let argv = opts.rsh.argv(host, &dir, &env, &opts.cmd);
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]).stdin(Stdio::null());
+            cmd
+        };
         for v in FOREIGN {
             cmd.env_remove(v);
         }
         die_with_parent(&mut cmd);
-        if let Some(cpu) = bind::cpu_for(opts.bind, rank, opts.n, &cpus) {
+        if let Some(cpu) = bind::cpu_for(opts.bind, place.local_rank, place.local_size, &cpus) {
             bind_to(&mut cmd, cpu);
         }
+        if tagger.is_some() {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         match cmd.spawn() {
-            Ok(c) => running.push((rank, c)),
+            Ok(mut c) => {
+                if let Some(t) = &mut tagger {
+                    t.attach(rank, &mut c);
+                }
+                running.push((rank, c));
+            }
             Err(e) => {
-                eprintln!("ncclrun: cannot start rank {rank} ({}): {e}", opts.cmd[0]);
+                let prog = cmd.get_program().to_string_lossy().into_owned();
+                eprintln!("ncclrun: cannot start rank {rank} ({prog}): {e}");
                 kill_all(&mut running, &mut ends);
                 let code = if e.kind() == std::io::ErrorKind::NotFound {
                     127
@@ -405,6 +640,10 @@ fn main() -> ExitCode {
         }
         std::thread::sleep(POLL);
     }
+    // The ranks' last lines before the verdict.
+    if let Some(t) = &mut tagger {
+        t.drain(DRAIN);
+    }
     if let Some(t) = timed_out {
         eprintln!(
             "ncclrun: job timed out after {t:?}: {}",
@@ -427,6 +666,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// 16 bytes from the kernel's random source, as 32 hex digits.
+fn job_secret() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,7 +687,7 @@ mod tests {
         let o = p(&["-n", "4", "prog", "-b", "8"]).unwrap();
         assert_eq!(
             (o.n, o.timeout, o.cmd.join(" ")),
-            (4, None, "prog -b 8".to_string())
+            (Some(4), None, "prog -b 8".to_string())
         );
         let o = p(&["--timeout", "2.5", "-n", "2", "--", "-weird", "x"]).unwrap();
         assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
@@ -463,6 +710,161 @@ mod tests {
     }
 
     #[test]
+    fn host_options() {
+        let o = p(&[
+            "-H",
+            "a:2,b",
+            "-H",
+            "c",
+            "--map-by",
+            "node",
+            "--rsh",
+            "ip netns exec",
+            "--master-addr",
+            "10.0.0.1",
+            "--master-port",
+            "29500",
+            "--tag-output",
+            "-x",
+            "A=1",
+            "-x",
+            "B",
+            "prog",
+            "-x",
+            "y",
+        ])
+        .unwrap();
+        assert_eq!(o.n, None);
+        let names: Vec<_> = o.hosts.iter().map(|h| (h.name.as_str(), h.slots)).collect();
+        assert_eq!(names, [("a", 2), ("b", 1), ("c", 1)]);
+        assert_eq!(o.map_by, MapBy::Node);
+        assert_eq!(o.rsh, Agent::parse("ip netns exec").unwrap());
+        assert_eq!(o.master_addr.as_deref(), Some("10.0.0.1"));
+        assert_eq!(o.master_port, Some(29500));
+        assert!(o.tag_output);
+        assert_eq!(
+            o.exports,
+            [Export::parse("A=1").unwrap(), Export::parse("B").unwrap()]
+        );
+        assert_eq!(o.cmd, ["prog", "-x", "y"]);
+        let o = p(&["--hostfile", "hf", "a"]).unwrap();
+        assert_eq!(
+            (o.hostfile.as_deref(), o.rsh),
+            (Some("hf"), Agent::parse("ssh").unwrap())
+        );
+        let bad: &[&[&str]] = &[
+            &["-H", "a", "--hostfile", "f", "x"],
+            &["-H", "a:0", "x"],
+            &["-H", "a"],
+            &["-H"],
+            &["--map-by", "core", "-H", "a", "x"],
+            &["--rsh", "", "-H", "a", "x"],
+            &["--master-port", "0", "-H", "a", "x"],
+            &["--master-port", "65536", "-H", "a", "x"],
+            &["--master-addr", "", "-H", "a", "x"],
+            &["-x", "1=2", "-H", "a", "x"],
+            &["--hostfile", "f", "--hostfile", "g", "x"],
+        ];
+        for args in bad {
+            let e = p(args).expect_err(&format!("{args:?}"));
+            assert!(!e.is_empty() && !e.contains('\n'), "{args:?}: {e:?}");
+        }
+    }
+
+    /// (host name, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK) of each rank
+    /// and MASTER_ADDR, or the usage error.
+    fn planned(args: &[&str], file: &str) -> Result<(Vec<String>, String), String> {
+        let o = p(args).unwrap();
+        let text = file.to_string();
+        let plan = plan(&o, |_| Ok(text.clone()))?;
+        let ranks = plan
+            .places
+            .iter()
+            .map(|pl| {
+                let h = &plan.hosts[pl.host].name;
+                format!("{h} {} {} {}", pl.local_rank, pl.local_size, pl.host)
+            })
+            .collect();
+        Ok((ranks, plan.master_addr))
+    }
+
+    #[test]
+    fn plans() {
+        let ok = |args: &[&str], file: &str, ranks: &[&str], addr: &str| {
+            let got = planned(args, file);
+            assert_eq!(
+                got,
+                Ok((
+                    ranks.iter().map(|r| r.to_string()).collect(),
+                    addr.to_string()
+                )),
+                "{args:?}"
+            );
+        };
+        // The local case: as before, LOCAL_RANK = RANK.
+        ok(
+            &["-n", "3", "x"],
+            "",
+            &["localhost 0 3 0", "localhost 1 3 0", "localhost 2 3 0"],
+            "127.0.0.1",
+        );
+        ok(
+            &["-H", "localhost:2,127.0.0.1", "x"],
+            "",
+            &["localhost 0 2 0", "localhost 1 2 0", "127.0.0.1 0 1 1"],
+            "127.0.0.1",
+        );
+        ok(
+            &["-H", "n0:2,n1:2", "--map-by", "node", "-n", "3", "x"],
+            "",
+            &["n0 0 2 0", "n1 0 1 1", "n0 1 2 0"],
+            "n0",
+        );
+        ok(
+            &["-H", "n0:2,n1:2", "--master-addr", "10.79.0.1", "x"],
+            "",
+            &["n0 0 2 0", "n0 1 2 0", "n1 0 2 1", "n1 1 2 1"],
+            "10.79.0.1",
+        );
+        // Only the ranks that run count: every rank here, so 127.0.0.1.
+        ok(
+            &["-H", "localhost,far", "-n", "1", "x"],
+            "",
+            &["localhost 0 1 0"],
+            "127.0.0.1",
+        );
+        ok(
+            &["--hostfile", "hf", "x"],
+            "# two hosts\na slots=2\nb\n",
+            &["a 0 2 0", "a 1 2 0", "b 0 1 1"],
+            "a",
+        );
+        let err = |args: &[&str], file: &str, want: &str| {
+            let e = planned(args, file).expect_err(&format!("{args:?}"));
+            assert!(e.contains(want), "{args:?}: {e}");
+        };
+        err(
+            &["-H", "a:2,b", "-n", "4", "x"],
+            "",
+            "-n 4 is more than the 3 slot(s)",
+        );
+        err(
+            &["--hostfile", "hf", "-n", "9", "x"],
+            "a slots=8",
+            "-n 9 is more than the 8 slot(s)",
+        );
+        err(
+            &["--hostfile", "hf", "x"],
+            "a\nb slots=x\n",
+            "hostfile hf: line 2: bad slot count 'x'",
+        );
+        err(&["-H", "localhost,far", "x"], "", "give --master-addr");
+        let o = p(&["--hostfile", "/nonexistent", "x"]).unwrap();
+        let e = plan(&o, |p| std::fs::read_to_string(p)).err().unwrap();
+        assert!(e.starts_with("cannot read hostfile /nonexistent"), "{e}");
+    }
+
+    #[test]
     fn port_and_help() {
         assert!(free_port().unwrap() > 0);
         let h = help();
@@ -471,12 +873,4 @@ mod tests {
         }
         assert!(h.contains(&format!("{} s", GRACE.as_secs())));
     }
-}
-
-/// 16 bytes from the kernel's random source, as 32 hex digits.
-fn job_secret() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
