@@ -20,8 +20,9 @@ pub struct Nic {
     pub addr: IpAddr,
     /// Link speed in Mbit/s; 0 when unknown.
     pub speed_mbps: u32,
-    /// Rail: its position among the host's selected interfaces sorted by
-    /// name (the NIC of rail `i` on one host talks to rail `i` on others).
+    /// Rail: its position among the TCP transport's rails (the selected
+    /// interfaces in name order, `transport_tcp::rails::pick_rails`): the
+    /// NIC of rail `i` on one host talks to rail `i` on others.
     pub rail: u32,
 }
 
@@ -57,7 +58,10 @@ impl HostRecord {
             tracing::warn!("topology: cannot list network interfaces: {e}");
             Vec::new()
         });
+        // The transport's rails, in its order: rail k here is the NIC its
+        // data sockets of rail k use.
         let selected = transport_tcp::select_interfaces(&ifaces, ifname, family);
+        let selected = transport_tcp::rails::pick_rails(selected, ifname).rails;
         HostRecord::from_parts(
             host_id,
             &read("/proc/sys/kernel/random/boot_id"),
@@ -67,8 +71,9 @@ impl HostRecord {
         )
     }
 
-    /// The record from its facts: `selected` the chosen interfaces (in any
-    /// order), `speed(name)` an interface's speed in Mbit/s.
+    /// The record from its facts: `selected` the rails in rail order (a
+    /// name listed twice counts once), `speed(name)` an interface's speed
+    /// in Mbit/s.
     pub fn from_parts(
         host_id: Option<&str>,
         boot_id: &str,
@@ -86,10 +91,13 @@ impl HostRecord {
             Some(h) => h.to_string(),
             None => short_hostname(hostname).to_string(),
         };
-        let mut sorted: Vec<&Iface> = selected.iter().collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
-        sorted.dedup_by(|a, b| a.name == b.name);
-        let nics = sorted
+        let mut rails: Vec<&Iface> = Vec::with_capacity(selected.len());
+        for i in selected {
+            if !rails.iter().any(|r| r.name == i.name) {
+                rails.push(i);
+            }
+        }
+        let nics = rails
             .iter()
             .enumerate()
             .map(|(rail, i)| Nic {
@@ -273,11 +281,12 @@ mod tests {
     }
 
     #[test]
-    fn rails_are_the_selected_interfaces_sorted_by_name() {
+    fn rails_are_the_given_interfaces_in_order() {
         let selected = [
-            Iface::new("ib1", ip("10.1.0.2")),
             Iface::new("eth0", ip("10.0.0.2")),
             Iface::new("ib0", ip("fd00::2")),
+            Iface::new("eth0", ip("10.0.0.3")),
+            Iface::new("ib1", ip("10.1.0.2")),
         ];
         let speed = |n: &str| if n == "eth0" { 25000 } else { 0 };
         let r = HostRecord::from_parts(None, "b", "h", &selected, speed);
