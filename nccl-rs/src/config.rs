@@ -57,6 +57,7 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_SOCKET_SPLICE_MIN_BYTES",
     "NCCL_HOSTID",
     "NCCL_RS_TOPO_FILE",
+    "NCCL_RS_RING_ORDER",
     "NCCL_RS_TOPO_OVERSUB",
     "NCCL_TOPO_DUMP_FILE",
     "NCCL_IB_HCA",
@@ -171,6 +172,9 @@ pub struct Config {
     /// `NCCL_RS_TOPO_FILE`: a Slurm `topology.conf` (tree plugin) naming
     /// the leaf switch of each host.
     pub topo_file: Option<String>,
+    /// `NCCL_RS_RING_ORDER`: rings run in topology order (by leaf, host and
+    /// local rank; `true`, the default) or in rank order.
+    pub ring_by_topology: bool,
     /// `NCCL_RS_TOPO_OVERSUB`: oversubscription ratio per switch level,
     /// from the leaves up (empty: unknown).
     pub topo_oversub: Vec<f64>,
@@ -219,6 +223,7 @@ impl Default for Config {
             socket_splice_max_bytes: transport_tcp::default_splice_max_bytes(),
             host_id: None,
             topo_file: None,
+            ring_by_topology: true,
             topo_oversub: Vec::new(),
             topo_dump_file: None,
             ib: transport_verbs::VerbsOptions::default(),
@@ -497,6 +502,15 @@ impl Config {
             socket_splice_max_bytes: d.socket_splice_max_bytes,
             host_id: text("NCCL_HOSTID"),
             topo_file: text("NCCL_RS_TOPO_FILE"),
+            ring_by_topology: match text("NCCL_RS_RING_ORDER").as_deref() {
+                None | Some("topology") => true,
+                Some("rank") => false,
+                Some(v) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "NCCL_RS_RING_ORDER={v}: expected topology or rank"
+                    )))
+                }
+            },
             topo_oversub: match text("NCCL_RS_TOPO_OVERSUB") {
                 None => Vec::new(),
                 Some(v) => parse_oversub(&v).ok_or_else(|| {

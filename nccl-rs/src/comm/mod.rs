@@ -217,8 +217,15 @@ impl Communicator {
             );
         }
         let abort = engine.abort.clone();
-        let planner = Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
-            .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+        let mut planner =
+            Planner::new(&props.name, config.algo.as_deref(), config.proto.as_deref())
+                .map_err(|e| Error::InvalidArgument(format!("rank {rank}: {e}")))?;
+        if config.ring_by_topology {
+            // Every rank built the same fabric from the same records.
+            if let Some(ring) = crate::schedule::RingOrder::new(fabric.ring_order()) {
+                planner = planner.with_ring(ring);
+            }
+        }
         let topo = Topology {
             sockets: props.name == "Socket",
             ..topo

@@ -55,6 +55,9 @@ fn defaults_and_overrides() {
         PlacementMode::Fixed(Placement::Unknown)
     );
     assert!(placement("soon").is_err());
+    assert!(c.ring_by_topology);
+    let by_topology = |v| cfg(&[("NCCL_RS_RING_ORDER", v)]).unwrap().ring_by_topology;
+    assert!(by_topology("topology") && !by_topology("rank"));
     assert!(c.local_register);
     assert_eq!(c.zero_copy_min_bytes, 32 << 10);
     let c2 = cfg(&[
@@ -206,6 +209,7 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_RS_SHM_SINGLE_COPY_MIN_BYTES", count(&[])),
         ("NCCL_RS_SHM_SINGLE_COPY_MAX_BYTES", count(&[])),
         ("NCCL_RS_PLACEMENT", vec!["sideways", "2"]),
+        ("NCCL_RS_RING_ORDER", vec!["leaf", "1"]),
         ("NCCL_RS_SHM_STREAM_BYTES", count(&[])),
         ("NCCL_RS_ZERO_COPY_MIN_BYTES", count(&[])),
         (
