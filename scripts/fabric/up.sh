@@ -13,8 +13,8 @@
 #   RATE=500           host-link rate in Mbit/s, each direction
 #   OVERSUB=1          leaf uplink oversubscription: an uplink carries
 #                      RATE*HOSTS_PER_LEAF/OVERSUB each way (2 means 2:1)
-#   OFFLOAD=off        on: keep TSO/GSO/GRO on the veths (less CPU, coarser
-#                      shaping); off: turn them off (exact rates)
+#   OFFLOAD=on         on: keep TSO/GSO/GRO on the veths (a fraction of the
+#                      CPU; rates as exact); off: turn them off
 #   TOPO_OUT=/run/fab/topology.conf   where topology.conf goes
 #   FAB_ENV=/run/fab/env              where the env file goes (FAB_HOSTS,
 #                      FAB_MASTER_ADDR, FAB_IFNAME, FAB_RAILS, FAB_RATE, ...)
@@ -35,7 +35,7 @@ RAILS=${RAILS:-2}
 HOSTS_PER_LEAF=${HOSTS_PER_LEAF:-2}
 RATE=${RATE:-500}
 OVERSUB=${OVERSUB:-1}
-OFFLOAD=${OFFLOAD:-off}
+OFFLOAD=${OFFLOAD:-on}
 TOPO_OUT=${TOPO_OUT:-$FAB_RUN_DIR/topology.conf}
 
 die() { echo "fabric up: $*" >&2; exit 2; }
