@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Validates a running fabric (scripts/fabric/up.sh; reads its env file) and
 # exits non-zero when a check fails:
-#   reach     every host pings every other host on every rail
+#   reach     every host pings every other host on every rail (above
+#             CHECK_FULL_MESH hosts: the next host, the first host under the
+#             next leaf and host 0, which keeps the ping count linear)
 #   isolate   rail R of host A gets no answer from rail R' != R of host B
 #             (ping bound to railR, so the ARP request goes out on rail R's
 #             L2 network; hosts answer ARP only on the asked rail)
+#   shape     every link end (railR in the hosts, its port and both uplink
+#             ends in fab-sw) has its htb class at the fabric's rate
 #   rate a    one iperf3 flow between host 0 and host 1 on rail 0 gets the
 #             expected rate: RATE (the uplink's, if lower, when they sit
 #             under different leaves)
@@ -26,6 +30,7 @@
 #   CHECK_TOL=0.15         tolerance of a rate ratio
 #   CHECK_MIN_SPARE=25     least CPU % the packet path leaves under full load
 #   CHECK_PORT=5301        first iperf3 port (one per flow)
+#   CHECK_FULL_MESH=16     most hosts for which reach pings every pair
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -37,6 +42,7 @@ CHECK_SECS=${CHECK_SECS:-5}
 CHECK_TOL=${CHECK_TOL:-0.15}
 CHECK_MIN_SPARE=${CHECK_MIN_SPARE:-25}
 CHECK_PORT=${CHECK_PORT:-5301}
+CHECK_FULL_MESH=${CHECK_FULL_MESH:-16}
 
 die() { echo "fabric check: $*" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
@@ -57,16 +63,28 @@ cleanup() {
 }
 trap cleanup EXIT
 fails=0
+finish() {
+  if [ $fails = 0 ]; then echo "fabric check: all passed"; exit 0; fi
+  echo "fabric check: $fails failed"
+  exit 1
+}
 report() { # status name detail
   printf '%-4s %-10s %s\n' "$1" "$2" "$3"
   [ "$1" = ok ] || fails=$((fails + 1))
 }
 
-# reach: one background job per source host, each pinging every other host
-# on every rail (3 tries of 1 s each).
+# The hosts host A pings: all, or (large fabrics) a sample that still
+# crosses every leaf uplink.
+peers_of() { # a
+  if [ "$N" -le "$CHECK_FULL_MESH" ]; then seq 0 $((N - 1))
+  else printf '%s\n' $((($1 + 1) % N)) $(((($1 / HPL + 1) * HPL) % N)) 0 | sort -un; fi
+}
+
+# reach: one background job per source host, each pinging its peers on every
+# rail (3 tries of 1 s each).
 for a in $(seq 0 $((N - 1))); do
   (
-    for b in $(seq 0 $((N - 1))); do
+    for b in $(peers_of "$a"); do
       [ "$a" = "$b" ] && continue
       for r in $(seq 0 $((R - 1))); do
         ok=0
@@ -80,12 +98,12 @@ for a in $(seq 0 $((N - 1))); do
 done
 wait
 bad=$(cat "$work"/reach.* | head -5)
-if [ -z "$bad" ]; then report ok reach "$N hosts x $R rails, every pair"
+if [ -z "$bad" ]; then report ok reach "$N hosts x $R rails, $([ "$N" -le "$CHECK_FULL_MESH" ] && echo every pair || echo sampled pairs)"
 else report FAIL reach "no answer: $(echo "$bad" | paste -sd';')"; fi
 
 # isolate: the hosts' ARP policy is what makes a foreign rail silent; check
 # it first, then ping across rails. Peers: every other host when there are
-# at most 8, else the next host and the first host under the next leaf.
+# at most 8 (on every other rail), else those of peers_of (on the next rail).
 for h in $(seq 0 $((N - 1))); do
   v=$(ip netns exec "$(fab_ns "$h")" sysctl -n net.ipv4.conf.all.arp_ignore 2>/dev/null)
   [ "$v" = 1 ] || { report FAIL isolate "$(fab_ns "$h") has arp_ignore=$v, want 1"; break; }
@@ -94,13 +112,13 @@ if [ "$R" -lt 2 ]; then
   report ok isolate "one rail: nothing to isolate"
 else
   for a in $(seq 0 $((N - 1))); do
-    if [ "$N" -le 8 ]; then peers=$(seq 0 $((N - 1)))
-    else peers="$(((a + 1) % N)) $((((a / HPL + 1) * HPL) % N))"; fi
+    if [ "$N" -le 8 ]; then peers=$(seq 0 $((N - 1))); else peers=$(peers_of "$a"); fi
     for r in $(seq 0 $((R - 1))); do
       (
         for b in $peers; do
           [ "$a" = "$b" ] && continue
-          for r2 in $(seq 0 $((R - 1))); do
+          if [ "$N" -le 8 ]; then others=$(seq 0 $((R - 1))); else others=$(((r + 1) % R)); fi
+          for r2 in $others; do
             [ "$r" = "$r2" ] && continue
             if ip netns exec "$(fab_ns "$a")" ping -c1 -W1 -q -I "$(fab_if "$r")" "$(fab_ip "$b" "$r2")" >/dev/null 2>&1; then
               echo "$(fab_ns "$a") rail$r reached $(fab_ip "$b" "$r2")"
@@ -116,8 +134,40 @@ else
   else report FAIL isolate "$(echo "$bad" | paste -sd';')"; fi
 fi
 
-[ "$CHECK_RATES" = 1 ] || { [ $fails = 0 ]; exit; }
-[ "$N" -ge 2 ] || { report ok rate "one host: no flows"; [ $fails = 0 ]; exit; }
+# shape: the htb class rate of each link end, in kbit/s, within 1% of what
+# up.sh asked (tc rounds rates to its internal units).
+class_kbit() { # ns dev
+  tc -n "$1" class show dev "$2" 2>/dev/null | awk '$1 == "class" && $2 == "htb" {
+    for (i = 1; i < NF; i++) if ($i == "rate") { v = $(i + 1); break }
+    m = 0.001
+    if (v ~ /Kbit$/) m = 1; else if (v ~ /Mbit$/) m = 1000; else if (v ~ /Gbit$/) m = 1000000
+    sub(/[KMG]?bit$/, "", v); printf "%d\n", v * m + 0.5; exit }'
+}
+bad=
+expect_rate() { # ns dev kbit
+  local got
+  got=$(class_kbit "$1" "$2")
+  if [ -z "$got" ] || ! awk -v g="$got" -v w="$3" 'BEGIN{exit !(g >= w * 0.99 && g <= w * 1.01)}'; then
+    bad="$bad $1/$2=${got:-none}kbit(want $3)"
+  fi
+}
+for r in $(seq 0 $((R - 1))); do
+  for h in $(seq 0 $((N - 1))); do
+    expect_rate "$(fab_ns "$h")" "$(fab_if "$r")" $((FAB_RATE * 1000))
+    expect_rate "$FAB_SWNS" "$(fab_port "$h" "$r")" $((FAB_RATE * 1000))
+  done
+  if [ "$FAB_LEAVES" -gt 1 ]; then
+    for l in $(seq 0 $((FAB_LEAVES - 1))); do
+      expect_rate "$FAB_SWNS" "$(fab_up "$l" "$r")" "$FAB_UPLINK_KBIT"
+      expect_rate "$FAB_SWNS" "$(fab_dn "$l" "$r")" "$FAB_UPLINK_KBIT"
+    done
+  fi
+done
+if [ -z "$bad" ]; then report ok shape "$((N * R * 2)) host-link ends at $FAB_RATE Mbit/s, $(((FAB_LEAVES > 1 ? FAB_LEAVES : 0) * R * 2)) uplink ends at $((FAB_UPLINK_KBIT / 1000)) Mbit/s"
+else report FAIL shape "$(echo "$bad" | cut -c2-300)"; fi
+
+[ "$CHECK_RATES" = 1 ] || finish
+[ "$N" -ge 2 ] || { report ok rate "one host: no flows"; finish; }
 
 UP_MBIT=$(awk -v k="$FAB_UPLINK_KBIT" 'BEGIN{print k/1000}')
 leaf_of() { echo $(($1 / HPL)); }
@@ -215,5 +265,4 @@ cpu="idle ${idle}%, kernel ${kern}% under full load (want kernel <= $((100 - CHE
 if [ $((100 - kern)) -ge "$CHECK_MIN_SPARE" ]; then report ok cpu "$cpu"
 else report FAIL cpu "$cpu: the CPUs, not the links, may limit the rates"; fi
 
-if [ $fails = 0 ]; then echo "fabric check: all passed"; else echo "fabric check: $fails failed"; fi
-[ $fails = 0 ]
+finish

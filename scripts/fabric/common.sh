@@ -14,6 +14,7 @@ FAB_MAX_HOSTS=253  # .1 .. .253 on each rail's /24
 fab_ns() { echo "$FAB_PREFIX$1"; }                  # host H's namespace
 fab_ip() { echo "10.$((90 + $2)).0.$(($1 + 1))"; }   # host H, rail R
 fab_if() { echo "rail$1"; }                         # rail R's interface in a host
+fab_mac() { printf '02:fa:b0:00:%02x:%02x\n' "$2" "$1"; } # host H's railR (locally administered)
 # In fab-sw: host H's port on rail R, leaf L's and the spine's bridges of
 # rail R, and leaf L's uplink pair (leaf side "up", spine side "dn").
 fab_port() { echo "r$2h$1"; }

@@ -13,6 +13,12 @@
 #   RATE=500           host-link rate in Mbit/s, each direction
 #   OVERSUB=1          leaf uplink oversubscription: an uplink carries
 #                      RATE*HOSTS_PER_LEAF/OVERSUB each way (2 means 2:1)
+#   NEIGH=static       static: every host gets a permanent neighbour entry
+#                      for each peer on each rail (the kernel's ARP table
+#                      is shared by all namespaces and its gc_thresh3,
+#                      1024 by default, caps the dynamic entries of all of
+#                      them: 64 hosts x 8 rails need 32256); arp: resolve
+#                      peers with ARP (fine for small fabrics)
 #   OFFLOAD=on         on: keep TSO/GSO/GRO on the veths (a fraction of the
 #                      CPU; rates as exact); off: turn them off
 #   TOPO_OUT=/run/fab/topology.conf   where topology.conf goes
@@ -36,6 +42,7 @@ HOSTS_PER_LEAF=${HOSTS_PER_LEAF:-2}
 RATE=${RATE:-500}
 OVERSUB=${OVERSUB:-1}
 OFFLOAD=${OFFLOAD:-on}
+NEIGH=${NEIGH:-static}
 TOPO_OUT=${TOPO_OUT:-$FAB_RUN_DIR/topology.conf}
 
 die() { echo "fabric up: $*" >&2; exit 2; }
@@ -50,6 +57,7 @@ int_in RATE "$RATE" 1 100000
 [[ "$OVERSUB" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v o="$OVERSUB" 'BEGIN{exit !(o > 0)}' \
   || die "OVERSUB=$OVERSUB: want a positive number (2 means 2:1)"
 case "$OFFLOAD" in on|off) ;; *) die "OFFLOAD=$OFFLOAD: want on or off" ;; esac
+case "$NEIGH" in static|arp) ;; *) die "NEIGH=$NEIGH: want static or arp" ;; esac
 pkgs=(ip:iproute2 tc:iproute2)
 [ "$OFFLOAD" = off ] && pkgs+=(ethtool:ethtool)
 ensure_packages "${pkgs[@]}" >&2
@@ -114,7 +122,7 @@ sw=$(mktemp); trap 'rm -f "$sw"' EXIT
       fi
     done
     for h in $(seq 0 $((HOSTS - 1))); do
-      echo "link add $(fab_port "$h" "$r") type veth peer name $(fab_if "$r") netns $(fab_ns "$h")"
+      echo "link add $(fab_port "$h" "$r") type veth peer name $(fab_if "$r") netns $(fab_ns "$h") address $(fab_mac "$h" "$r")"
       echo "link set $(fab_port "$h" "$r") master $(fab_leaf "$(leaf_of "$h")" "$r")"
       echo "link set $(fab_port "$h" "$r") up"
     done
@@ -122,13 +130,19 @@ sw=$(mktemp); trap 'rm -f "$sw"' EXIT
 } >"$sw"
 ip -n "$FAB_SWNS" -batch "$sw"
 
-# Hosts: lo and the rails up, one address per rail.
+# Hosts: lo and the rails up, one address per rail, and (NEIGH=static) the
+# peers' fixed MACs on each rail.
 for h in $(seq 0 $((HOSTS - 1))); do
   {
     echo "link set lo up"
     for r in $(seq 0 $((RAILS - 1))); do
       echo "addr add $(fab_ip "$h" "$r")/24 dev $(fab_if "$r")"
       echo "link set $(fab_if "$r") up"
+      if [ "$NEIGH" = static ]; then
+        for p in $(seq 0 $((HOSTS - 1))); do
+          [ "$p" = "$h" ] || echo "neigh replace $(fab_ip "$p" "$r") lladdr $(fab_mac "$p" "$r") dev $(fab_if "$r") nud permanent"
+        done
+      fi
     done
   } | ip -n "$(fab_ns "$h")" -batch -
 done
@@ -208,6 +222,7 @@ FAB_HOSTS_PER_LEAF=$HOSTS_PER_LEAF
 FAB_LEAVES=$LEAVES
 FAB_UPLINK_KBIT=$UP_KBIT
 FAB_OFFLOAD=$OFFLOAD
+FAB_NEIGH=$NEIGH
 FAB_TOPO=$TOPO_OUT
 ENV
 log "ready; topology in $TOPO_OUT, env in $FAB_ENV"
