@@ -15,6 +15,13 @@ fab_ns() { echo "$FAB_PREFIX$1"; }                  # host H's namespace
 fab_ip() { echo "10.$((90 + $2)).0.$(($1 + 1))"; }   # host H, rail R
 fab_if() { echo "rail$1"; }                         # rail R's interface in a host
 fab_mac() { printf '02:fa:b0:00:%02x:%02x\n' "$2" "$1"; } # host H's railR (locally administered)
+# ip -batch lines giving host H's railR a permanent neighbour entry for
+# every other of the N hosts (fab_ip and fab_mac of each, in one awk: no
+# subshell per entry).
+fab_neigh_cmds() { # H R N
+  awk -v h="$1" -v r="$2" -v n="$3" 'BEGIN{for (p = 0; p < n; p++) if (p != h)
+    printf "neigh replace 10.%d.0.%d lladdr 02:fa:b0:00:%02x:%02x dev rail%d nud permanent\n", 90 + r, p + 1, r, p, r}'
+}
 # In fab-sw: host H's port on rail R, leaf L's and the spine's bridges of
 # rail R, and leaf L's uplink pair (leaf side "up", spine side "dn").
 fab_port() { echo "r$2h$1"; }

@@ -138,11 +138,7 @@ for h in $(seq 0 $((HOSTS - 1))); do
     for r in $(seq 0 $((RAILS - 1))); do
       echo "addr add $(fab_ip "$h" "$r")/24 dev $(fab_if "$r")"
       echo "link set $(fab_if "$r") up"
-      if [ "$NEIGH" = static ]; then
-        for p in $(seq 0 $((HOSTS - 1))); do
-          [ "$p" = "$h" ] || echo "neigh replace $(fab_ip "$p" "$r") lladdr $(fab_mac "$p" "$r") dev $(fab_if "$r") nud permanent"
-        done
-      fi
+      [ "$NEIGH" != static ] || fab_neigh_cmds "$h" "$r" "$HOSTS"
     done
   } | ip -n "$(fab_ns "$h")" -batch -
 done
