@@ -163,7 +163,9 @@ for r in $(seq 0 $((R - 1))); do
     done
   fi
 done
-if [ -z "$bad" ]; then report ok shape "$((N * R * 2)) host-link ends at $FAB_RATE Mbit/s, $(((FAB_LEAVES > 1 ? FAB_LEAVES : 0) * R * 2)) uplink ends at $((FAB_UPLINK_KBIT / 1000)) Mbit/s"
+ends="$((N * R * 2)) host-link ends at $FAB_RATE Mbit/s"
+[ "$FAB_LEAVES" -le 1 ] || ends="$ends, $((FAB_LEAVES * R * 2)) uplink ends at $(awk -v k="$FAB_UPLINK_KBIT" 'BEGIN{print k/1000}') Mbit/s"
+if [ -z "$bad" ]; then report ok shape "$ends"
 else report FAIL shape "$(echo "$bad" | cut -c2-300)"; fi
 
 [ "$CHECK_RATES" = 1 ] || finish
