@@ -55,13 +55,16 @@ for h in $(seq 0 $((N - 1))); do
 done
 
 work=$(mktemp -d)
-pids=()
+# On exit (or a signal) stop this script's own children: the run_flows
+# subshell in flight stops its iperf3s in turn.
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pkill -TERM -P $$ 2>/dev/null || true
+  wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 fails=0
 finish() {
   if [ $fails = 0 ]; then echo "fabric check: all passed"; exit 0; fi
@@ -184,11 +187,15 @@ cpu_sample() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6, $4+$7+$8}' /pr
 run_flows() {
   local flows=$1 i=0 port src dst r exp
   local deadline=$((CHECK_SECS + 20))
+  local spids=() cpids=()
+  # Called as $(run_flows ...): a subshell, whose exit (normal or by a
+  # signal) stops whatever it started.
+  trap 'kill "${spids[@]}" "${cpids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
   rm -f "$work"/flow.*
   while read -r src dst r exp; do
     port=$((CHECK_PORT + i))
     timeout "$deadline" ip netns exec "$(fab_ns "$dst")" iperf3 -s -1 -B "$(fab_ip "$dst" "$r")" -p "$port" >/dev/null 2>&1 &
-    pids+=($!)
+    spids+=($!)
     i=$((i + 1))
   done <<<"$flows"
   # Servers listening (deadline 5 s).
@@ -202,12 +209,11 @@ run_flows() {
     i=$((i + 1))
   done <<<"$flows"
   i=0
-  local cpids=()
   while read -r src dst r exp; do
     port=$((CHECK_PORT + i))
     timeout "$deadline" ip netns exec "$(fab_ns "$src")" iperf3 -c "$(fab_ip "$dst" "$r")" -B "$(fab_ip "$src" "$r")" \
       -p "$port" -t "$CHECK_SECS" -O 1 -J >"$work/flow.$i" 2>&1 &
-    cpids+=($!); pids+=($!)
+    cpids+=($!)
     i=$((i + 1))
   done <<<"$flows"
   # CPU idle over the measured seconds, away from the flows' start and end.
