@@ -56,7 +56,7 @@ for v in ${FABRIC_VARIANTS:-default ring tree hd rank-order round-robin one-rail
   # shellcheck disable=SC2086  # $extra is a list of flags
   timeout -k 10 900 "$BIN/ncclrun" -H "$hosts" --rsh "ip netns exec" --master-addr "$FAB_MASTER_ADDR" \
     --timeout 840 --tag-output \
-    -x NCCL_SOCKET_IFNAME="$FAB_IFNAME" -x NCCL_RS_TOPO_FILE="$TOPO_OUT" \
+    -x NCCL_SOCKET_IFNAME="$FAB_IFNAME" -x NCCL_RS_TOPO_FILE="$FAB_TOPO" \
     -x NCCL_RS_TEST_SEED="${NCCL_RS_TEST_SEED:-1}" -x NCCL_RS_FULL_MATRIX="${NCCL_RS_FULL_MATRIX:-0}" \
     -x NCCL_RS_BOOTSTRAP_TIMEOUT=60 -x NCCL_RS_TIMEOUT=120 \
     $extra "$BIN/matrix_worker" >"$WORK/$v.log" 2>&1
