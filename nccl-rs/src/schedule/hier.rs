@@ -21,7 +21,9 @@
 //! `k` and `sub`, and every rank has the same phase layout (hosts are of
 //! equal size), so both ends of a link order its messages alike, the
 //! receive's key is above the send's (no deadlock) and the rounds overlap
-//! as a wavefront, as in `ring.rs`.
+//! as a wavefront, as in `ring.rs`. (The broadcast sends each slice along
+//! fixed chains, in slice order; the tree all-reduce uses `tree.rs`'s
+//! keys.)
 //!
 //! # In-place calls
 //! The engine may run a call with `In` and `Out` aliased the way NCCL's
@@ -34,7 +36,9 @@
 //! receive into `Out` only ever targets memory whose earlier local uses
 //! were sent on before the data could exist (causality: the incoming value
 //! includes this rank's contribution); and reductions land in staging
-//! slots, never in user memory before their step.
+//! slots, never in user memory before their step. The tests check these
+//! with a symbolic run that lands every receive as soon as its data is sent
+//! and reads every send only when the peer takes it.
 
 use super::tree::all_reduce_trees;
 use super::{dtree, part_len, part_start, Loc, Schedule, Step, Tree};
@@ -253,25 +257,7 @@ impl Phase<'_> {
                 count: c,
             },
         );
-        for j in 1..ring.n {
-            let (o, c) = seg(ring.back(j));
-            let dst = Loc::Out(o);
-            let step = if j < ring.n - 1 {
-                Step::RecvCopySend {
-                    from: pv,
-                    to: nx,
-                    dst,
-                    count: c,
-                }
-            } else {
-                Step::Recv {
-                    from: pv,
-                    dst,
-                    count: c,
-                }
-            };
-            self.push(j, step);
-        }
+        self.all_gather_tail(ring, pv, nx, seg);
     }
 
     /// Ring all-reduce (`2·ring.n - 1` steps) of segments in `Out` (own
@@ -307,9 +293,8 @@ impl Phase<'_> {
             self.push(j, step);
         }
         // The completed segments travel on: position `p` completed `p`.
-        let gather = Ring { n, me: ring.me };
         self.s0 += n - 1;
-        self.all_gather_tail(gather, pv, nx, seg);
+        self.all_gather_tail(ring, pv, nx, seg);
         self.s0 -= n - 1;
     }
 
@@ -561,12 +546,11 @@ pub fn reduce_scatter_hier_traffic(
 /// `n·send_count` (rank `q`'s block at `q·send_count`): first a ring
 /// all-gather through local rank `l` of every host (each rank then holds
 /// the blocks of its column), then a ring all-gather inside each host of
-/// those `H` blocks per rank. A host receives each foreign block once:
-/// `(n - L)·send_count` elements enter a host, the least possible; the
-/// reverse order (inside hosts first) moves the same bytes between hosts
-/// only if each rank forwards just its own column, which is this schedule
-/// with the phases swapped, so the order that starts the slow links first
-/// is taken.
+/// those `H` blocks per rank. Each foreign block enters a host once:
+/// `(n - L)·send_count` elements per host, the least possible. Gathering
+/// inside hosts first moves as few bytes between hosts only if each rank
+/// then forwards just its own column, which is the same traffic; this
+/// order starts the slower inter-host links first.
 pub fn all_gather_hier(
     hosts: Hosts<'_>,
     r: usize,
