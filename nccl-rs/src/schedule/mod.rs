@@ -17,6 +17,7 @@
 pub mod check;
 mod direct;
 mod halving_doubling;
+mod hier;
 mod p2p;
 mod ring;
 mod tree;
@@ -24,6 +25,11 @@ mod zero_copy;
 
 pub use direct::{all_reduce_direct, reduce_scatter_direct};
 pub use halving_doubling::{all_reduce_halving_doubling, core_size};
+pub use hier::{
+    all_gather_hier, all_gather_hier_traffic, all_reduce_hier, all_reduce_hier_traffic,
+    all_reduce_tree_hier, all_reduce_tree_hier_traffic, broadcast_hier, broadcast_hier_traffic,
+    reduce_scatter_hier, reduce_scatter_hier_traffic, Hosts, Traffic,
+};
 pub use p2p::{
     all_gather_direct, all_to_all, all_to_all_in_place, broadcast_direct, gather, p2p_group,
     round_trip, scatter, P2pOp,

@@ -60,10 +60,18 @@ pub fn all_reduce_tree(n: usize, r: usize, count: usize, chunk: usize) -> Schedu
     if n == 1 {
         return super::all_reduce(1, 0, count, chunk);
     }
-    let chunk = chunk.max(1);
     let (t1, t2) = dtree(n, r);
+    all_reduce_trees([&t1, &t2], count, chunk)
+}
+
+/// All-reduce over two trees of any shape (rank `r`'s place in each): tree
+/// `t` reduces and broadcasts half `t` of the buffer, chunked, with the
+/// keys of [`all_reduce_tree`] (so the per-link order holds for any pair of
+/// trees that span the same ranks).
+pub(super) fn all_reduce_trees(trees: [&Tree; 2], count: usize, chunk: usize) -> Schedule {
+    let chunk = chunk.max(1);
     let mut keyed: Vec<((usize, usize, usize), Step)> = Vec::new();
-    for (t, tree) in [t1, t2].iter().enumerate() {
+    for (t, tree) in trees.into_iter().enumerate() {
         let (start, len) = (part_start(count, 2, t), part_len(count, 2, t));
         for k in 0..len.div_ceil(chunk) {
             let o = start + k * chunk;
