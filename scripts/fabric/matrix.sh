@@ -3,7 +3,7 @@
 # namespaces (default 4) with RANKS ranks each (default 2), RAILS rails
 # (default 2) and two leaves, launched with
 #   ncclrun -H fab-h0:2,... --rsh "ip netns exec"
-# once per variant below (planner's choice, each algorithm, rank-order rings,
+# once per variant below (planner's choice, hierarchical, each algorithm, rank-order rings,
 # srun-style round-robin placement, one rail). Every rank checks every case
 # bit for bit (tests/src/bin/matrix_worker.rs); a seeded sample of the cases
 # unless NCCL_RS_FULL_MATRIX=1, seed NCCL_RS_TEST_SEED (default 1).
@@ -43,6 +43,7 @@ variant() {
     ring) echo "-x NCCL_ALGO=ring";;
     tree) echo "-x NCCL_ALGO=allreduce:tree";;
     hd) echo "-x NCCL_ALGO=allreduce:hd";;
+    hier) echo "-x NCCL_ALGO=hier";;
     rank-order) echo "-x NCCL_ALGO=ring -x NCCL_RS_RING_ORDER=rank";;
     round-robin) echo "--map-by node";;
     one-rail) echo "-x NCCL_SOCKET_IFNAME==rail0";;
@@ -50,7 +51,7 @@ variant() {
   esac
 }
 FAILED=0
-for v in ${FABRIC_VARIANTS:-default ring tree hd rank-order round-robin one-rail}; do
+for v in ${FABRIC_VARIANTS:-default hier ring tree hd rank-order round-robin one-rail}; do
   extra=$(variant "$v") || { echo "fabric matrix: unknown variant $v" >&2; exit 2; }
   start=$(date +%s)
   # shellcheck disable=SC2086  # $extra is a list of flags
@@ -59,12 +60,14 @@ for v in ${FABRIC_VARIANTS:-default ring tree hd rank-order round-robin one-rail
     -x NCCL_SOCKET_IFNAME="$FAB_IFNAME" -x NCCL_RS_TOPO_FILE="$FAB_TOPO" \
     -x NCCL_RS_TEST_SEED="${NCCL_RS_TEST_SEED:-1}" -x NCCL_RS_FULL_MATRIX="${NCCL_RS_FULL_MATRIX:-0}" \
     -x NCCL_RS_BOOTSTRAP_TIMEOUT=60 -x NCCL_RS_TIMEOUT=120 \
+    -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT \
     $extra "$BIN/matrix_worker" >"$WORK/$v.log" 2>&1
   rc=$?
   took=$(( $(date +%s) - start ))
-  summary=$(grep -m1 "rank 0 of" "$WORK/$v.log" | sed 's/^\[[^]]*\]<stdout>: //')
+  summary=$(grep -m1 -o "rank 0 of.*" "$WORK/$v.log")
+  topo=$(grep -m1 -o "Topology: .*" "$WORK/$v.log")
   if [ $rc = 0 ] && [ "$(grep -c "cases.*, 0 failed" "$WORK/$v.log")" = "$N" ]; then
-    echo "ok   $v (${took} s): $summary"
+    echo "ok   $v (${took} s): $summary; $topo"
   else
     echo "FAIL $v (exit $rc, ${took} s): $summary"
     grep -E "FAIL|ERROR|error|ncclrun" "$WORK/$v.log" | head -20

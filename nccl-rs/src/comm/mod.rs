@@ -226,6 +226,16 @@ impl Communicator {
                 planner = planner.with_ring(ring);
             }
         }
+        {
+            let net_model = crate::plan::Model::for_transport(&net.properties().name);
+            let intra = match &shm {
+                Some(s) => crate::plan::Model::for_transport(&s.properties().name),
+                None => net_model,
+            };
+            if let Some(hosts) = crate::plan::HostLayout::of(&fabric, intra, net_model) {
+                planner = planner.with_hosts(hosts);
+            }
+        }
         let topo = Topology {
             sockets: props.name == "Socket",
             ..topo

@@ -38,6 +38,7 @@ impl Choice {
             Algo::Tree => Choice::simple("Tree"),
             Algo::Direct => Choice::DIRECT,
             Algo::HalvingDoubling => Choice::simple("HalvingDoubling"),
+            Algo::Hierarchical => Choice::simple("Hierarchical"),
         }
     }
 }
@@ -65,6 +66,7 @@ impl Planner {
         let n = nranks;
         let direct_or_ring = |bytes| match self.direct_exchange(coll, n, bytes) {
             true => Choice::DIRECT,
+            false if self.hierarchical(coll, n) => Choice::of(Algo::Hierarchical),
             false => Choice::RING,
         };
         match coll {

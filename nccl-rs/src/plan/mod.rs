@@ -153,9 +153,18 @@ pub(crate) enum Algo {
     Direct,
     /// Recursive halving-doubling (Rabenseifner; middle sizes).
     HalvingDoubling,
+    /// Inside each host, then between hosts, then inside again (several
+    /// hosts of equal size; the ring elsewhere).
+    Hierarchical,
 }
 
-const ALGOS: [Algo; 4] = [Algo::Ring, Algo::Tree, Algo::Direct, Algo::HalvingDoubling];
+const ALGOS: [Algo; 5] = [
+    Algo::Ring,
+    Algo::Tree,
+    Algo::Direct,
+    Algo::HalvingDoubling,
+    Algo::Hierarchical,
+];
 
 impl Algo {
     fn parse(s: &str) -> Option<Algo> {
@@ -164,6 +173,7 @@ impl Algo {
             "tree" => Some(Algo::Tree),
             "direct" | "ll" => Some(Algo::Direct),
             "halvingdoubling" | "hd" => Some(Algo::HalvingDoubling),
+            "hierarchical" | "hier" => Some(Algo::Hierarchical),
             _ => None,
         }
     }
@@ -189,7 +199,9 @@ impl Model {
         let p = schedule::core_size(n) as f64;
         let (n, s) = (n as f64, bytes as f64);
         match algo {
-            Algo::Ring => 2.0 * (n - 1.0) * self.alpha + 2.0 * (n - 1.0) / n * s / self.beta,
+            Algo::Ring | Algo::Hierarchical => {
+                2.0 * (n - 1.0) * self.alpha + 2.0 * (n - 1.0) / n * s / self.beta
+            }
             Algo::Tree => {
                 let depth = n.log2().ceil().max(1.0);
                 2.0 * (depth + TREE_FILL) * self.alpha + 2.0 * s / self.beta
@@ -245,6 +257,9 @@ pub(crate) struct Planner {
     direct: [bool; Coll::KINDS],
     /// The order of the ring schedules (see [`Planner::with_ring`]).
     ring: Option<schedule::RingOrder>,
+    /// The hosts, where the communicator spans several (see
+    /// [`Planner::with_hosts`]).
+    hosts: Option<HostLayout>,
 }
 
 impl Planner {
@@ -258,6 +273,7 @@ impl Planner {
                 .unwrap_or_default(),
             direct: [false; Coll::KINDS],
             ring: None,
+            hosts: None,
         };
         for coll in Coll::ALL {
             p.direct[coll.index()] = p.allowed(coll).contains(&Algo::Direct);
@@ -271,6 +287,25 @@ impl Planner {
     pub(crate) fn with_ring(mut self, ring: schedule::RingOrder) -> Planner {
         self.ring = (!ring.is_identity()).then_some(ring);
         self
+    }
+
+    /// Calls over all the ranks of `hosts` may run hierarchical schedules
+    /// and are costed with its links.
+    pub(crate) fn with_hosts(mut self, hosts: HostLayout) -> Planner {
+        self.hosts = Some(hosts);
+        self
+    }
+
+    /// The hosts, for a call over `n` ranks.
+    fn hosts(&self, n: usize) -> Option<&HostLayout> {
+        self.hosts.as_ref().filter(|h| h.nranks() == n)
+    }
+
+    /// Whether `coll` over `n` ranks runs hierarchically: several hosts and
+    /// `NCCL_ALGO` allows it (not all-reduce: [`Planner::all_reduce_algo`]
+    /// costs it).
+    fn hierarchical(&self, coll: Coll, n: usize) -> bool {
+        self.hosts(n).is_some() && self.allowed(coll).contains(&Algo::Hierarchical)
     }
 
     /// The ring over `n` ranks.
@@ -303,12 +338,15 @@ impl Planner {
     /// The all-reduce algorithm for `bytes` over `n` ranks.
     pub(crate) fn all_reduce_algo(&self, n: usize, bytes: usize) -> Algo {
         let allowed = self.allowed(Coll::AllReduce { count: 0 });
+        let hosts = self.hosts(n);
         let cost = |a: &Algo| {
             let big = *a == Algo::Direct && bytes > DIRECT_MAX_BYTES && allowed.len() > 1;
-            if big {
-                f64::INFINITY
-            } else {
-                self.model.predict(*a, n, bytes)
+            match (big, hosts.and_then(|h| h.predict(*a, bytes))) {
+                (true, _) => f64::INFINITY,
+                (false, Some(t)) => t,
+                // Without hosts the hierarchical schedule is the ring.
+                (false, None) if *a == Algo::Hierarchical => f64::INFINITY,
+                (false, None) => self.model.predict(*a, n, bytes),
             }
         };
         allowed
@@ -337,6 +375,19 @@ impl Planner {
         n >= 3 && bytes <= max && self.allows_direct(coll)
     }
 
+    /// The hierarchical schedule `build` makes, when `coll` runs so.
+    fn hier(
+        &self,
+        coll: Coll,
+        n: usize,
+        build: impl FnOnce(schedule::Hosts<'_>) -> Option<Schedule>,
+    ) -> Option<Schedule> {
+        match self.hierarchical(coll, n) {
+            true => self.hosts(n).and_then(|h| build(h.hosts())),
+            false => None,
+        }
+    }
+
     /// Builds the schedule of `coll` for `rank` of `nranks`; `chunk` is the
     /// staging slot size in elements.
     pub(crate) fn plan(
@@ -352,13 +403,24 @@ impl Planner {
         match coll {
             Coll::AllReduce { count } => match self.all_reduce_algo(n, count * dtype.size()) {
                 Algo::Ring => schedule::all_reduce_on(&ring, r, count, chunk),
-                Algo::Tree => schedule::all_reduce_tree(n, r, count, chunk),
+                Algo::Tree => self
+                    .hosts(n)
+                    .and_then(|h| schedule::all_reduce_tree_hier(h.hosts(), r, count, chunk))
+                    .unwrap_or_else(|| schedule::all_reduce_tree(n, r, count, chunk)),
+                Algo::Hierarchical => self
+                    .hosts(n)
+                    .and_then(|h| schedule::all_reduce_hier(h.hosts(), r, count, chunk))
+                    .unwrap_or_else(|| schedule::all_reduce_on(&ring, r, count, chunk)),
                 Algo::Direct => schedule::all_reduce_direct(n, r, count),
                 Algo::HalvingDoubling => schedule::all_reduce_halving_doubling(n, r, count, chunk),
             },
             Coll::ReduceScatter { recv_count } => {
                 if self.direct_exchange(coll, n, n * recv_count * dtype.size()) {
                     schedule::reduce_scatter_direct(n, r, recv_count)
+                } else if let Some(s) = self.hier(coll, n, |h| {
+                    schedule::reduce_scatter_hier(h, r, recv_count, chunk)
+                }) {
+                    s
                 } else {
                     schedule::reduce_scatter_on(&ring, r, recv_count, chunk)
                 }
@@ -366,6 +428,10 @@ impl Planner {
             Coll::AllGather { send_count } => {
                 if self.direct_exchange(coll, n, n * send_count * dtype.size()) {
                     schedule::all_gather_direct(n, r, send_count)
+                } else if let Some(s) = self.hier(coll, n, |h| {
+                    schedule::all_gather_hier(h, r, send_count, chunk)
+                }) {
+                    s
                 } else {
                     schedule::all_gather_on(&ring, r, send_count, chunk)
                 }
@@ -373,6 +439,10 @@ impl Planner {
             Coll::Broadcast { count, root } => {
                 if self.direct_exchange(coll, n, count * dtype.size()) {
                     schedule::broadcast_direct(n, r, root, count)
+                } else if let Some(s) = self.hier(coll, n, |h| {
+                    schedule::broadcast_hier(h, r, root, count, chunk)
+                }) {
+                    s
                 } else {
                     schedule::broadcast_on(&ring, r, root, count, chunk)
                 }
@@ -387,6 +457,8 @@ impl Planner {
 
 mod choice;
 pub(crate) use choice::Choice;
+mod fabric;
+pub(crate) use fabric::HostLayout;
 
 #[cfg(test)]
 mod tests;

@@ -123,7 +123,7 @@ pub(super) fn algo_rules(spec: &str) -> Result<Rules<Algo>> {
         "NCCL_ALGO",
         spec,
         &ALGOS,
-        "ring, tree, direct, halvingdoubling (hd), and NCCL's collnetdirect, collnetchain, \
+        "ring, tree, direct, halvingdoubling (hd), hierarchical (hier), and NCCL's collnetdirect, collnetchain, \
          nvls, nvlstree, pat (ignored)",
         |n| match Algo::parse(n) {
             Some(a) => Name::Known(a),

@@ -199,7 +199,12 @@ fn bad_algo_and_proto_are_errors_naming_the_variable_and_value() {
         (None, Some("allreduce:ring"), "NCCL_PROTO", "ring"),
         (Some("allreduce:bogus"), None, "NCCL_ALGO", "bogus"),
         (Some("sendrecv:ring"), None, "NCCL_ALGO", "sendrecv"),
-        (Some("^ring,tree,direct,hd"), None, "NCCL_ALGO", "^ring"),
+        (
+            Some("^ring,tree,direct,hd,hier"),
+            None,
+            "NCCL_ALGO",
+            "^ring",
+        ),
         (Some("ring,,tree"), None, "NCCL_ALGO", "ring,,tree"),
     ] {
         let e = Planner::new("Socket", algo, proto).unwrap_err().to_string();
@@ -289,4 +294,114 @@ fn rings_follow_the_planners_order() {
         .iter()
         .filter_map(|s| s.send_peer())
         .all(|to| to == 1));
+}
+
+/// Four hosts of two ranks (cyclic placement: rank r on host r % 4), with
+/// shared memory inside hosts and sockets between them.
+fn four_hosts(algo: Option<&str>) -> Planner {
+    let ranks = vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]];
+    // Two 10 Gbit/s rails per host.
+    let net = Model {
+        beta: 20e9 / 8.0,
+        ..Model::for_transport("Socket")
+    };
+    let layout = HostLayout::new(
+        ranks,
+        Model {
+            alpha: 0.7e-6,
+            beta: 20e9,
+        },
+        net,
+    );
+    Planner::new("Socket", algo, None)
+        .unwrap()
+        .with_hosts(layout)
+}
+
+#[test]
+fn hosts_choose_hierarchical_schedules() {
+    let f32 = DataType::Float32;
+    let hosts = [vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]];
+    let h = schedule::Hosts { ranks: &hosts };
+    let p = four_hosts(None);
+    // (collective, the planner's choice, the schedule it must build)
+    let big = 1 << 20;
+    let want = |coll: Coll, r: usize| match coll {
+        Coll::AllReduce { count } => schedule::all_reduce_hier(h, r, count, 4096),
+        Coll::ReduceScatter { recv_count } => schedule::reduce_scatter_hier(h, r, recv_count, 4096),
+        Coll::AllGather { send_count } => schedule::all_gather_hier(h, r, send_count, 4096),
+        Coll::Broadcast { count, root } => schedule::broadcast_hier(h, r, root, count, 4096),
+        _ => None,
+    };
+    for coll in [
+        Coll::AllReduce { count: big },
+        Coll::ReduceScatter { recv_count: big },
+        Coll::AllGather { send_count: big },
+        Coll::Broadcast {
+            count: big,
+            root: 5,
+        },
+    ] {
+        assert_eq!(p.choice(coll, 8, f32).algo, "Hierarchical", "{coll:?}");
+        for r in 0..8 {
+            assert_eq!(
+                Some(p.plan(coll, 8, r, f32, 4096)),
+                want(coll, r),
+                "{coll:?} rank {r}"
+            );
+        }
+    }
+    // NCCL_ALGO=ring keeps the flat ring; tree runs chains inside hosts.
+    let ring = four_hosts(Some("ring"));
+    assert_eq!(
+        ring.choice(Coll::AllReduce { count: big }, 8, f32).algo,
+        "Ring"
+    );
+    assert_eq!(
+        ring.choice(Coll::AllGather { send_count: big }, 8, f32)
+            .algo,
+        "Ring"
+    );
+    let tree = four_hosts(Some("allreduce:tree"));
+    assert_eq!(
+        Some(tree.plan(Coll::AllReduce { count: big }, 8, 3, f32, 4096)),
+        schedule::all_reduce_tree_hier(h, 3, big, 4096)
+    );
+    // Another world size (a split communicator): no hosts apply.
+    assert_eq!(
+        p.choice(Coll::AllGather { send_count: big }, 6, f32).algo,
+        "Ring"
+    );
+}
+
+#[test]
+fn host_costs_rank_the_algorithms() {
+    let ranks = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]];
+    let intra = Model {
+        alpha: 1e-6,
+        beta: 10e9,
+    };
+    let inter = Model {
+        alpha: 20e-6,
+        beta: 1e9,
+    };
+    let l = HostLayout::new(ranks, intra, inter);
+    let t = |a, b| l.predict(a, b).unwrap();
+    // Fewer steps and fewer bytes between hosts than the flat ring.
+    for bytes in [8, 1 << 20, 64 << 20] {
+        assert!(
+            t(Algo::Hierarchical, bytes) < t(Algo::Ring, bytes),
+            "{bytes}"
+        );
+    }
+    // The tree moves the whole buffer between hosts each way.
+    assert!(t(Algo::Hierarchical, 64 << 20) < t(Algo::Tree, 64 << 20));
+    // Its log depth wins over many hosts while latency dominates.
+    let many: Vec<Vec<usize>> = (0..16).map(|h| vec![2 * h, 2 * h + 1]).collect();
+    let l = HostLayout::new(many, intra, inter);
+    let t = |a, b| l.predict(a, b).unwrap();
+    assert!(t(Algo::Tree, 8) < t(Algo::Hierarchical, 8));
+    assert!(t(Algo::Hierarchical, 64 << 20) < t(Algo::Tree, 64 << 20));
+    // Halving-doubling and direct: the flat model over the host links.
+    assert_eq!(t(Algo::Direct, 8), inter.predict(Algo::Direct, 32, 8));
 }
