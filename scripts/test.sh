@@ -18,6 +18,12 @@ echo "== C ABI test programs under valgrind"
 bash scripts/valgrind-ffi.sh
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
+if [ "$(id -u)" = 0 ]; then
+  echo "== emulated fabric: the exact matrix at 4 hosts x 2 ranks, 2 rails, 2 leaves, through ncclrun -H --rsh 'ip netns exec'"
+  bash scripts/fabric/matrix.sh
+else
+  echo "== emulated fabric stage skipped (needs root for network namespaces)"
+fi
 if [ "$(id -u)" = 0 ] && [ "${NCCL_RS_SKIP_RXE:-0}" != 1 ]; then
   echo "== soft-RoCE: verbs tests, collectives at 2 and 4 ranks and all_reduce_perf over rxe0 in a QEMU guest"
   bash scripts/rxe/run.sh
