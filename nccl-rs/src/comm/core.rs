@@ -125,15 +125,20 @@ impl Core {
     /// Names the algorithm of `coll` at INFO the first time this
     /// communicator runs it: a line per (collective, algorithm), not per
     /// call or size, so the log says what ran without flooding.
-    fn log_choice(&mut self, coll: Coll, choice: Choice) {
+    /// With it, the planner's predicted time for this first call's size.
+    fn log_choice(&mut self, coll: Coll, choice: Choice, bytes: usize) {
         let key = (coll.nccl_name(), choice);
         if self.logged.contains(&key) {
             return;
         }
         self.logged.push(key);
+        let predicted = match self.planner.predict(coll, self.nranks, bytes) {
+            Some(t) => format!(", predicted {:.1} us for {bytes} B", t * 1e6),
+            None => String::new(),
+        };
         tracing::info!(
             rank = self.rank,
-            "{}: algorithm {}, protocol {}, {} ranks",
+            "{}: algorithm {}, protocol {}, {} ranks{predicted}",
             key.0,
             choice.algo,
             choice.proto,
@@ -233,7 +238,7 @@ impl Core {
                 });
                 if fresh {
                     // A new shape: name its algorithm (once per communicator).
-                    self.log_choice(coll, plan.algo);
+                    self.log_choice(coll, plan.algo, coll.bytes(n, dtype));
                     tracing::trace!(
                         rank = self.rank,
                         ?placement,

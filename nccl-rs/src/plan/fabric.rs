@@ -2,7 +2,7 @@
 //! each host and the cost of the links inside and between them. From these
 //! it predicts the all-reduce algorithms and picks hierarchical schedules.
 
-use super::{Algo, LinkClass, Model, TREE_FILL};
+use super::{Algo, Coll, LinkClass, Model, TREE_FILL};
 use crate::schedule::Hosts;
 use crate::topo::Fabric;
 
@@ -135,6 +135,39 @@ impl HostLayout {
                 2.0 * (depth + TREE_FILL) * b.alpha + 2.0 * (l - 1.0) * a.alpha + 2.0 * s / b.beta
             }
             Algo::Direct | Algo::HalvingDoubling => b.predict(algo, n as usize, bytes),
+        })
+    }
+
+    /// Predicted seconds of a call that is not an all-reduce, moving
+    /// `bytes` (all-gather: its output; reduce-scatter: its input;
+    /// all-to-all: one rank's input), hierarchically or not.
+    pub(crate) fn predict_other(
+        &self,
+        coll: Coll,
+        hierarchical: bool,
+        bytes: usize,
+    ) -> Option<f64> {
+        let (h, l) = (self.ranks.len() as f64, self.ranks[0].len() as f64);
+        let n = h * l;
+        let s = bytes as f64;
+        let (a, b) = (self.intra, self.inter);
+        Some(match (coll, hierarchical) {
+            (Coll::AllGather { .. } | Coll::ReduceScatter { .. }, true) => {
+                (l - 1.0) * a.alpha
+                    + (l - 1.0) / l * s / a.beta
+                    + (h - 1.0) * b.alpha
+                    + (h - 1.0) / h * s / b.beta
+            }
+            (Coll::AllGather { .. } | Coll::ReduceScatter { .. }, false) => {
+                (n - 1.0) * b.alpha + (n - 1.0) / n * s / b.beta
+            }
+            (Coll::Broadcast { .. }, true) => {
+                (h - 1.0) * b.alpha + (l - 1.0) * a.alpha + s / b.beta
+            }
+            (Coll::Broadcast { .. }, false) => (n - 1.0) * b.alpha + s / b.beta,
+            // Each rank's blocks for other hosts share its host's links.
+            (Coll::AllToAll { .. }, _) => (n - 1.0) * b.alpha + l * (n - l) / n * s / b.beta,
+            _ => return None,
         })
     }
 }

@@ -375,6 +375,32 @@ impl Planner {
         n >= 3 && bytes <= max && self.allows_direct(coll)
     }
 
+    /// Predicted seconds of `coll` over `n` ranks (`bytes`: its size as
+    /// [`Coll::bytes`] counts it), by the model the planner chose with;
+    /// `None` where the planner does not model it.
+    pub(crate) fn predict(&self, coll: Coll, n: usize, bytes: usize) -> Option<f64> {
+        let hosts = self.hosts(n);
+        match coll {
+            Coll::AllReduce { .. } => {
+                let algo = self.all_reduce_algo(n, bytes);
+                hosts
+                    .and_then(|h| h.predict(algo, bytes))
+                    .or_else(|| Some(self.model.predict(algo, n, bytes)))
+            }
+            Coll::AllGather { .. }
+            | Coll::ReduceScatter { .. }
+            | Coll::Broadcast { .. }
+            | Coll::AllToAll { .. } => {
+                let per_rank = match coll {
+                    Coll::AllToAll { .. } => bytes / n.max(1),
+                    _ => bytes,
+                };
+                hosts.and_then(|h| h.predict_other(coll, self.hierarchical(coll, n), per_rank))
+            }
+            _ => None,
+        }
+    }
+
     /// The hierarchical schedule `build` makes, when `coll` runs so.
     fn hier(
         &self,
