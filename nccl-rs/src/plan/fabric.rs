@@ -39,8 +39,9 @@ impl HostLayout {
         if h < 2 || l < 2 {
             return None;
         }
-        // A host's rails, each at its NIC's speed, or where the kernel does
-        // not know it (virtual links) at its leaf's `LinkSpeed` (Mbit/s).
+        // A host's rails, each at the slower of its NIC's speed and its
+        // leaf's `LinkSpeed` (Mbit/s), whichever are known: a link runs at
+        // the speed of its slower end (and virtual NICs report any speed).
         let rails = fabric.rails();
         let mbps: u64 = fabric
             .hosts()
@@ -54,9 +55,10 @@ impl HostLayout {
                 host.nics
                     .iter()
                     .take(rails)
-                    .map(|n| match n.speed_mbps {
-                        0 => leaf_speed,
-                        s => s as u64,
+                    .map(|n| match (n.speed_mbps as u64, leaf_speed) {
+                        (0, leaf) => leaf,
+                        (nic, 0) => nic,
+                        (nic, leaf) => nic.min(leaf),
                     })
                     .sum::<u64>()
             })
