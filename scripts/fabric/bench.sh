@@ -7,6 +7,7 @@
 # (median of REPS runs):
 #   flat      the ring in rank order (NCCL_ALGO=ring NCCL_RS_RING_ORDER=rank)
 #   topo      the planner's choice over the fabric (algorithm in brackets)
+#   hier      the hierarchical schedules (NCCL_ALGO=hier)
 #   1 rail    the same over rail 0 only
 #   pred      the planner's predicted time for topo
 #   bound     what the links allow: the bytes the busiest host link or leaf
@@ -74,24 +75,25 @@ bound() {
 ms() { awk -v u="$1" 'BEGIN { if (u == "" || u == "nan") print "—"; else printf "%.1f", u / 1e3 }'; }
 
 echo "# fabric: $HOSTS hosts x $RANKS ranks (--map-by $MAP), $RAILS rails, $HOSTS_PER_LEAF hosts per leaf, $RATE Mbit/s links, uplinks $OVERSUB:1; median of $REPS; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| op | size | flat ring | topo | 1 rail | pred | bound | topo/flat | bound/topo | 2 rails/1 | ompi | gloo |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| op | size | flat ring | topo | hier | 1 rail | pred | bound | topo/flat | bound/topo | 2 rails/1 | ompi | gloo |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for op in $OPS; do
   for s in $SIZES; do
-    f=(); t=(); o=(); om=(); gl=()
+    f=(); t=(); hi=(); o=(); om=(); gl=()
     for _ in $(seq 1 "$REPS"); do
       f+=("$(ours "$op" "$s" -x NCCL_ALGO=ring -x NCCL_RS_RING_ORDER=rank)")
       t+=("$(ours "$op" "$s")")
       info=$(grep -o "algorithm [A-Za-z]*.*for $s B" "$WORK/last.log" | head -1)
+      hi+=("$(ours "$op" "$s" -x NCCL_ALGO=hier)")
       o+=("$(ours "$op" "$s" -x NCCL_SOCKET_IFNAME==rail0)")
       if [ -n "$PEERS" ]; then om+=("$(ompi "$op" "$s")"); gl+=("$(gloo "$op" "$s")"); fi
     done
-    fm=$(printf '%s\n' "${f[@]}" | median); tm=$(printf '%s\n' "${t[@]}" | median); onem=$(printf '%s\n' "${o[@]}" | median)
+    fm=$(printf '%s\n' "${f[@]}" | median); tm=$(printf '%s\n' "${t[@]}" | median); him=$(printf '%s\n' "${hi[@]}" | median); onem=$(printf '%s\n' "${o[@]}" | median)
     omm=$(printf '%s\n' "${om[@]:-}" | median); glm=$(printf '%s\n' "${gl[@]:-}" | median)
     algo=$(echo "$info" | awk '{print $2}' | tr -d ,); pred=$(echo "$info" | grep -o "predicted [0-9.]*" | awk '{print $2}')
     b=$(bound "$op" "$s")
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "—" }'; }
-    echo "| $op | $s | $(ms "$fm") | $(ms "$tm") ($algo) | $(ms "$onem") | $(ms "$pred") | $b | $(ratio "$fm" "$tm") | $(ratio "$(awk -v b="$b" 'BEGIN{print b*1e3}')" "$tm") | $(ratio "$onem" "$tm") | $(ms "$omm") | $(ms "$glm") |"
+    echo "| $op | $s | $(ms "$fm") | $(ms "$tm") ($algo) | $(ms "$him") | $(ms "$onem") | $(ms "$pred") | $b | $(ratio "$fm" "$tm") | $(ratio "$(awk -v b="$b" 'BEGIN{print b*1e3}')" "$tm") | $(ratio "$onem" "$tm") | $(ms "$omm") | $(ms "$glm") |"
   done
 done
 rm -rf "$WORK"

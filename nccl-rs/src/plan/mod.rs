@@ -158,13 +158,12 @@ pub(crate) enum Algo {
     Hierarchical,
 }
 
-const ALGOS: [Algo; 5] = [
-    Algo::Ring,
-    Algo::Tree,
-    Algo::Direct,
-    Algo::HalvingDoubling,
-    Algo::Hierarchical,
-];
+/// The algorithms the planner chooses from when `NCCL_ALGO` is unset.
+/// Hierarchical schedules run only when `NCCL_ALGO` names them (`^LIST`
+/// excludes from this set, so never turns them on): they move
+/// fewer bytes between hosts, but on the emulated fabric they still measure
+/// slower than the ring in topology order (docs/performance.md).
+const ALGOS: [Algo; 4] = [Algo::Ring, Algo::Tree, Algo::Direct, Algo::HalvingDoubling];
 
 impl Algo {
     fn parse(s: &str) -> Option<Algo> {
