@@ -120,6 +120,9 @@ pub struct Config {
     pub bootstrap_timeout: Duration,
     /// `NCCL_NSOCKS_PERTHREAD`.
     pub nsocks_perthread: usize,
+    /// Neither `NCCL_NSOCKS_PERTHREAD` nor `NCCL_SOCKET_NTHREADS` is set:
+    /// over a network interface a connection uses one socket per rail.
+    pub nsocks_by_link: bool,
     /// `NCCL_SOCKET_NTHREADS`.
     pub socket_nthreads: usize,
     /// `NCCL_CROSS_NIC`: whether a TCP connection may join different
@@ -204,6 +207,7 @@ impl Default for Config {
             timeout: Duration::from_secs(1800),
             bootstrap_timeout: Duration::from_secs(120),
             nsocks_perthread: transport_tcp::DEFAULT_NSOCKS_PERTHREAD,
+            nsocks_by_link: true,
             socket_nthreads: transport_tcp::DEFAULT_NTHREADS,
             cross_nic: CrossNic::Auto,
             algo: None,
@@ -432,6 +436,8 @@ impl Config {
             timeout: secs(&text, "NCCL_RS_TIMEOUT", d.timeout)?,
             bootstrap_timeout: secs(&text, "NCCL_RS_BOOTSTRAP_TIMEOUT", d.bootstrap_timeout)?,
             nsocks_perthread: num(&text, "NCCL_NSOCKS_PERTHREAD", d.nsocks_perthread, 1..=64)?,
+            nsocks_by_link: text("NCCL_NSOCKS_PERTHREAD").is_none()
+                && text("NCCL_SOCKET_NTHREADS").is_none(),
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
             cross_nic: match text("NCCL_CROSS_NIC") {
                 None => d.cross_nic,

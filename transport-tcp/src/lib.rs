@@ -35,8 +35,14 @@
 //!   `wire` modules).
 //!
 //! # Sockets and helper threads: the defaults
-//! [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3 data sockets,
-//! serviced by the thread calling `test` (no helper threads). Why:
+//! Over a network interface, one data socket per rail (NCCL's default of
+//! one socket per NIC): there the link is the bottleneck, and a message
+//! striped over several flows sharing a link completes only when its
+//! slowest stripe does, so every extra flow can only delay it. Over loopback, where the kernel's per-socket work is
+//! the bottleneck, [`DEFAULT_NSOCKS_PERTHREAD`] × [`DEFAULT_NTHREADS`] = 3
+//! data sockets, serviced by the thread calling `test` (no helper
+//! threads). `NCCL_NSOCKS_PERTHREAD` and `NCCL_SOCKET_NTHREADS`, when set,
+//! apply everywhere. Why 3 over loopback:
 //! * More sockets let the kernel overlap more per-socket work (buffers,
 //!   acknowledgements) on messages of 16 MiB and more; a fourth socket did
 //!   not pay. Small messages never leave the control socket, so 8-byte
@@ -176,6 +182,9 @@ pub struct TcpOptions {
     pub splice_max_bytes: usize,
     /// `NCCL_CROSS_NIC`; applied by the connecting side.
     pub cross_nic: CrossNic,
+    /// `nsocks` is the default, not the user's: over a network interface
+    /// a connection then uses one data socket per rail (see the crate docs).
+    pub nsocks_by_link: bool,
 }
 
 impl Default for TcpOptions {
@@ -189,6 +198,7 @@ impl Default for TcpOptions {
             splice_min_bytes: DEFAULT_SPLICE_MIN_BYTES,
             splice_max_bytes: default_splice_max_bytes(),
             cross_nic: CrossNic::Auto,
+            nsocks_by_link: true,
         }
     }
 }
@@ -235,6 +245,10 @@ impl TcpNet {
             if iface::first_time(&line) {
                 tracing::warn!("{line}");
             }
+        }
+        let mut opts = opts;
+        if opts.nsocks_by_link && picked.rails.first().is_some_and(|f| !f.addr.is_loopback()) {
+            opts.nsocks = 1;
         }
         let rails: Vec<Rail> = picked
             .rails
@@ -424,6 +438,16 @@ mod tests {
         .unwrap();
         assert_eq!(net.local_ip(), "127.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(net.interface_name(), Some("lo"));
+        // Over loopback the default keeps its sockets; a user's count stays.
+        assert_eq!(net.options().nsocks, 3);
+        let one = TcpNet::new(TcpOptions {
+            ifname: Some("=lo".into()),
+            nsocks: 5,
+            nsocks_by_link: false,
+            ..TcpOptions::default()
+        })
+        .unwrap();
+        assert_eq!(one.options().nsocks, 5);
         let none = TcpNet::new(TcpOptions {
             ifname: Some("=no-such-interface".into()),
             ..TcpOptions::default()

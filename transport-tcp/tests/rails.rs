@@ -104,11 +104,14 @@ fn enter(ns: &str) {
 }
 
 fn net(ifname: &str) -> TcpNet {
-    TcpNet::new(TcpOptions {
+    let net = TcpNet::new(TcpOptions {
         ifname: Some(ifname.into()),
         ..TcpOptions::default()
     })
-    .unwrap()
+    .unwrap();
+    // By default, one data socket per rail over network interfaces.
+    assert_eq!(net.options().nsocks, 1, "{ifname}");
+    net
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {

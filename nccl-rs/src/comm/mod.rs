@@ -70,6 +70,7 @@ pub(crate) fn tcp_options(config: &Config) -> transport_tcp::TcpOptions {
         // As NCCL, at most MAX_SOCKS (64) sockets in all.
         nsocks: (config.nsocks_perthread * config.socket_nthreads).min(transport_tcp::MAX_SOCKS),
         nthreads: config.socket_nthreads,
+        nsocks_by_link: config.nsocks_by_link,
         splice_min_bytes: config.socket_splice_min_bytes,
         splice_max_bytes: config.socket_splice_max_bytes,
         cross_nic: config.cross_nic,
