@@ -236,6 +236,9 @@ impl Communicator {
             if let Some(hosts) = crate::plan::HostLayout::of(&fabric, intra, net_model) {
                 planner = planner.with_hosts(hosts);
             }
+            if fabric.nhosts() > 1 {
+                planner = planner.across_hosts(nranks);
+            }
         }
         let topo = Topology {
             sockets: props.name == "Socket",

@@ -259,6 +259,9 @@ pub(crate) struct Planner {
     /// The hosts, where the communicator spans several (see
     /// [`Planner::with_hosts`]).
     hosts: Option<HostLayout>,
+    /// The number of ranks of a communicator whose ranks are on several
+    /// hosts (see [`Planner::across_hosts`]).
+    across: Option<usize>,
 }
 
 impl Planner {
@@ -273,6 +276,7 @@ impl Planner {
             direct: [false; Coll::KINDS],
             ring: None,
             hosts: None,
+            across: None,
         };
         for coll in Coll::ALL {
             p.direct[coll.index()] = p.allowed(coll).contains(&Algo::Direct);
@@ -292,6 +296,13 @@ impl Planner {
     /// and are costed with its links.
     pub(crate) fn with_hosts(mut self, hosts: HostLayout) -> Planner {
         self.hosts = Some(hosts);
+        self
+    }
+
+    /// The `nranks` ranks are on several hosts (of any sizes): all-to-all
+    /// then goes one peer at a time ([`schedule::all_to_all_paced`]).
+    pub(crate) fn across_hosts(mut self, nranks: usize) -> Planner {
+        self.across = Some(nranks);
         self
     }
 
@@ -473,6 +484,9 @@ impl Planner {
                 }
             }
             Coll::Reduce { count, root } => schedule::reduce_on(&ring, r, root, count, chunk),
+            Coll::AllToAll { count } if self.across == Some(n) => {
+                schedule::all_to_all_paced(n, r, count, chunk)
+            }
             Coll::AllToAll { count } => schedule::all_to_all(n, r, count, chunk),
             Coll::Gather { count, root } => schedule::gather(n, r, root, count),
             Coll::Scatter { count, root } => schedule::scatter(n, r, root, count),

@@ -22,6 +22,46 @@ pub fn all_to_all_in_place(n: usize, r: usize, count: usize, chunk: usize) -> Sc
     all_to_all_rounds(n, r, count, chunk, false)
 }
 
+/// [`all_to_all`] one peer at a time, for ranks on several hosts: in each
+/// round a rank copies its own block's slice, then sends to rank `r + s`
+/// and receives from rank `r - s`, for `s` = 1, 2, ... in turn. Each rank
+/// then receives from one peer at a time instead of from all at once: a
+/// burst from every peer into one host's link overflows the switch's
+/// queue, and TCP waits out a retransmission timeout (incast). Sends are
+/// non-blocking, so the pairs cannot wait on each other in a cycle; the
+/// messages are those of [`all_to_all`].
+pub fn all_to_all_paced(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    let chunk = chunk.max(1);
+    let mut steps = Vec::new();
+    let mut o = 0;
+    loop {
+        let c = chunk.min(count - o);
+        steps.push(Step::Copy {
+            src: Loc::In(r * count + o),
+            dst: Loc::Out(r * count + o),
+            count: c,
+        });
+        for s in 1..n {
+            let (to, from) = ((r + s) % n, (r + n - s) % n);
+            steps.push(Step::Send {
+                to,
+                src: Loc::In(to * count + o),
+                count: c,
+            });
+            steps.push(Step::Recv {
+                from,
+                dst: Loc::Out(from * count + o),
+                count: c,
+            });
+        }
+        o += c;
+        if o >= count {
+            break;
+        }
+    }
+    finish(steps)
+}
+
 fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, own: bool) -> Schedule {
     let chunk = chunk.max(1);
     let mut steps = Vec::new();

@@ -171,3 +171,37 @@ fn round_trip_swaps_the_inputs() {
         }
     }
 }
+
+#[test]
+fn paced_all_to_all_moves_the_same_blocks_one_peer_at_a_time() {
+    for &n in &[2usize, 3, 4, 8] {
+        for &c in &[0usize, 1, 7, 64] {
+            for &ch in &[1usize, 3, 1 << 20] {
+                let b = super::run(
+                    n,
+                    |r| all_to_all_paced(n, r, c, ch),
+                    |r| (0..n * c).map(|i| super::v(r, i)).collect(),
+                    n * c,
+                );
+                for r in 0..n {
+                    // Block q of rank r's output is block r of rank q's input.
+                    let want = |i: usize| Val {
+                        ranks: 1 << (i / c.max(1)),
+                        index: (r * c + i % c.max(1)) as u64,
+                    };
+                    super::expect(&b[r].output, want, &format!("n={n} c={c} ch={ch} rank {r}"));
+                }
+                // Every receive directly follows its send.
+                for r in 0..n {
+                    let s = all_to_all_paced(n, r, c, ch);
+                    for w in s.steps.windows(2) {
+                        if let Step::Send { to, .. } = w[0] {
+                            let from = (2 * r + n - to) % n;
+                            assert_eq!(w[1].recv_peer(), Some(from), "n={n} rank {r}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
