@@ -29,9 +29,9 @@ fn retry_exceeded_names_peer_status_and_hint() {
     o.timeout = 8; // 4.096 µs × 2^8 ≈ 1 ms per try
     o.retry_cnt = 1;
     let net = VerbsNet::new(o).expect("RDMA device");
-    let mut l = VerbsListener::bind(&net.port).unwrap();
+    let mut l = VerbsListener::bind(&net.rails).unwrap();
     let h = crate::wire::VerbsHandle::decode(l.handle()).unwrap();
-    let mut c = VerbsConnector::start(&net.port, &h).unwrap();
+    let mut c = VerbsConnector::start(&net.rails, &h).unwrap();
     let (mut s, mut r) = (None, None);
     let start = Instant::now();
     while s.is_none() || r.is_none() {
@@ -81,9 +81,9 @@ fn retry_exceeded_names_peer_status_and_hint() {
 
 /// Connects a send and a receive comm of `net` to each other.
 fn pair(net: &VerbsNet) -> (crate::comm::VerbsSendComm, crate::comm::VerbsRecvComm) {
-    let mut l = VerbsListener::bind(&net.port).unwrap();
+    let mut l = VerbsListener::bind(&net.rails).unwrap();
     let h = crate::wire::VerbsHandle::decode(l.handle()).unwrap();
-    let mut c = VerbsConnector::start(&net.port, &h).unwrap();
+    let mut c = VerbsConnector::start(&net.rails, &h).unwrap();
     let (mut s, mut r) = (None, None);
     let start = Instant::now();
     while s.is_none() || r.is_none() {
