@@ -158,7 +158,7 @@ mod tests {
         let refs: Vec<&PortInfo> = all.iter().collect();
         // (usable ports by index, rails, dropped with reason)
         type Row<'a> = (&'a [usize], &'a [&'a str], &'a [(&'a str, &'a str)]);
-        let table: &[Row] = &[
+        let table: &[Row<'_>] = &[
             (&[2], &["rxe0:1"], &[]),
             (&[0, 1], &["mlx5_0:1", "mlx5_0:2"], &[]),
             (
