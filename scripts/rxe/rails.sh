@@ -1,0 +1,51 @@
+#!/bin/bash
+# rails.sh — the multi-rail soft-RoCE check: one QEMU guest with two NICs,
+# rxe0 on eth0 and rxe1 on eth1, runs the verbs transport's multi-rail
+# hardware test (guest-rails.sh): a VerbsNet over both devices, connected
+# to itself, moves messages up to 8 MiB bit for bit and each device sends
+# at least its share of the large one.
+#
+#   bash scripts/rxe/rails.sh      # as root (apt-get), like run.sh
+#
+# Exits with the guest's verdict (0 = passed; 124 timeout; 200 no report).
+# Env: RXE_WORK (cache, default /tmp/nccl-rs-rxe), RXE_SKIP_BUILD=1 (reuse
+# the last test binary), RXE_TIMEOUT (guest limit, default 600 s),
+# RXE_SMP/RXE_MEM, RXE_CARGO_ROOT, as in run.sh.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+WORK=${RXE_WORK:-/tmp/nccl-rs-rxe}
+mkdir -p "$WORK"
+t0=$(date +%s)
+stamp() { echo "[rxe-rails] $(( $(date +%s) - t0 ))s: $*"; }
+
+PAYLOAD="$WORK/rails-payload"
+if [ "${RXE_SKIP_BUILD:-0}" != 1 ]; then
+  stamp "building the transport-verbs test binary"
+  (cd "${RXE_CARGO_ROOT:-$REPO}" && cargo test --no-run --release -p transport-verbs --lib \
+      --message-format=json-render-diagnostics) > "$WORK/rails-build.json"
+  exe=$(grep '"reason":"compiler-artifact"' "$WORK/rails-build.json" | grep '"test":true' |
+    sed -n 's/.*"executable":"\([^"]*\/transport_verbs-[^"]*\)".*/\1/p' | tail -n 1)
+  [ -n "$exe" ] && [ -x "$exe" ] || { echo "[rxe-rails] no test binary built" >&2; exit 1; }
+  rm -rf "$PAYLOAD"; mkdir -p "$PAYLOAD/tests"
+  cp "$exe" "$PAYLOAD/tests/transport_verbs"
+  if [ "${RXE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then strip --strip-debug "$PAYLOAD/tests/transport_verbs"; fi
+fi
+[ -x "$PAYLOAD/tests/transport_verbs" ] || { echo "[rxe-rails] no payload; run without RXE_SKIP_BUILD" >&2; exit 1; }
+install -m 755 "$HERE/guest-rails.sh" "$PAYLOAD/guest-rails.sh"
+
+stamp "host setup"
+eval "$("$HERE/setup-host.sh")"
+"$HERE/mkinitramfs.sh" "$KDIR" "$KVER" "$PAYLOAD" "$WORK/rails-initrd.cpio.gz"
+stamp "kernel $KVER, initramfs built; booting (two NICs, rxe0 + rxe1)"
+set +e
+RXE_NETDEV2="user,id=n1,net=10.0.4.0/24" \
+  "$HERE/boot.sh" "$KDIR/boot/vmlinuz-$KVER" "$WORK/rails-initrd.cpio.gz" "$WORK/console-rails.log" \
+  rxerails=2
+rc=$?
+set -e
+grep -E 'guest-rails|^rail [0-9]|test result|RXE-RESULT' "$WORK/console-rails.log" |
+  sed 's/^/[rxe-rails] summary: /' || true
+[ "$rc" = 0 ] || echo "[rxe-rails] FAILED: the guest exited $rc (see $WORK/console-rails.log)" >&2
+stamp "done: rc=$rc, stage time $(( $(date +%s) - t0 )) s"
+exit $rc
