@@ -234,8 +234,17 @@ fn rails_stripe_large_messages_over_every_device() {
     assert!(devs.len() >= 2, "VERBS_TEST_RAILS={list:?}: name two devices");
     let mut o = options();
     o.hca = Some(format!("={list}"));
-    let net = VerbsNet::new(o).expect("RDMA devices");
+    let net = VerbsNet::new(o.clone()).expect("RDMA devices");
     let rails = net.rails();
+    // The topology's view, found without opening the ports, is the same
+    // rails with the addresses in the GIDs the net advertises.
+    let sums = crate::rail_summaries(&o).unwrap();
+    assert_eq!(
+        sums.iter().map(|s| s.port.clone()).collect::<Vec<_>>(),
+        rails
+    );
+    assert_eq!(sums[0].addr, Some(crate::gid::gid_ip(&net.gid())));
+    assert!(sums.iter().all(|s| s.addr.is_some()), "{sums:?}");
     let names: Vec<&str> = rails.iter().map(|p| p.device.as_str()).collect();
     // NCCL's order: the device list's, whatever order the variable names.
     let listed: Vec<String> = crate::list_ports()

@@ -129,42 +129,12 @@ impl VerbsNet {
     /// missing.
     pub fn new(opts: VerbsOptions) -> Result<VerbsNet, VerbsError> {
         opts.validate()?;
-        let filter = match &opts.hca {
-            Some(s) => HcaFilter::parse(s).map_err(|_| VerbsError::BadOption {
-                var: "NCCL_IB_HCA",
-                value: s.clone(),
-                want: "[^][=]dev[:port][,dev[:port]...]",
-            })?,
-            None => HcaFilter::default(),
-        };
-        let lib = load_lib()?;
-        let ports = device::list_ports_with(lib)?;
-        let usable = device::usable_ports(&ports, &filter);
-        let picked = rails::pick_rails(&usable);
-        if picked.rails.is_empty() {
-            let seen: Vec<String> = ports
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}:{} {}{}",
-                        p.device,
-                        p.port,
-                        if p.active { "active" } else { "down" },
-                        p.link_layer.map_or(", unknown link layer", |_| "")
-                    )
-                })
-                .collect();
-            return Err(VerbsError::NoDevice(format!(
-                "NCCL_IB_HCA={:?}; ports found: [{}]",
-                opts.hca.as_deref().unwrap_or(""),
-                seen.join(", ")
-            )));
-        }
-        for (p, why) in &picked.dropped {
+        let (lib, picked, dropped) = selected_rails(&opts)?;
+        for (p, why) in &dropped {
             tracing::warn!("NET/IB: not using {}:{} as a rail: {why}", p.device, p.port);
         }
-        let mut opened = Vec::with_capacity(picked.rails.len());
-        for info in &picked.rails {
+        let mut opened = Vec::with_capacity(picked.len());
+        for info in &picked {
             opened.push(Arc::new(Port::open(lib, info, &opts)?));
         }
         if opened.len() > 1 {
@@ -227,6 +197,83 @@ impl VerbsNet {
     pub fn options(&self) -> &VerbsOptions {
         &self.port().opts
     }
+}
+
+/// Ports `opts.hca` selects that become rails (in rail order), and those
+/// selected but dropped, with why.
+type Selected = (&'static sys::Lib, Vec<PortInfo>, Vec<(PortInfo, &'static str)>);
+
+fn selected_rails(opts: &VerbsOptions) -> Result<Selected, VerbsError> {
+    let filter = match &opts.hca {
+        Some(s) => HcaFilter::parse(s).map_err(|_| VerbsError::BadOption {
+            var: "NCCL_IB_HCA",
+            value: s.clone(),
+            want: "[^][=]dev[:port][,dev[:port]...]",
+        })?,
+        None => HcaFilter::default(),
+    };
+    let lib = load_lib()?;
+    let ports = device::list_ports_with(lib)?;
+    let usable = device::usable_ports(&ports, &filter);
+    let picked = rails::pick_rails(&usable);
+    if picked.rails.is_empty() {
+        let seen: Vec<String> = ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}:{} {}{}",
+                    p.device,
+                    p.port,
+                    if p.active { "active" } else { "down" },
+                    p.link_layer.map_or(", unknown link layer", |_| "")
+                )
+            })
+            .collect();
+        return Err(VerbsError::NoDevice(format!(
+            "NCCL_IB_HCA={:?}; ports found: [{}]",
+            opts.hca.as_deref().unwrap_or(""),
+            seen.join(", ")
+        )));
+    }
+    Ok((
+        lib,
+        picked.rails.into_iter().cloned().collect(),
+        picked
+            .dropped
+            .into_iter()
+            .map(|(p, why)| (p.clone(), why))
+            .collect(),
+    ))
+}
+
+/// A rail as a host's topology record shows it, found without opening it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RailSummary {
+    /// The port.
+    pub port: PortInfo,
+    /// The IP address inside the GID [`VerbsNet::new`] would choose (RoCE),
+    /// or `None` (InfiniBand, or no IP GID).
+    pub addr: Option<std::net::IpAddr>,
+}
+
+/// The rails [`VerbsNet::new`] would take with `opts`, in rail order, and
+/// their addresses: what a host's topology record lists as its NICs when
+/// the verbs transport is in use.
+pub fn rail_summaries(opts: &VerbsOptions) -> Result<Vec<RailSummary>, VerbsError> {
+    opts.validate()?;
+    let (_, picked, _) = selected_rails(opts)?;
+    Ok(picked
+        .into_iter()
+        .map(|port| {
+            let addr = match port.link_layer {
+                Some(LinkLayer::Ethernet) => device::chosen_gid(&port, opts)
+                    .filter(gid::is_valid_gid)
+                    .map(|g| gid::gid_ip(&g)),
+                _ => None,
+            };
+            RailSummary { port, addr }
+        })
+        .collect())
 }
 
 impl Net for VerbsNet {
