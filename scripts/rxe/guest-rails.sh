@@ -1,22 +1,39 @@
 #!/bin/sh
 # guest-rails.sh — runs inside the soft-RoCE guest of rails.sh (started by
 # /init when the kernel command line has rxerails=2): rxe0 on eth0 and rxe1
-# on eth1 are two rails. Runs the transport's multi-rail hardware test,
-# which builds a VerbsNet over both devices, connects it to itself and
-# checks that messages (100 B, 48 KiB, 8 MiB, 3 MiB + 12345 B) arrive bit
-# for bit and that the 8 MiB one made each device send at least its share
-# in MTU-sized packets (hw_counters/sent_pkts). Prints both devices'
-# non-zero counters. Exits non-zero on failure.
-# Environment from /init: RXE_ADDR.
-export VERBS_TEST_RAILS=rxe0,rxe1 RUST_BACKTRACE=1 NCCL_DEBUG=INFO
-T=/payload/tests/transport_verbs
-[ -x "$T" ] || { echo "[guest-rails] no $T"; exit 1; }
+# on eth1 are two rails.
+# 1. every test binary in /payload/tests with --include-ignored on rxe0
+#    alone (NCCL_IB_HCA==rxe0: one rail, as before rails existed);
+# 2. the same with both devices as rails (NCCL_IB_HCA==rxe0,rxe1): the
+#    hardware tests' connections then stripe over two rails;
+# 3. the multi-rail test (VERBS_TEST_RAILS=rxe0,rxe1): messages of 100 B,
+#    48 KiB, 8 MiB and 3 MiB + 12345 B arrive bit for bit, and the 8 MiB one
+#    makes each device send at least its share in MTU-sized packets
+#    (hw_counters/sent_pkts).
+# Prints both devices' non-zero counters. Exits with the number of failed
+# runs.
+export RUST_BACKTRACE=1 VERBS_TEST_DEVICE=rxe0
+fail=0
 for d in rxe0 rxe1; do
   echo "[guest-rails] $d: $(cat /sys/class/infiniband/$d/ports/1/state) GID[1] $(cat /sys/class/infiniband/$d/ports/1/gids/1)"
 done
-timeout "${RXE_TEST_TIMEOUT:-400}" "$T" --ignored --exact hw_tests::rails_stripe_large_messages_over_every_device \
-  --test-threads=1 --nocapture
-rc=$?
+# run <label> <binary> [args]: one test run, timed; failures are counted.
+run() {
+  label=$1; shift
+  echo "[guest-rails] BEGIN $label"
+  t=$(cut -d' ' -f1 /proc/uptime)
+  timeout "${RXE_TEST_TIMEOUT:-400}" "$@" --test-threads=1
+  rc=$?
+  echo "[guest-rails] END $label rc=$rc wall=$(awk -v a="$t" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}')s"
+  [ $rc = 0 ] || fail=$((fail + 1))
+}
+for hca in "=rxe0" "=rxe0,rxe1"; do
+  for t in /payload/tests/loopback /payload/tests/transport_verbs; do
+    NCCL_IB_HCA=$hca run "${t##*/} NCCL_IB_HCA=$hca" "$t" --include-ignored
+  done
+done
+VERBS_TEST_RAILS=rxe0,rxe1 run "rails test" /payload/tests/transport_verbs --ignored --exact \
+  hw_tests::rails_stripe_large_messages_over_every_device --nocapture
 for d in rxe0 rxe1; do
   c=""
   for f in /sys/class/infiniband/$d/ports/1/hw_counters/*; do
@@ -25,5 +42,5 @@ for d in rxe0 rxe1; do
   done
   echo "[guest-rails] $d counters:$c"
 done
-echo "[guest-rails] END rc=$rc"
-exit $rc
+echo "[guest-rails] END failures=$fail"
+exit $fail

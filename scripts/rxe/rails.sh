@@ -1,9 +1,11 @@
 #!/bin/bash
 # rails.sh — the multi-rail soft-RoCE check: one QEMU guest with two NICs,
-# rxe0 on eth0 and rxe1 on eth1, runs the verbs transport's multi-rail
-# hardware test (guest-rails.sh): a VerbsNet over both devices, connected
-# to itself, moves messages up to 8 MiB bit for bit and each device sends
-# at least its share of the large one.
+# rxe0 on eth0 and rxe1 on eth1, runs (guest-rails.sh) the verbs
+# transport's tests with --include-ignored on rxe0 alone, again with both
+# devices as rails (NCCL_IB_HCA==rxe0,rxe1), then the multi-rail hardware
+# test: a VerbsNet over both devices, connected to itself, moves messages
+# up to 8 MiB bit for bit and each device sends at least its share of the
+# large one.
 #
 #   bash scripts/rxe/rails.sh      # as root (apt-get), like run.sh
 #
@@ -21,17 +23,21 @@ stamp() { echo "[rxe-rails] $(( $(date +%s) - t0 ))s: $*"; }
 
 PAYLOAD="$WORK/rails-payload"
 if [ "${RXE_SKIP_BUILD:-0}" != 1 ]; then
-  stamp "building the transport-verbs test binary"
-  (cd "${RXE_CARGO_ROOT:-$REPO}" && cargo test --no-run --release -p transport-verbs --lib \
+  stamp "building the transport-verbs test binaries"
+  (cd "${RXE_CARGO_ROOT:-$REPO}" && cargo test --no-run --release -p transport-verbs --lib --test loopback \
       --message-format=json-render-diagnostics) > "$WORK/rails-build.json"
-  exe=$(grep '"reason":"compiler-artifact"' "$WORK/rails-build.json" | grep '"test":true' |
-    sed -n 's/.*"executable":"\([^"]*\/transport_verbs-[^"]*\)".*/\1/p' | tail -n 1)
-  [ -n "$exe" ] && [ -x "$exe" ] || { echo "[rxe-rails] no test binary built" >&2; exit 1; }
   rm -rf "$PAYLOAD"; mkdir -p "$PAYLOAD/tests"
-  cp "$exe" "$PAYLOAD/tests/transport_verbs"
-  if [ "${RXE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then strip --strip-debug "$PAYLOAD/tests/transport_verbs"; fi
+  for t in transport_verbs loopback; do
+    exe=$(grep '"reason":"compiler-artifact"' "$WORK/rails-build.json" | grep '"test":true' |
+      sed -n 's/.*"executable":"\([^"]*\/'"$t"'-[^"]*\)".*/\1/p' | tail -n 1)
+    [ -n "$exe" ] && [ -x "$exe" ] || { echo "[rxe-rails] test binary $t was not built" >&2; exit 1; }
+    cp "$exe" "$PAYLOAD/tests/$t"
+    if [ "${RXE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then strip --strip-debug "$PAYLOAD/tests/$t"; fi
+  done
 fi
-[ -x "$PAYLOAD/tests/transport_verbs" ] || { echo "[rxe-rails] no payload; run without RXE_SKIP_BUILD" >&2; exit 1; }
+for t in transport_verbs loopback; do
+  [ -x "$PAYLOAD/tests/$t" ] || { echo "[rxe-rails] no payload; run without RXE_SKIP_BUILD" >&2; exit 1; }
+done
 install -m 755 "$HERE/guest-rails.sh" "$PAYLOAD/guest-rails.sh"
 
 stamp "host setup"
@@ -44,7 +50,7 @@ RXE_NETDEV2="user,id=n1,net=10.0.4.0/24" \
   rxerails=2
 rc=$?
 set -e
-grep -E 'guest-rails|^rail [0-9]|test result|RXE-RESULT' "$WORK/console-rails.log" |
+grep -E 'guest-rails|^rail [0-9]|test result|RXE-RESULT|FAILED|panicked' "$WORK/console-rails.log" |
   sed 's/^/[rxe-rails] summary: /' || true
 [ "$rc" = 0 ] || echo "[rxe-rails] FAILED: the guest exited $rc (see $WORK/console-rails.log)" >&2
 stamp "done: rc=$rc, stage time $(( $(date +%s) - t0 )) s"
