@@ -10,6 +10,7 @@
 #    48 KiB, 8 MiB and 3 MiB + 12345 B arrive bit for bit, and the 8 MiB one
 #    makes each device send at least its share in MTU-sized packets
 #    (hw_counters/sent_pkts).
+# 4. (optional, see below) collectives under ncclrun over both rails.
 # Prints both devices' non-zero counters. Exits with the number of failed
 # runs.
 export RUST_BACKTRACE=1 VERBS_TEST_DEVICE=rxe0
@@ -34,6 +35,18 @@ for hca in "=rxe0" "=rxe0,rxe1"; do
 done
 VERBS_TEST_RAILS=rxe0,rxe1 run "rails test" /payload/tests/transport_verbs --ignored --exact \
   hw_tests::rails_stripe_large_messages_over_every_device --nocapture
+# 4. with the nccl-rs programs in the payload (rails.sh with RXE_RAILS_COLL=1):
+#    guest-coll.sh's matrix and perf steps over both rails; rxe1 must carry
+#    a share of the traffic.
+if [ -x /payload/bin/ncclrun ] && [ -x /payload/guest-coll.sh ]; then
+  before=$(cat /sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts)
+  RXE_COLL_HCA="=rxe0,rxe1" RXE_COLL_DEVS="rxe0 rxe1" RXE_DEV=rxe0 /payload/guest-coll.sh
+  rc=$?
+  after=$(cat /sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts)
+  echo "[guest-rails] END collectives on two rails rc=$rc; rxe1 sent $((after - before)) packets"
+  [ $rc = 0 ] || fail=$((fail + 1))
+  [ $((after - before)) -ge 1000 ] || { echo "[guest-rails] FAIL: rxe1 carried almost nothing"; fail=$((fail + 1)); }
+fi
 for d in rxe0 rxe1; do
   c=""
   for f in /sys/class/infiniband/$d/ports/1/hw_counters/*; do

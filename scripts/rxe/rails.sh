@@ -10,8 +10,12 @@
 #   bash scripts/rxe/rails.sh      # as root (apt-get), like run.sh
 #
 # Exits with the guest's verdict (0 = passed; 124 timeout; 200 no report).
+# With RXE_RAILS_COLL=1 it also builds ncclrun, matrix_worker and
+# all_reduce_perf, and the guest runs guest-coll.sh's steps with
+# NCCL_IB_HCA==rxe0,rxe1 (RXE_MATRIX_RANKS, default "2").
+#
 # Env: RXE_WORK (cache, default /tmp/nccl-rs-rxe), RXE_SKIP_BUILD=1 (reuse
-# the last test binary), RXE_TIMEOUT (guest limit, default 600 s),
+# the last build), RXE_TIMEOUT (guest limit, default 600 s),
 # RXE_SMP/RXE_MEM, RXE_CARGO_ROOT, as in run.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +39,24 @@ if [ "${RXE_SKIP_BUILD:-0}" != 1 ]; then
     if [ "${RXE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then strip --strip-debug "$PAYLOAD/tests/$t"; fi
   done
 fi
+if [ "${RXE_RAILS_COLL:-0}" = 1 ] && [ "${RXE_SKIP_BUILD:-0}" != 1 ]; then
+  stamp "building ncclrun matrix_worker all_reduce_perf"
+  (cd "${RXE_CARGO_ROOT:-$REPO}" && cargo build --release -p nccl-perf -p nccl-tests-suite --bins \
+      --message-format=json-render-diagnostics) > "$WORK/rails-bins.json"
+  mkdir -p "$PAYLOAD/bin"
+  for b in ncclrun matrix_worker all_reduce_perf; do
+    exe=$(grep '"reason":"compiler-artifact"' "$WORK/rails-bins.json" |
+      sed -n 's/.*"executable":"\([^"]*\/'"$b"'\)".*/\1/p' | tail -n 1)
+    [ -n "$exe" ] && [ -x "$exe" ] || { echo "[rxe-rails] binary $b was not built" >&2; exit 1; }
+    cp "$exe" "$PAYLOAD/bin/$b"
+    if [ "${RXE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then strip --strip-debug "$PAYLOAD/bin/$b"; fi
+  done
+  install -m 755 "$HERE/guest-coll.sh" "$PAYLOAD/guest-coll.sh"
+  { for v in RXE_LARGE_EVERY RXE_PERF_ARGS RXE_STEP_TIMEOUT; do
+      if [ -n "${!v:-}" ]; then printf "%s='%s'\n" "$v" "${!v}"; fi
+    done
+    printf "RXE_MATRIX_RANKS='%s'\n" "${RXE_MATRIX_RANKS:-2}"; } > "$PAYLOAD/coll.env"
+fi
 for t in transport_verbs loopback; do
   [ -x "$PAYLOAD/tests/$t" ] || { echo "[rxe-rails] no payload; run without RXE_SKIP_BUILD" >&2; exit 1; }
 done
@@ -50,7 +72,7 @@ RXE_NETDEV2="user,id=n1,net=10.0.4.0/24" \
   rxerails=2
 rc=$?
 set -e
-grep -E 'guest-rails|^rail [0-9]|test result|RXE-RESULT|FAILED|panicked' "$WORK/console-rails.log" |
+grep -E 'guest-rails|guest-coll\] (END|FAIL|rank)|^rail [0-9]|test result|RXE-RESULT|FAILED|panicked' "$WORK/console-rails.log" |
   sed 's/^/[rxe-rails] summary: /' || true
 [ "$rc" = 0 ] || echo "[rxe-rails] FAILED: the guest exited $rc (see $WORK/console-rails.log)" >&2
 stamp "done: rc=$rc, stage time $(( $(date +%s) - t0 )) s"
