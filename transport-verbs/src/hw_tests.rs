@@ -231,7 +231,10 @@ fn rails_stripe_large_messages_over_every_device() {
         return;
     };
     let devs: Vec<&str> = list.split(',').map(str::trim).collect();
-    assert!(devs.len() >= 2, "VERBS_TEST_RAILS={list:?}: name two devices");
+    assert!(
+        devs.len() >= 2,
+        "VERBS_TEST_RAILS={list:?}: name two devices"
+    );
     let mut o = options();
     o.hca = Some(format!("={list}"));
     let net = VerbsNet::new(o.clone()).expect("RDMA devices");

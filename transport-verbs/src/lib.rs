@@ -201,7 +201,11 @@ impl VerbsNet {
 
 /// Ports `opts.hca` selects that become rails (in rail order), and those
 /// selected but dropped, with why.
-type Selected = (&'static sys::Lib, Vec<PortInfo>, Vec<(PortInfo, &'static str)>);
+type Selected = (
+    &'static sys::Lib,
+    Vec<PortInfo>,
+    Vec<(PortInfo, &'static str)>,
+);
 
 fn selected_rails(opts: &VerbsOptions) -> Result<Selected, VerbsError> {
     let filter = match &opts.hca {
