@@ -12,7 +12,9 @@ use transport_verbs::{Cidr, HcaFilter};
 fuzz_target!(|data: &[u8]| {
     let _ = VerbsHandle::decode(data);
     let nqps = data.first().map_or(1, |b| usize::from(*b % 8) + 1);
-    let _ = Endpoint::decode(data, nqps);
+    let rails = data.get(1).map_or(1, |b| usize::from(*b % 5) + 1);
+    let _ = Endpoint::decode(data, nqps, rails);
+    let _ = data.get(..transport_verbs::wire::ENDPOINT_FIXED).map(Endpoint::rails_in);
     if let Some(b) = data.get(..CTS_BYTES) {
         let _ = Cts::decode(b.try_into().expect("CTS_BYTES"), data.len() as u64);
     }

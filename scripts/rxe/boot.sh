@@ -6,7 +6,9 @@
 # Env:   RXE_TIMEOUT (s, default 600), RXE_SMP (2), RXE_MEM (2G),
 #        RXE_NETDEV (QEMU -netdev for eth0, default "user,id=n0"; the
 #        device is virtio-net-pci on netdev n0), RXE_MAC (its MAC address),
-#        RXE_PREFIX (prefix of the console lines echoed, default "  | ")
+#        RXE_PREFIX (prefix of the console lines echoed, default "  | "),
+#        RXE_NETDEV2 (QEMU -netdev for a second NIC, eth1, with id=n1;
+#        unset: no second NIC)
 #
 # The guest's /init prints "RXE-RESULT rc=N" and writes N to the
 # isa-debug-exit port, so QEMU exits with 2N+1. Both must agree; anything
@@ -24,6 +26,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
   -kernel "$KERNEL" -initrd "$INITRD" \
   -append "console=ttyS0 panic=-1 quiet loglevel=3 $*" \
   -netdev "${RXE_NETDEV:-user,id=n0}" -device "virtio-net-pci,netdev=n0${RXE_MAC:+,mac=$RXE_MAC}" \
+  ${RXE_NETDEV2:+-netdev "$RXE_NETDEV2" -device virtio-net-pci,netdev=n1} \
   -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
   < /dev/null 2>&1 | tr -d '\r' | tee "$LOG" | sed -u "s#^#${RXE_PREFIX:-  | }#"
 qrc=${PIPESTATUS[0]}

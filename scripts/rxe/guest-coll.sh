@@ -13,11 +13,14 @@
 # status is 0 and that check passes. Exits with the number of failed steps.
 # Environment from /init: RXE_DEV, RXE_ADDR; from run.sh (via
 # /payload/coll.env): RXE_MATRIX_RANKS, RXE_LARGE_EVERY, RXE_PERF_ARGS,
-# RXE_STEP_TIMEOUT.
+# RXE_STEP_TIMEOUT; from guest-rails.sh: RXE_COLL_HCA (NCCL_IB_HCA, default
+# "=$RXE_DEV") and RXE_COLL_DEVS (the devices every rank must log as its
+# NET/IB ports, default $RXE_DEV).
 [ -f /payload/coll.env ] && . /payload/coll.env
 B=/payload/bin
 DEV=${RXE_DEV:-rxe0}
-export NCCL_NET=IB NCCL_IB_HCA="=$DEV" NCCL_SOCKET_IFNAME=eth0 NCCL_DEBUG=INFO
+DEVS=${RXE_COLL_DEVS:-$DEV}
+export NCCL_NET=IB NCCL_IB_HCA="${RXE_COLL_HCA:-=$DEV}" NCCL_SOCKET_IFNAME=eth0 NCCL_DEBUG=INFO
 # Ranks of one guest share a host: without this the core would connect them
 # through shared memory and verbs would carry nothing.
 export NCCL_SHM_DISABLE=1
@@ -27,19 +30,21 @@ ESC=$(printf '\033')
 now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 
-# check_ib <logdir> <nranks>: every rank's log names rxe0 as its NET/IB port,
+# check_ib <logdir> <nranks>: every rank's log names each of DEVS as a NET/IB port,
 # rank 0's says the communicator runs on IB, and nothing fell back.
 check_ib() {
   ok=0 r=0
   while [ "$r" -lt "$2" ]; do
     f="$1/rank$r.log"
     sed -i "s/$ESC\[[0-9;]*m//g" "$f" 2>/dev/null
-    line=$(grep -m1 "NET/IB: using $DEV:1 \[RoCE\]" "$f")
-    if [ -n "$line" ]; then
-      echo "[guest-coll] rank $r chose verbs: ${line#*INFO }"
-    else
-      echo "[guest-coll] FAIL: rank $r has no 'NET/IB: using $DEV:1 [RoCE]' line"; ok=1
-    fi
+    for d in $DEVS; do
+      line=$(grep -m1 "NET/IB: using $d:1 \[RoCE\]" "$f")
+      if [ -n "$line" ]; then
+        echo "[guest-coll] rank $r chose verbs: ${line#*INFO }"
+      else
+        echo "[guest-coll] FAIL: rank $r has no 'NET/IB: using $d:1 [RoCE]' line"; ok=1
+      fi
+    done
     if grep -qE 'falling back to NET/Socket|transport=(SHM|Socket)' "$f"; then
       echo "[guest-coll] FAIL: rank $r did not use NET/IB:"; grep -E 'falling back|transport=' "$f"; ok=1
     fi

@@ -153,7 +153,27 @@ pub fn usable_ports<'a>(ports: &'a [PortInfo], filter: &HcaFilter) -> Vec<&'a Po
         .collect()
 }
 
-/// The port a `VerbsNet` uses, opened, with its protection domain and the
+/// The RoCE GID `Port::open` would choose for `info` under `opts`, read
+/// from sysfs without opening the device; `None` if that entry is not
+/// readable.
+pub(crate) fn chosen_gid(info: &PortInfo, opts: &VerbsOptions) -> Option<[u8; 16]> {
+    let table = gid::read_gid_table(&opts.sysfs_root, &info.device, info.port, info.gid_tbl_len);
+    let index = match opts.gid_index {
+        Some(i) => i,
+        None => gid::select_gid(
+            &table,
+            &GidWanted {
+                family: opts.addr_family,
+                range: opts.addr_range,
+                roce_version: opts.roce_version,
+            },
+        )
+        .index(),
+    };
+    table.iter().find(|e| e.index == index).map(|e| e.gid)
+}
+
+/// A port a `VerbsNet` uses as a rail, opened, with its protection domain and the
 /// addressing it advertises.
 pub(crate) struct Port {
     pub(crate) pd: Arc<PdInner>,

@@ -137,11 +137,13 @@ pub enum VerbsError {
     },
     /// A work completion reported an error.
     #[error(
-        "NET/IB: {op} (peer {peer}) completed with {status} (vendor error {vendor_err:#x}): {hint}"
+        "NET/IB: {op} on {rail} (peer {peer}) completed with {status} (vendor error {vendor_err:#x}): {hint}"
     )]
     Completion {
         /// Peer address (of its side socket).
         peer: String,
+        /// The connection rail and its local port, e.g. `"rail 1 (rxe1:1)"`.
+        rail: String,
         /// What the work request did, e.g. `"RDMA write"`.
         op: &'static str,
         /// The verbs status.
@@ -225,6 +227,7 @@ mod tests {
     fn completion_error_names_peer_status_and_hint() {
         let e = VerbsError::Completion {
             peer: "10.0.2.15:4242".into(),
+            rail: "rail 1 (mlx5_1:1)".into(),
             op: "RDMA write",
             status: WcStatus::RETRY_EXC_ERR,
             vendor_err: 0x81,
@@ -233,6 +236,7 @@ mod tests {
         let net: NetError = e.into();
         let text = net.to_string();
         assert!(text.contains("10.0.2.15:4242"), "{text}");
+        assert!(text.contains("RDMA write on rail 1 (mlx5_1:1)"), "{text}");
         assert!(text.contains("IBV_WC_RETRY_EXC_ERR"), "{text}");
         assert!(text.contains("NCCL_IB_RETRY_CNT"), "{text}");
         match VerbsError::from_net(&net) {

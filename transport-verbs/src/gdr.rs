@@ -61,8 +61,8 @@ pub fn offset_of(start: usize, data: usize, offset: u64) -> Option<u64> {
 /// spans `data`'s pages, as host ones do; its `iova` is the page-aligned
 /// start, so peers write to device addresses unchanged.
 pub(crate) fn pin_dmabuf(
-    cache: &mut RegCache<Mr>,
-    pd: &Arc<PdInner>,
+    cache: &mut RegCache<Vec<Mr>>,
+    pds: &[Arc<PdInner>],
     data: usize,
     len: usize,
     offset: u64,
@@ -74,6 +74,9 @@ pub(crate) fn pin_dmabuf(
             "reg_mr_dmabuf: invalid DMA-BUF file descriptor {fd}"
         )));
     }
+    let Some(pd) = pds.first() else {
+        return Err(NetError::Other("reg_mr_dmabuf: no device".into()));
+    };
     if pd.ctx.lib.reg_dmabuf_mr.is_none() {
         return Err(NetError::Unsupported(format!(
             "DMA-BUF registration on {}: libibverbs lacks ibv_reg_dmabuf_mr (rdma-core 34+ needed)",
@@ -90,21 +93,27 @@ pub(crate) fn pin_dmabuf(
     };
     let id = cache.pin(data, len, |s, l| {
         debug_assert_eq!(s, start);
-        // SAFETY: the caller of reg_mr_dmabuf hands us a DMA-BUF that
-        // covers the range (the trait's contract) and keeps the memory
-        // allocated until dereg_mr; the cache drops the Mr no later.
-        unsafe {
-            Mr::register_region(
-                pd,
-                MemRegion::DmaBuf {
-                    fd,
-                    offset: start_offset,
-                    len: l,
-                    iova: s as u64,
-                },
-                access,
-            )
-        }
+        // One registration per rail's PD (each device maps the buffer).
+        pds.iter()
+            .map(|pd| {
+                // SAFETY: the caller of reg_mr_dmabuf hands us a DMA-BUF
+                // that covers the range (the trait's contract) and keeps the
+                // memory allocated until dereg_mr; the cache drops the Mrs
+                // no later.
+                unsafe {
+                    Mr::register_region(
+                        pd,
+                        MemRegion::DmaBuf {
+                            fd,
+                            offset: start_offset,
+                            len: l,
+                            iova: s as u64,
+                        },
+                        access,
+                    )
+                }
+            })
+            .collect::<Result<Vec<Mr>, _>>()
     })?;
     Ok(id)
 }
@@ -151,7 +160,7 @@ mod tests {
         let fd = 42;
         let id = pin_dmabuf(
             &mut cache,
-            &pd,
+            std::slice::from_ref(&pd),
             base + 0x100,
             10_000,
             0x100,
@@ -165,11 +174,11 @@ mod tests {
             stub_lib::take_dmabuf_calls(),
             [(0, e - s, base as u64, fd, ACCESS_REMOTE_WRITE)]
         );
-        assert_eq!(cache.get(id).map(Mr::lkey), Some(fd as u32));
+        assert_eq!(cache.get(id).map(|m| m[0].lkey()), Some(fd as u32));
         // Inside the same pages: the entry is shared, nothing registered.
         let again = pin_dmabuf(
             &mut cache,
-            &pd,
+            std::slice::from_ref(&pd),
             base + PAGE,
             100,
             0x1000 + PAGE as u64,
@@ -184,7 +193,16 @@ mod tests {
         drop(cache.unpin(id).unwrap().expect("last pin releases the MR"));
         assert_eq!(stub_lib::live_mrs(), 0);
         // A buffer deep inside a DMA-BUF: the page start's offset is passed.
-        let id = pin_dmabuf(&mut cache, &pd, base + 0x3_0010, 64, 0x2_0010, 7, 0).unwrap();
+        let id = pin_dmabuf(
+            &mut cache,
+            std::slice::from_ref(&pd),
+            base + 0x3_0010,
+            64,
+            0x2_0010,
+            7,
+            0,
+        )
+        .unwrap();
         assert_eq!(
             stub_lib::take_dmabuf_calls(),
             [(0x2_0000, PAGE, (base + 0x3_0000) as u64, 7, 0)]
@@ -198,14 +216,23 @@ mod tests {
     #[test]
     fn dmabuf_registration_errors_are_clean() {
         let mut cache = RegCache::new();
-        let e = pin_dmabuf(&mut cache, &stub_lib::pd(false), 0x10000, 64, 0, 3, 0).unwrap_err();
+        let e = pin_dmabuf(&mut cache, &[stub_lib::pd(false)], 0x10000, 64, 0, 3, 0).unwrap_err();
         assert!(
             matches!(&e, NetError::Unsupported(m) if m.contains("ibv_reg_dmabuf_mr")),
             "{e}"
         );
 
         let pd = stub_lib::pd(true);
-        let e = pin_dmabuf(&mut cache, &pd, 0x10000, 64, 0, stub_lib::REJECTED_FD, 0).unwrap_err();
+        let e = pin_dmabuf(
+            &mut cache,
+            std::slice::from_ref(&pd),
+            0x10000,
+            64,
+            0,
+            stub_lib::REJECTED_FD,
+            0,
+        )
+        .unwrap_err();
         match VerbsError::from_net(&e) {
             Some(VerbsError::Verb { call, source, .. }) => {
                 assert_eq!(*call, "ibv_reg_dmabuf_mr");
@@ -213,12 +240,22 @@ mod tests {
             }
             other => panic!("unexpected error {e}: {other:?}"),
         }
-        let e = pin_dmabuf(&mut cache, &pd, 0x10000, 64, 0, -1, 0).unwrap_err();
+        let e =
+            pin_dmabuf(&mut cache, std::slice::from_ref(&pd), 0x10000, 64, 0, -1, 0).unwrap_err();
         assert!(
             e.to_string().contains("invalid DMA-BUF file descriptor -1"),
             "{e}"
         );
-        let e = pin_dmabuf(&mut cache, &pd, 0x10040, 64, 0x20, 3, 0).unwrap_err();
+        let e = pin_dmabuf(
+            &mut cache,
+            std::slice::from_ref(&pd),
+            0x10040,
+            64,
+            0x20,
+            3,
+            0,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("offset 32"), "{e}");
         assert!(cache.is_empty());
         assert!(stub_lib::take_dmabuf_calls().is_empty());
@@ -237,7 +274,16 @@ mod tests {
         let pd = stub_lib::pd(true);
         let mut cache = RegCache::new();
         let va = buf.ptr() as usize;
-        let id = pin_dmabuf(&mut cache, &pd, va + 8, PAGE, 8, buf.fd(), 0).unwrap();
+        let id = pin_dmabuf(
+            &mut cache,
+            std::slice::from_ref(&pd),
+            va + 8,
+            PAGE,
+            8,
+            buf.fd(),
+            0,
+        )
+        .unwrap();
         assert_eq!(
             stub_lib::take_dmabuf_calls(),
             [(0, 2 * PAGE, va as u64, buf.fd(), 0)]

@@ -34,6 +34,8 @@
 //!
 //! # Layers
 //! * [`hca`]: `NCCL_IB_HCA` parsing and matching (pure);
+//! * [`rails`]: which ports are rails, and how a connection uses them
+//!   (pure);
 //! * [`gid`]: RoCE GID selection over the sysfs GID table (pure + reader);
 //! * [`qp`]: the RESET→INIT→RTR→RTS typestate and its mask table (pure);
 //! * [`wire`]: handle, handshake and data-path record layouts (pure);
@@ -65,6 +67,7 @@ mod hw_tests;
 mod oob;
 pub mod options;
 pub mod qp;
+pub mod rails;
 pub mod regcache;
 #[cfg(test)]
 mod stub_lib;
@@ -80,6 +83,7 @@ pub use error::{VerbsError, WcStatus};
 pub use gid::{AddrFamily, Cidr};
 pub use hca::HcaFilter;
 pub use options::VerbsOptions;
+pub use rails::CrossNic;
 
 use device::Port;
 use nccl_net::{Connector, Listener, Net, NetResult, Properties, PtrSupport};
@@ -109,114 +113,183 @@ fn load_error(e: sys::LoadError) -> VerbsError {
     }
 }
 
-/// The verbs transport: one port of one device, any number of connections.
+/// The verbs transport: every active port `NCCL_IB_HCA` selects, as rails
+/// (see [`rails`]), and any number of connections striped over them.
 #[derive(Debug, Clone)]
 pub struct VerbsNet {
-    port: Arc<Port>,
+    /// Rail 0 first; never empty.
+    rails: Vec<Arc<Port>>,
 }
 
 impl VerbsNet {
-    /// Loads libibverbs, discovers devices, picks the first active port that
-    /// `opts.hca` selects, opens it and chooses its GID. Logs the choice at
-    /// INFO. Fails cleanly (no panic, nothing leaked) when the library,
-    /// a device or an active port is missing.
+    /// Loads libibverbs, discovers devices, takes every active port that
+    /// `opts.hca` selects as a rail ([`rails::pick_rails`]), opens each and
+    /// chooses its GID. Logs the choice at INFO. Fails cleanly (no panic,
+    /// nothing leaked) when the library, a device or an active port is
+    /// missing.
     pub fn new(opts: VerbsOptions) -> Result<VerbsNet, VerbsError> {
         opts.validate()?;
-        let filter = match &opts.hca {
-            Some(s) => HcaFilter::parse(s).map_err(|_| VerbsError::BadOption {
-                var: "NCCL_IB_HCA",
-                value: s.clone(),
-                want: "[^][=]dev[:port][,dev[:port]...]",
-            })?,
-            None => HcaFilter::default(),
-        };
-        let lib = load_lib()?;
-        let ports = device::list_ports_with(lib)?;
-        let usable = device::usable_ports(&ports, &filter);
-        let Some(first) = usable.first() else {
-            let seen: Vec<String> = ports
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}:{} {}{}",
-                        p.device,
-                        p.port,
-                        if p.active { "active" } else { "down" },
-                        p.link_layer.map_or(", unknown link layer", |_| "")
-                    )
-                })
-                .collect();
-            return Err(VerbsError::NoDevice(format!(
-                "NCCL_IB_HCA={:?}; ports found: [{}]",
-                opts.hca.as_deref().unwrap_or(""),
-                seen.join(", ")
-            )));
-        };
-        if usable.len() > 1 {
+        let (lib, picked, dropped) = selected_rails(&opts)?;
+        for (p, why) in &dropped {
+            tracing::warn!("NET/IB: not using {}:{} as a rail: {why}", p.device, p.port);
+        }
+        let mut opened = Vec::with_capacity(picked.len());
+        for info in &picked {
+            opened.push(Arc::new(Port::open(lib, info, &opts)?));
+        }
+        if opened.len() > 1 {
             tracing::info!(
-                "NET/IB: {} usable ports ({}); using the first",
-                usable.len(),
-                usable
+                "NET/IB: {} rails: {}",
+                opened.len(),
+                opened
                     .iter()
-                    .map(|p| format!("{}:{}", p.device, p.port))
+                    .enumerate()
+                    .map(|(k, p)| format!("{k}={}", p.name()))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
         }
-        let port = Port::open(lib, first, &opts)?;
-        Ok(VerbsNet {
-            port: Arc::new(port),
-        })
+        Ok(VerbsNet { rails: opened })
     }
 
-    /// Device and port in use, e.g. `"rxe0:1"`.
+    fn port(&self) -> &Arc<Port> {
+        &self.rails[0]
+    }
+
+    /// Rail 0's device and port, e.g. `"rxe0:1"`.
     pub fn device_name(&self) -> String {
-        self.port.name()
+        self.port().name()
     }
 
-    /// Link layer of the port in use.
+    /// The rails' ports, rail 0 first (never empty).
+    pub fn rails(&self) -> Vec<PortInfo> {
+        self.rails.iter().map(|p| p.info.clone()).collect()
+    }
+
+    /// Link layer of the rails (all share rail 0's).
     pub fn link_layer(&self) -> LinkLayer {
-        self.port.link_layer
+        self.port().link_layer
     }
 
-    /// GID index in use (0 on InfiniBand).
+    /// Rail 0's GID index (0 on InfiniBand).
     pub fn gid_index(&self) -> u32 {
-        self.port.gid_index
+        self.port().gid_index
     }
 
-    /// The GID advertised to peers.
+    /// The GID rail 0 advertises to peers.
     pub fn gid(&self) -> [u8; 16] {
-        self.port.gid
+        self.port().gid
     }
 
-    /// Whether the device can register DMA-BUF memory (probed as NCCL
-    /// does); GPUDirect via `ibv_reg_dmabuf_mr` builds on this.
+    /// Whether every rail's device can register DMA-BUF memory (probed as
+    /// NCCL does); GPUDirect via `ibv_reg_dmabuf_mr` builds on this.
     pub fn dmabuf_supported(&self) -> bool {
-        self.port.dmabuf
+        self.rails.iter().all(|p| p.dmabuf)
     }
 
     /// Whether `ibv_reg_mr` accepts device addresses (`nvidia-peermem` or
-    /// `nv_peer_mem` was loaded when the port opened).
+    /// `nv_peer_mem` was loaded when the ports opened).
     pub fn peermem_supported(&self) -> bool {
-        self.port.peermem
+        self.rails.iter().all(|p| p.peermem)
     }
 
     /// The options in force.
     pub fn options(&self) -> &VerbsOptions {
-        &self.port.opts
+        &self.port().opts
     }
+}
+
+/// Ports `opts.hca` selects that become rails (in rail order), and those
+/// selected but dropped, with why.
+type Selected = (
+    &'static sys::Lib,
+    Vec<PortInfo>,
+    Vec<(PortInfo, &'static str)>,
+);
+
+fn selected_rails(opts: &VerbsOptions) -> Result<Selected, VerbsError> {
+    let filter = match &opts.hca {
+        Some(s) => HcaFilter::parse(s).map_err(|_| VerbsError::BadOption {
+            var: "NCCL_IB_HCA",
+            value: s.clone(),
+            want: "[^][=]dev[:port][,dev[:port]...]",
+        })?,
+        None => HcaFilter::default(),
+    };
+    let lib = load_lib()?;
+    let ports = device::list_ports_with(lib)?;
+    let usable = device::usable_ports(&ports, &filter);
+    let picked = rails::pick_rails(&usable);
+    if picked.rails.is_empty() {
+        let seen: Vec<String> = ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}:{} {}{}",
+                    p.device,
+                    p.port,
+                    if p.active { "active" } else { "down" },
+                    p.link_layer.map_or(", unknown link layer", |_| "")
+                )
+            })
+            .collect();
+        return Err(VerbsError::NoDevice(format!(
+            "NCCL_IB_HCA={:?}; ports found: [{}]",
+            opts.hca.as_deref().unwrap_or(""),
+            seen.join(", ")
+        )));
+    }
+    Ok((
+        lib,
+        picked.rails.into_iter().cloned().collect(),
+        picked
+            .dropped
+            .into_iter()
+            .map(|(p, why)| (p.clone(), why))
+            .collect(),
+    ))
+}
+
+/// A rail as a host's topology record shows it, found without opening it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RailSummary {
+    /// The port.
+    pub port: PortInfo,
+    /// The IP address inside the GID [`VerbsNet::new`] would choose (RoCE),
+    /// or `None` (InfiniBand, or no IP GID).
+    pub addr: Option<std::net::IpAddr>,
+}
+
+/// The rails [`VerbsNet::new`] would take with `opts`, in rail order, and
+/// their addresses: what a host's topology record lists as its NICs when
+/// the verbs transport is in use.
+pub fn rail_summaries(opts: &VerbsOptions) -> Result<Vec<RailSummary>, VerbsError> {
+    opts.validate()?;
+    let (_, picked, _) = selected_rails(opts)?;
+    Ok(picked
+        .into_iter()
+        .map(|port| {
+            let addr = match port.link_layer {
+                Some(LinkLayer::Ethernet) => device::chosen_gid(&port, opts)
+                    .filter(gid::is_valid_gid)
+                    .map(|g| gid::gid_ip(&g)),
+                _ => None,
+            };
+            RailSummary { port, addr }
+        })
+        .collect())
 }
 
 impl Net for VerbsNet {
     fn properties(&self) -> Properties {
         Properties {
             name: "IB".into(),
-            speed_mbps: self.port.info.speed_mbps,
+            speed_mbps: self.rails.iter().map(|p| p.info.speed_mbps).sum(),
             latency_us: LATENCY_US,
             ptr_support: PtrSupport {
                 host: true,
-                cuda: self.port.peermem,
-                dmabuf: self.port.dmabuf,
+                cuda: self.peermem_supported(),
+                dmabuf: self.dmabuf_supported(),
             },
             needs_registration: false,
             max_message_bytes: MAX_MESSAGE_BYTES,
@@ -225,12 +298,12 @@ impl Net for VerbsNet {
     }
 
     fn listen(&self) -> NetResult<Box<dyn Listener>> {
-        Ok(Box::new(connect::VerbsListener::bind(&self.port)?))
+        Ok(Box::new(connect::VerbsListener::bind(&self.rails)?))
     }
 
     fn connect(&self, handle: &[u8]) -> NetResult<Box<dyn Connector>> {
         let h = wire::VerbsHandle::decode(handle)?;
-        Ok(Box::new(connect::VerbsConnector::start(&self.port, &h)?))
+        Ok(Box::new(connect::VerbsConnector::start(&self.rails, &h)?))
     }
 }
 

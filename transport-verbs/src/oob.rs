@@ -140,6 +140,14 @@ impl ReadExact {
         }
     }
 
+    /// Grows the expected length to `n` (no-op if already that long), keeping
+    /// what was read.
+    pub(crate) fn extend_to(&mut self, n: usize) {
+        if n > self.buf.len() {
+            self.buf.resize(n, 0);
+        }
+    }
+
     /// Bytes read so far.
     pub(crate) fn filled(&self) -> &[u8] {
         &self.buf[..self.got]

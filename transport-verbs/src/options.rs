@@ -22,6 +22,7 @@
 
 use crate::error::VerbsError;
 use crate::gid::{AddrFamily, Cidr};
+use crate::rails::CrossNic;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -57,6 +58,9 @@ pub struct VerbsOptions {
     pub oob_ip: Option<IpAddr>,
     /// Root of sysfs (`/sys`); tests point it at a fake tree.
     pub sysfs_root: PathBuf,
+    /// `NCCL_CROSS_NIC`: whether a connection may pair different rails
+    /// (see [`crate::rails`]); applied by the connecting side.
+    pub cross_nic: CrossNic,
 }
 
 impl Default for VerbsOptions {
@@ -74,6 +78,7 @@ impl Default for VerbsOptions {
             qps_per_connection: 1,
             oob_ip: None,
             sysfs_root: PathBuf::from("/sys"),
+            cross_nic: CrossNic::Auto,
         }
     }
 }
@@ -132,6 +137,14 @@ impl VerbsOptions {
             )? as usize,
             oob_ip: None,
             sysfs_root: d.sysfs_root,
+            cross_nic: match text("NCCL_CROSS_NIC") {
+                None => d.cross_nic,
+                Some(v) => v
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(CrossNic::from_value)
+                    .ok_or_else(|| bad("NCCL_CROSS_NIC", &v, "0, 1 or 2"))?,
+            },
         })
     }
 
@@ -242,8 +255,15 @@ mod tests {
             ("NCCL_IB_TC", "106"),
             ("NCCL_IB_SL", "5"),
             ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+            ("NCCL_CROSS_NIC", "1"),
         ])
         .unwrap();
+        assert_eq!(o.cross_nic, CrossNic::On);
+        assert_eq!(
+            from(&[("NCCL_CROSS_NIC", "0")]).unwrap().cross_nic,
+            CrossNic::Off
+        );
+        assert_eq!(from(&[]).unwrap().cross_nic, CrossNic::Auto);
         assert_eq!(o.hca.as_deref(), Some("=mlx5_0:1,rxe0"));
         assert_eq!(o.gid_index, Some(3));
         assert_eq!(o.addr_family, AddrFamily::V6);
@@ -274,6 +294,8 @@ mod tests {
             ("NCCL_IB_ADDR_FAMILY", "AF_UNIX"),
             ("NCCL_IB_ADDR_RANGE", "10.0.0.0/33"),
             ("NCCL_IB_GID_INDEX", "x"),
+            ("NCCL_CROSS_NIC", "3"),
+            ("NCCL_CROSS_NIC", "yes"),
         ] {
             let e = from(&[(k, v)]).unwrap_err();
             assert!(e.to_string().contains(k), "{e}");

@@ -428,10 +428,11 @@ pub(crate) fn probe_dmabuf(pd: &Arc<PdInner>) -> bool {
     )
 }
 
-/// Page-aligned, zeroed memory registered as one MR; the MR is released
-/// before the memory.
+/// Page-aligned, zeroed memory registered as one MR per protection domain
+/// (one per rail); the MRs are released before the memory.
 pub(crate) struct RegisteredBuf {
-    mr: Option<Mr>,
+    /// One per PD given to `new_on`, in that order; never empty until Drop.
+    mrs: Vec<Mr>,
     ptr: NonNull<u8>,
     layout: std::alloc::Layout,
 }
@@ -441,46 +442,57 @@ pub(crate) struct RegisteredBuf {
 unsafe impl Send for RegisteredBuf {}
 
 impl RegisteredBuf {
-    pub(crate) fn new(
-        pd: &Arc<PdInner>,
+    /// Allocates `len` bytes and registers them with every PD in `pds`
+    /// (at least one).
+    pub(crate) fn new_on(
+        pds: &[Arc<PdInner>],
         len: usize,
         access: i32,
     ) -> Result<RegisteredBuf, VerbsError> {
+        let Some(pd0) = pds.first() else {
+            return Err(VerbsError::verb("ibv_reg_mr", "no device", libc::EINVAL));
+        };
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
             .map_err(|e| VerbsError::verb("alloc", &format!("{e}"), libc::ENOMEM))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-            .ok_or_else(|| VerbsError::verb("alloc", &pd.ctx.name, libc::ENOMEM))?;
-        // SAFETY: the memory is ours, writable, and outlives the MR (dropped
-        // first in Drop).
-        let mr = unsafe { Mr::register(pd, ptr.as_ptr(), len, access) };
-        match mr {
-            Ok(mr) => Ok(RegisteredBuf {
-                mr: Some(mr),
-                ptr,
-                layout,
-            }),
-            Err(e) => {
-                // SAFETY: allocated above with this layout.
-                unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
-                Err(e)
+            .ok_or_else(|| VerbsError::verb("alloc", &pd0.ctx.name, libc::ENOMEM))?;
+        let mut mrs = Vec::with_capacity(pds.len());
+        for pd in pds {
+            // SAFETY: the memory is ours, writable, and outlives the MR
+            // (dropped first in Drop, or below on failure).
+            match unsafe { Mr::register(pd, ptr.as_ptr(), len, access) } {
+                Ok(mr) => mrs.push(mr),
+                Err(e) => {
+                    drop(mrs);
+                    // SAFETY: allocated above with this layout; no MR is left.
+                    unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+                    return Err(e);
+                }
             }
         }
+        Ok(RegisteredBuf { mrs, ptr, layout })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// The first PD's registration.
     pub(crate) fn mr(&self) -> &Mr {
-        // Only None during Drop.
-        self.mr.as_ref().expect("registered buffer without MR")
+        &self.mrs[0]
+    }
+
+    /// The registration with the `i`-th PD given to `new_on` (the first if
+    /// out of range).
+    pub(crate) fn mr_on(&self, i: usize) -> &Mr {
+        self.mrs.get(i).unwrap_or(&self.mrs[0])
     }
 }
 
 impl Drop for RegisteredBuf {
     fn drop(&mut self) {
-        drop(self.mr.take());
+        self.mrs.clear();
         // SAFETY: allocated in `new` with this layout; the MR is gone.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }

@@ -26,16 +26,27 @@ const SLOT: usize = 1 + MAX_HANDLE_BYTES;
 /// rank fails init with it rather than waiting for that rank. Rank 0 logs
 /// the summary (and the hosts the file does not name) and writes
 /// `NCCL_TOPO_DUMP_FILE`.
+///
+/// When `net` is the verbs transport, the record's NICs are its rails (the
+/// RDMA ports `NCCL_IB_HCA` selects, in rail order) rather than the
+/// interfaces `NCCL_SOCKET_IFNAME` selects.
 pub(crate) fn exchange_topology(
     boot: &mut Bootstrap,
     rank: usize,
     config: &Config,
+    net: &dyn Net,
 ) -> Result<Fabric> {
-    let record = HostRecord::detect(
+    let mut record = HostRecord::detect(
         config.host_id.as_deref(),
         config.socket_ifname.as_deref(),
         config.socket_family,
     );
+    if net.properties().name == "IB" {
+        match transport_verbs::rail_summaries(&config.ib) {
+            Ok(rails) => record = record.with_verbs_rails(&rails),
+            Err(e) => tracing::warn!(rank, "topology: keeping the interfaces as NICs: {e}"),
+        }
+    }
     let tree = config
         .topo_file
         .as_deref()

@@ -130,7 +130,7 @@ impl Communicator {
         crate::logging::set_process_rank(rank);
         let mut boot = Bootstrap::connect(id, rank, nranks, config.bootstrap_timeout)
             .map_err(|source| Error::Bootstrap { rank, source })?;
-        let fabric = Arc::new(connect::exchange_topology(&mut boot, rank, config)?);
+        let fabric = Arc::new(connect::exchange_topology(&mut boot, rank, config, &*net)?);
         let local: Vec<bool> = (0..nranks).map(|p| fabric.same_host(rank, p)).collect();
         let sharing_cpu = connect::sharing_cpu(&mut boot, rank, &local)?;
         tracing::debug!(rank, sharing_cpu, "ranks bound to this rank's CPU");

@@ -110,6 +110,25 @@ impl HostRecord {
         HostRecord { id, name, nics }
     }
 
+    /// The same record with the verbs transport's rails as its NICs, in
+    /// rail order (`transport_verbs::rail_summaries`): when connections go
+    /// over verbs, rail `k` of a host is its `k`-th RDMA port. A NIC is
+    /// named `device:port`; its address is the one in its RoCE GID, or the
+    /// unspecified IPv4 address (InfiniBand).
+    pub fn with_verbs_rails(mut self, rails: &[transport_verbs::RailSummary]) -> HostRecord {
+        self.nics = rails
+            .iter()
+            .enumerate()
+            .map(|(rail, r)| Nic {
+                name: format!("{}:{}", r.port.device, r.port.port),
+                addr: r.addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+                speed_mbps: u32::try_from(r.port.speed_mbps).unwrap_or(u32::MAX),
+                rail: rail as u32,
+            })
+            .collect();
+        self
+    }
+
     /// The record as bytes: magic, version, then length-prefixed fields
     /// (little-endian).
     pub fn encode(&self) -> Vec<u8> {
@@ -297,6 +316,51 @@ mod tests {
             .collect();
         assert_eq!(got, [("eth0", 0, 25000), ("ib0", 1, 0), ("ib1", 2, 0)]);
         assert_eq!(r.nics[1].addr, ip("fd00::2"));
+    }
+
+    #[test]
+    fn verbs_rails_replace_the_interfaces() {
+        let port = |dev: &str, p: u8, speed| transport_verbs::PortInfo {
+            device: dev.into(),
+            port: p,
+            link_layer: Some(transport_verbs::LinkLayer::Ethernet),
+            active: true,
+            mtu: 3,
+            lid: 0,
+            gid_tbl_len: 16,
+            max_msg_sz: 1 << 30,
+            speed_mbps: speed,
+        };
+        let rails = [
+            transport_verbs::RailSummary {
+                port: port("mlx5_1", 1, 100_000),
+                addr: Some(ip("10.1.0.2")),
+            },
+            transport_verbs::RailSummary {
+                port: port("mlx5_0", 2, 1 << 40),
+                addr: None,
+            },
+        ];
+        let selected = [Iface::new("eth0", ip("10.0.0.2"))];
+        let r = HostRecord::from_parts(None, "b", "h", &selected, |_| 0).with_verbs_rails(&rails);
+        assert_eq!(
+            r.nics,
+            [
+                Nic {
+                    name: "mlx5_1:1".into(),
+                    addr: ip("10.1.0.2"),
+                    speed_mbps: 100_000,
+                    rail: 0,
+                },
+                Nic {
+                    name: "mlx5_0:2".into(),
+                    addr: ip("0.0.0.0"),
+                    speed_mbps: u32::MAX,
+                    rail: 1,
+                },
+            ]
+        );
+        assert_eq!(HostRecord::decode(&r.encode()), Ok(r));
     }
 
     #[test]

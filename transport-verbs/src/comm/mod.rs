@@ -40,13 +40,14 @@ mod recv;
 mod send;
 
 pub(crate) use recv::{RecvBuffers, VerbsRecvComm, RECVS_PER_QP, RECV_SIDE_SQ};
-pub(crate) use send::{send_queue_depth, wr_chunk, SendBuffers, VerbsSendComm};
+pub(crate) use send::{conn_wr_chunk, send_queue_depth, SendBuffers, VerbsSendComm};
 
 use crate::device::Port;
 use crate::error::{VerbsError, WcStatus};
 use crate::qp::{state, Qp};
+use crate::rails::{qp_rail, MAX_RAILS};
 use crate::sys;
-use crate::verbs::{CqInner, MemRegion, Mr, ACCESS_LOCAL_READ, ACCESS_REMOTE_WRITE};
+use crate::verbs::{CqInner, MemRegion, Mr, PdInner, ACCESS_LOCAL_READ, ACCESS_REMOTE_WRITE};
 use nccl_net::{NetError, Request};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -73,6 +74,11 @@ const POLL_BATCH: usize = 32;
 /// Receiver `wr_id`s: empty receives, and clear-to-send writes (| seq).
 const WR_RECV: u64 = 1 << 63;
 const WR_CTS: u64 = 1 << 62;
+/// Sender `wr_id`s: `seq << WR_QP_BITS | QP index` (QP index below
+/// `MAX_RAILS × MAX_QPS_PER_CONNECTION`).
+const WR_QP_BITS: u32 = 16;
+const WR_QP_MASK: u64 = (1 << WR_QP_BITS) - 1;
+const _: () = assert!(MAX_RAILS * crate::options::MAX_QPS_PER_CONNECTION <= WR_QP_MASK as usize);
 
 /// How a message of `len` bytes is split over `nqps` queue pairs:
 /// `(offset, len)` per QP used, in QP order. Always at least one part (a
@@ -109,6 +115,8 @@ enum Fault {
     },
     Completion {
         op: &'static str,
+        /// Connection rail the completion came from.
+        rail: usize,
         status: WcStatus,
         vendor_err: u32,
     },
@@ -120,7 +128,9 @@ enum Fault {
 }
 
 impl Fault {
-    fn to_error(&self, peer: &str, device: &str) -> NetError {
+    /// `rails`: the local port name of each connection rail (rail 0 first).
+    fn to_error(&self, peer: &str, rails: &[String]) -> NetError {
+        let device = rails.join("+");
         match self {
             Fault::Closed => NetError::Closed(peer.to_owned()),
             Fault::Tag { expected, got } => NetError::TagMismatch {
@@ -133,10 +143,15 @@ impl Fault {
             },
             Fault::Completion {
                 op,
+                rail,
                 status,
                 vendor_err,
             } => VerbsError::Completion {
                 peer: peer.to_owned(),
+                rail: format!(
+                    "rail {rail} ({})",
+                    rails.get(*rail).map_or("?", String::as_str)
+                ),
                 op,
                 status: *status,
                 vendor_err: *vendor_err,
@@ -145,7 +160,7 @@ impl Fault {
             .into(),
             Fault::Verb { call, errno } => VerbsError::Verb {
                 call,
-                device: device.to_owned(),
+                device,
                 source: std::io::Error::from_raw_os_error(*errno),
             }
             .into(),
@@ -171,12 +186,18 @@ fn unknown_request(req: Request) -> NetError {
     ))
 }
 
-/// What both halves share: the QPs, the CQ, the side socket and the fault.
+/// What both halves share: the QPs, the CQs, the side socket and the fault.
 pub(crate) struct Conn {
     /// Declared first: dropped (destroyed) before everything else.
     qps: Vec<Qp<state::Rts>>,
-    cq: Arc<CqInner>,
-    port: Arc<Port>,
+    /// Connection rail of each QP (`crate::rails::qp_rail`).
+    qp_rails: Vec<usize>,
+    /// One per connection rail.
+    cqs: Vec<Arc<CqInner>>,
+    /// Local port of each connection rail, rail 0 first.
+    ports: Vec<Arc<Port>>,
+    /// `ports`' names, for errors.
+    names: Vec<String>,
     peer: String,
     sock: TcpStream,
     last_check: Instant,
@@ -188,15 +209,18 @@ pub(crate) struct Conn {
 impl Conn {
     pub(crate) fn new(
         qps: Vec<Qp<state::Rts>>,
-        cq: Arc<CqInner>,
-        port: Arc<Port>,
+        cqs: Vec<Arc<CqInner>>,
+        ports: Vec<Arc<Port>>,
         peer: String,
         sock: TcpStream,
     ) -> Conn {
+        let rails = ports.len();
         Conn {
+            qp_rails: (0..qps.len()).map(|i| qp_rail(i, rails)).collect(),
             qps,
-            cq,
-            port,
+            cqs,
+            names: ports.iter().map(|p| p.name()).collect(),
+            ports,
             peer,
             sock,
             last_check: Instant::now(),
@@ -206,16 +230,24 @@ impl Conn {
         }
     }
 
+    fn rails(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn pds(&self) -> Vec<Arc<PdInner>> {
+        self.ports.iter().map(|p| Arc::clone(&p.pd)).collect()
+    }
+
     fn error(&self) -> Option<NetError> {
         self.fault
             .as_ref()
-            .map(|f| f.to_error(&self.peer, &self.port.name()))
+            .map(|f| f.to_error(&self.peer, &self.names))
     }
 
     fn fail(&mut self, f: Fault) {
         if self.fault.is_none() {
             if !matches!(f, Fault::Tag { .. } | Fault::Truncated { .. }) {
-                tracing::warn!(peer = %self.peer, "NET/IB: connection failed: {}", f.to_error(&self.peer, &self.port.name()));
+                tracing::warn!(peer = %self.peer, "NET/IB: connection failed: {}", f.to_error(&self.peer, &self.names));
             }
             self.fault = Some(f);
         }
@@ -242,9 +274,10 @@ impl Conn {
         }
     }
 
-    /// Polls one batch of completions into `self.wc`; returns how many.
-    fn poll(&mut self) -> usize {
-        match self.cq.poll(&mut self.wc) {
+    /// Polls one batch of `rail`'s completions into `self.wc`; returns how
+    /// many.
+    fn poll(&mut self, rail: usize) -> usize {
+        match self.cqs[rail].poll(&mut self.wc) {
             Ok(n) => n,
             Err(e) => {
                 self.fail(Fault::from_verbs(&e));
@@ -253,32 +286,73 @@ impl Conn {
         }
     }
 
-    fn qp_index(&self, qpn: u32) -> Option<usize> {
-        self.qps.iter().position(|q| q.qpn() == qpn)
+    /// The QP of `rail` numbered `qpn` (QP numbers are per device).
+    fn qp_index(&self, rail: usize, qpn: u32) -> Option<usize> {
+        self.qps
+            .iter()
+            .zip(&self.qp_rails)
+            .position(|(q, &r)| r == rail && q.qpn() == qpn)
     }
 }
 
-/// Registers `start..start+len` for sending: with local write access when
-/// possible (so pages are pinned writable, as NCCL does), else read-only.
-fn register_for_send(port: &Port, start: usize, len: usize) -> Result<Mr, VerbsError> {
+/// One registration per connection rail (index = rail).
+pub(crate) type RailMrs = Vec<Mr>;
+
+/// Registers `start..start+len` for sending with every rail's PD: with
+/// local write access when possible (so pages are pinned writable, as NCCL
+/// does), else read-only.
+fn register_for_send(
+    pds: &[Arc<PdInner>],
+    start: usize,
+    len: usize,
+) -> Result<RailMrs, VerbsError> {
     let region = MemRegion::Host { addr: start, len };
-    // SAFETY: the caller of isend/reg_mr guarantees the range is mapped
-    // and valid until the request completes / dereg_mr; the cache drops the
-    // registration no later than that.
-    unsafe { Mr::register_region(&port.pd, region, sys::IBV_ACCESS_LOCAL_WRITE) }
-        // SAFETY: as above (read-only memory, e.g. a constant).
-        .or_else(|_| unsafe { Mr::register_region(&port.pd, region, ACCESS_LOCAL_READ) })
+    pds.iter()
+        .map(|pd| {
+            // SAFETY: the caller of isend/reg_mr guarantees the range is
+            // mapped and valid until the request completes / dereg_mr; the
+            // cache drops the registration no later than that.
+            unsafe { Mr::register_region(pd, region, sys::IBV_ACCESS_LOCAL_WRITE) }
+                // SAFETY: as above (read-only memory, e.g. a constant).
+                .or_else(|_| unsafe { Mr::register_region(pd, region, ACCESS_LOCAL_READ) })
+        })
+        .collect()
 }
 
-fn register_for_recv(port: &Port, start: usize, len: usize) -> Result<Mr, VerbsError> {
-    // SAFETY: as in `register_for_send`; irecv buffers are writable.
-    unsafe {
-        Mr::register_region(
-            &port.pd,
-            MemRegion::Host { addr: start, len },
-            ACCESS_REMOTE_WRITE,
-        )
+fn register_for_recv(
+    pds: &[Arc<PdInner>],
+    start: usize,
+    len: usize,
+) -> Result<RailMrs, VerbsError> {
+    pds.iter()
+        .map(|pd| {
+            // SAFETY: as in `register_for_send`; irecv buffers are writable.
+            unsafe {
+                Mr::register_region(
+                    pd,
+                    MemRegion::Host { addr: start, len },
+                    ACCESS_REMOTE_WRITE,
+                )
+            }
+        })
+        .collect()
+}
+
+/// Keys of a registration per rail (0 past the rails registered).
+fn lkeys(m: Option<&RailMrs>) -> [u32; MAX_RAILS] {
+    let mut k = [0; MAX_RAILS];
+    for (slot, mr) in k.iter_mut().zip(m.into_iter().flatten()) {
+        *slot = mr.lkey();
     }
+    k
+}
+
+fn rkeys(m: Option<&RailMrs>) -> [u32; MAX_RAILS] {
+    let mut k = [0; MAX_RAILS];
+    for (slot, mr) in k.iter_mut().zip(m.into_iter().flatten()) {
+        *slot = mr.rkey();
+    }
+    k
 }
 
 /// Links `wrs[j]` to `sges[j]` and to `wrs[j + 1]`, stamps `wr_id`, and
@@ -377,33 +451,45 @@ mod tests {
 
     #[test]
     fn fault_errors() {
+        let rails = ["mlx5_0:1".to_owned(), "mlx5_1:1".to_owned()];
         let e = Fault::Completion {
             op: "RDMA write",
+            rail: 1,
             status: WcStatus::RETRY_EXC_ERR,
             vendor_err: 0,
         }
-        .to_error("10.0.0.2:5000", "mlx5_0:1");
+        .to_error("10.0.0.2:5000", &rails);
         let s = e.to_string();
+        assert!(s.contains("RDMA write on rail 1 (mlx5_1:1)"), "{s}");
+        let v = Fault::Verb {
+            call: "ibv_post_send",
+            errno: libc::ENOMEM,
+        }
+        .to_error("p", &rails)
+        .to_string();
+        assert!(v.contains("mlx5_0:1+mlx5_1:1"), "{v}");
         assert!(
             s.contains("10.0.0.2:5000")
                 && s.contains("IBV_WC_RETRY_EXC_ERR")
                 && s.contains("NCCL_IB_TIMEOUT"),
             "{s}"
         );
-        assert!(matches!(Fault::Closed.to_error("p", "d"), NetError::Closed(p) if p == "p"));
+        assert!(
+            matches!(Fault::Closed.to_error("p", &["d".to_owned()]), NetError::Closed(p) if p == "p")
+        );
         assert!(matches!(
             Fault::Tag {
                 expected: 1,
                 got: 2
             }
-            .to_error("p", "d"),
+            .to_error("p", &["d".to_owned()]),
             NetError::TagMismatch {
                 expected: 1,
                 got: 2
             }
         ));
         assert!(matches!(
-            Fault::Truncated { posted: 1, got: 2 }.to_error("p", "d"),
+            Fault::Truncated { posted: 1, got: 2 }.to_error("p", &["d".to_owned()]),
             NetError::Truncated { posted: 1, got: 2 }
         ));
     }

@@ -2,14 +2,15 @@
 //! from write-with-immediate completions (see the protocol in `comm`).
 
 use super::{
-    post_chain, register_for_recv, unknown_request, Conn, Fault, BOUNCE_BYTES, POLL_BATCH, SLOTS,
-    WR_CTS, WR_RECV,
+    post_chain, register_for_recv, rkeys, unknown_request, Conn, Fault, RailMrs, BOUNCE_BYTES,
+    POLL_BATCH, SLOTS, WR_CTS, WR_RECV,
 };
 use crate::device::Port;
 use crate::error::{VerbsError, WcStatus};
+use crate::rails::MAX_RAILS;
 use crate::regcache::{EntryId, RegCache};
 use crate::sys;
-use crate::verbs::{Mr, RegisteredBuf, ACCESS_REMOTE_WRITE};
+use crate::verbs::{RegisteredBuf, ACCESS_REMOTE_WRITE};
 use crate::wire::{Cts, Record, RecordStatus, CTS_BYTES, RECORD_BYTES};
 use nccl_net::{MemHandle, NetError, NetResult, RecvComm, Request, RequestQueue};
 use std::sync::Arc;
@@ -35,21 +36,28 @@ struct RecvOp {
 /// The receiver's registered buffers, made before the handshake.
 pub(crate) struct RecvBuffers {
     /// Records (SLOTS × RECORD_BYTES) then bounce slots; the sender writes
-    /// here.
+    /// here (records over rail 0, bounce parts over any rail: registered
+    /// on every rail).
     pub(crate) remote: RegisteredBuf,
-    /// Outgoing clear-to-send entries (SLOTS × CTS_BYTES).
+    /// Outgoing clear-to-send entries (SLOTS × CTS_BYTES), sent on rail 0.
     pub(crate) cts_out: RegisteredBuf,
 }
 
 impl RecvBuffers {
-    pub(crate) fn new(port: &Port) -> Result<RecvBuffers, VerbsError> {
+    /// For a connection whose rails use `ports` (rail 0 first).
+    pub(crate) fn new(ports: &[Arc<Port>]) -> Result<RecvBuffers, VerbsError> {
+        let pds: Vec<_> = ports.iter().map(|p| Arc::clone(&p.pd)).collect();
         Ok(RecvBuffers {
-            remote: RegisteredBuf::new(
-                &port.pd,
+            remote: RegisteredBuf::new_on(
+                &pds,
                 SLOTS * (RECORD_BYTES + BOUNCE_BYTES),
                 ACCESS_REMOTE_WRITE,
             )?,
-            cts_out: RegisteredBuf::new(&port.pd, SLOTS * CTS_BYTES, sys::IBV_ACCESS_LOCAL_WRITE)?,
+            cts_out: RegisteredBuf::new_on(
+                &pds[..1],
+                SLOTS * CTS_BYTES,
+                sys::IBV_ACCESS_LOCAL_WRITE,
+            )?,
         })
     }
 }
@@ -61,7 +69,7 @@ pub(crate) struct VerbsRecvComm {
     bufs: RecvBuffers,
     fifo_addr: u64,
     fifo_rkey: u32,
-    cache: RegCache<Mr>,
+    cache: RegCache<RailMrs>,
     q: RequestQueue<RecvOp>,
     next_cts: u64,
     cts_free: u32,
@@ -120,14 +128,20 @@ impl VerbsRecvComm {
             let seq = self.next_cts;
             let slot = (seq % SLOTS as u64) as usize;
             let op = &self.q[(seq - self.q[0].seq) as usize];
-            let (addr, rkey) = match op.dst {
-                Dest::Bounce => (self.bounce_ptr(slot) as u64, self.bufs.remote.mr().rkey()),
-                Dest::Reg(id) => (op.data as u64, self.cache.get(id).map_or(0, Mr::rkey)),
+            let (addr, rkeys) = match op.dst {
+                Dest::Bounce => {
+                    let mut k = [0; MAX_RAILS];
+                    for (r, key) in k.iter_mut().enumerate().take(self.conn.rails()) {
+                        *key = self.bufs.remote.mr_on(r).rkey();
+                    }
+                    (self.bounce_ptr(slot) as u64, k)
+                }
+                Dest::Reg(id) => (op.data as u64, rkeys(self.cache.get(id))),
             };
             let cts = Cts {
                 seq: seq + 1,
                 addr,
-                rkey,
+                rkeys,
                 tag: op.tag,
                 size: op.cap as u64,
                 slot: slot as u32,
@@ -164,20 +178,23 @@ impl VerbsRecvComm {
         }
     }
 
+    /// Processes the completions of every rail.
     fn reap(&mut self) {
-        loop {
-            let n = self.conn.poll();
-            for i in 0..n {
-                let wc = self.conn.wc[i];
-                self.on_completion(&wc);
-            }
-            if n < POLL_BATCH {
-                break;
+        for rail in 0..self.conn.rails() {
+            loop {
+                let n = self.conn.poll(rail);
+                for i in 0..n {
+                    let wc = self.conn.wc[i];
+                    self.on_completion(rail, &wc);
+                }
+                if n < POLL_BATCH {
+                    break;
+                }
             }
         }
     }
 
-    fn on_completion(&mut self, wc: &sys::ibv_wc) {
+    fn on_completion(&mut self, rail: usize, wc: &sys::ibv_wc) {
         if wc.status != 0 {
             let op = if wc.wr_id & WR_CTS != 0 {
                 "clear-to-send RDMA write"
@@ -186,6 +203,7 @@ impl VerbsRecvComm {
             };
             self.conn.fail(Fault::Completion {
                 op,
+                rail,
                 status: WcStatus(wc.status),
                 vendor_err: wc.vendor_err,
             });
@@ -202,9 +220,9 @@ impl VerbsRecvComm {
             )));
             return;
         }
-        let Some(qp) = self.conn.qp_index(wc.qp_num) else {
+        let Some(qp) = self.conn.qp_index(rail, wc.qp_num) else {
             self.conn.fail(Fault::Protocol(format!(
-                "completion for unknown QP {}",
+                "completion for unknown QP {} on rail {rail}",
                 wc.qp_num
             )));
             return;
@@ -298,10 +316,10 @@ impl VerbsRecvComm {
 
 impl RecvComm for VerbsRecvComm {
     fn reg_mr(&mut self, ptr: *mut u8, len: usize) -> NetResult<MemHandle> {
-        let port = Arc::clone(&self.conn.port);
+        let pds = self.conn.pds();
         let id = self
             .cache
-            .pin(ptr as usize, len, |s, l| register_for_recv(&port, s, l))?;
+            .pin(ptr as usize, len, |s, l| register_for_recv(&pds, s, l))?;
         Ok(MemHandle(id))
     }
 
@@ -312,8 +330,7 @@ impl RecvComm for VerbsRecvComm {
         offset: u64,
         fd: i32,
     ) -> NetResult<MemHandle> {
-        let port = Arc::clone(&self.conn.port);
-        if !port.dmabuf {
+        if let Some(port) = self.conn.ports.iter().find(|p| !p.dmabuf) {
             return Err(NetError::Unsupported(format!(
                 "DMA-BUF registration on {} (the probe at open found no support)",
                 port.name()
@@ -321,7 +338,7 @@ impl RecvComm for VerbsRecvComm {
         }
         let id = crate::gdr::pin_dmabuf(
             &mut self.cache,
-            &port.pd,
+            &self.conn.pds(),
             data as usize,
             len,
             offset,
@@ -370,10 +387,10 @@ impl RecvComm for VerbsRecvComm {
             )?),
             None if len <= BOUNCE_BYTES => Dest::Bounce,
             None => {
-                let port = Arc::clone(&self.conn.port);
+                let pds = self.conn.pds();
                 Dest::Reg(
                     self.cache
-                        .acquire(data as usize, len, |s, l| register_for_recv(&port, s, l))?,
+                        .acquire(data as usize, len, |s, l| register_for_recv(&pds, s, l))?,
                 )
             }
         };

@@ -5,13 +5,15 @@ mod completion;
 mod post;
 
 use super::{
-    register_for_send, unknown_request, Conn, Fault, BOUNCE_BYTES, MAX_MESSAGE_BYTES, SLOTS,
+    lkeys, register_for_send, unknown_request, Conn, Fault, RailMrs, BOUNCE_BYTES,
+    MAX_MESSAGE_BYTES, SLOTS,
 };
 use crate::device::Port;
 use crate::error::VerbsError;
+use crate::rails::MAX_RAILS;
 use crate::regcache::{EntryId, RegCache};
 use crate::sys;
-use crate::verbs::{Mr, RegisteredBuf, ACCESS_REMOTE_WRITE};
+use crate::verbs::{RegisteredBuf, ACCESS_REMOTE_WRITE};
 use crate::wire::{CTS_BYTES, RECORD_BYTES};
 use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
 use std::collections::VecDeque;
@@ -31,7 +33,8 @@ struct SendOp {
     len: usize,
     tag: u32,
     src: Source,
-    lkey: u32,
+    /// Local key of the source on each connection rail.
+    lkeys: [u32; MAX_RAILS],
     src_addr: u64,
     /// Signaled work requests still to complete (after posting).
     pending_wrs: u32,
@@ -46,11 +49,12 @@ pub(crate) struct VerbsSendComm {
     conn: Conn,
     /// Clear-to-send FIFO the receiver writes (SLOTS × CTS_BYTES).
     fifo: RegisteredBuf,
-    /// Outgoing records (SLOTS × RECORD_BYTES) then bounce slots.
+    /// Outgoing records (SLOTS × RECORD_BYTES) then bounce slots,
+    /// registered on every rail.
     staging: RegisteredBuf,
     remote_records: u64,
     remote_rkey: u32,
-    cache: RegCache<Mr>,
+    cache: RegCache<RailMrs>,
     q: RequestQueue<SendOp>,
     next_post: u64,
     sq_free: Vec<u32>,
@@ -73,8 +77,17 @@ pub(crate) fn send_queue_depth(wr_chunk: usize) -> u32 {
     u32::try_from(2 * SLOTS + chunks + 2).unwrap_or(u32::MAX)
 }
 
+/// Bytes one RDMA write carries at most on every port of `ports`.
+pub(crate) fn conn_wr_chunk(ports: &[Arc<Port>]) -> usize {
+    ports
+        .iter()
+        .map(|p| wr_chunk(p))
+        .min()
+        .unwrap_or(MAX_MESSAGE_BYTES)
+}
+
 /// Bytes one RDMA write carries at most on `port`.
-pub(crate) fn wr_chunk(port: &Port) -> usize {
+fn wr_chunk(port: &Port) -> usize {
     let max = usize::try_from(port.info.max_msg_sz).unwrap_or(usize::MAX);
     if max == 0 {
         MAX_MESSAGE_BYTES
@@ -86,16 +99,20 @@ pub(crate) fn wr_chunk(port: &Port) -> usize {
 /// The sender's registered buffers, made before the handshake so their
 /// addresses can be advertised.
 pub(crate) struct SendBuffers {
+    /// Written by the receiver over rail 0.
     pub(crate) fifo: RegisteredBuf,
+    /// Read by every rail (bounce parts go over any of them).
     pub(crate) staging: RegisteredBuf,
 }
 
 impl SendBuffers {
-    pub(crate) fn new(port: &Port) -> Result<SendBuffers, VerbsError> {
+    /// For a connection whose rails use `ports` (rail 0 first).
+    pub(crate) fn new(ports: &[Arc<Port>]) -> Result<SendBuffers, VerbsError> {
+        let pds: Vec<_> = ports.iter().map(|p| Arc::clone(&p.pd)).collect();
         Ok(SendBuffers {
-            fifo: RegisteredBuf::new(&port.pd, SLOTS * CTS_BYTES, ACCESS_REMOTE_WRITE)?,
-            staging: RegisteredBuf::new(
-                &port.pd,
+            fifo: RegisteredBuf::new_on(&pds[..1], SLOTS * CTS_BYTES, ACCESS_REMOTE_WRITE)?,
+            staging: RegisteredBuf::new_on(
+                &pds,
                 SLOTS * (RECORD_BYTES + BOUNCE_BYTES),
                 sys::IBV_ACCESS_LOCAL_WRITE,
             )?,
@@ -109,10 +126,10 @@ impl VerbsSendComm {
         bufs: SendBuffers,
         remote_records: u64,
         remote_rkey: u32,
-        sq_depth: u32,
+        sq_depth: Vec<u32>,
     ) -> Self {
         let nqps = conn.qps.len();
-        let wr_chunk = wr_chunk(&conn.port);
+        let wr_chunk = conn_wr_chunk(&conn.ports);
         VerbsSendComm {
             conn,
             fifo: bufs.fifo,
@@ -122,7 +139,7 @@ impl VerbsSendComm {
             cache: RegCache::new(),
             q: RequestQueue::with_capacity(SLOTS),
             next_post: 0,
-            sq_free: vec![sq_depth; nqps],
+            sq_free: sq_depth,
             sq_batches: vec![VecDeque::with_capacity(SLOTS); nqps],
             wr_chunk,
             wrs: Vec::new(),
@@ -166,10 +183,10 @@ impl VerbsSendComm {
 
 impl SendComm for VerbsSendComm {
     fn reg_mr(&mut self, ptr: *const u8, len: usize) -> NetResult<MemHandle> {
-        let port = Arc::clone(&self.conn.port);
+        let pds = self.conn.pds();
         let id = self
             .cache
-            .pin(ptr as usize, len, |s, l| register_for_send(&port, s, l))?;
+            .pin(ptr as usize, len, |s, l| register_for_send(&pds, s, l))?;
         Ok(MemHandle(id))
     }
 
@@ -180,8 +197,7 @@ impl SendComm for VerbsSendComm {
         offset: u64,
         fd: i32,
     ) -> NetResult<MemHandle> {
-        let port = Arc::clone(&self.conn.port);
-        if !port.dmabuf {
+        if let Some(port) = self.conn.ports.iter().find(|p| !p.dmabuf) {
             return Err(NetError::Unsupported(format!(
                 "DMA-BUF registration on {} (the probe at open found no support)",
                 port.name()
@@ -189,7 +205,7 @@ impl SendComm for VerbsSendComm {
         }
         let id = crate::gdr::pin_dmabuf(
             &mut self.cache,
-            &port.pd,
+            &self.conn.pds(),
             data as usize,
             len,
             offset,
@@ -234,7 +250,7 @@ impl SendComm for VerbsSendComm {
         }
         let seq = self.next_seq();
         let slot = (seq % SLOTS as u64) as usize;
-        let (src, lkey, src_addr) = match mr {
+        let (src, lkeys, src_addr) = match mr {
             Some(h) => {
                 let id = self
                     .cache
@@ -245,8 +261,7 @@ impl SendComm for VerbsSendComm {
                             h.0
                         ))
                     })?;
-                let key = self.cache.get(id).map_or(0, Mr::lkey);
-                (Source::Reg(id), key, data as u64)
+                (Source::Reg(id), lkeys(self.cache.get(id)), data as u64)
             }
             None if len <= BOUNCE_BYTES => {
                 let dst = self.bounce_ptr(slot);
@@ -257,15 +272,18 @@ impl SendComm for VerbsSendComm {
                     // since at most SLOTS are outstanding).
                     unsafe { std::ptr::copy_nonoverlapping(data, dst, len) };
                 }
-                (Source::Bounce, self.staging.mr().lkey(), dst as u64)
+                let mut keys = [0; MAX_RAILS];
+                for (r, k) in keys.iter_mut().enumerate().take(self.conn.rails()) {
+                    *k = self.staging.mr_on(r).lkey();
+                }
+                (Source::Bounce, keys, dst as u64)
             }
             None => {
-                let port = Arc::clone(&self.conn.port);
+                let pds = self.conn.pds();
                 let id = self
                     .cache
-                    .acquire(data as usize, len, |s, l| register_for_send(&port, s, l))?;
-                let key = self.cache.get(id).map_or(0, Mr::lkey);
-                (Source::Reg(id), key, data as u64)
+                    .acquire(data as usize, len, |s, l| register_for_send(&pds, s, l))?;
+                (Source::Reg(id), lkeys(self.cache.get(id)), data as u64)
             }
         };
         let req = self.q.push(SendOp {
@@ -273,7 +291,7 @@ impl SendComm for VerbsSendComm {
             len,
             tag,
             src,
-            lkey,
+            lkeys,
             src_addr,
             pending_wrs: 0,
             posted: false,
@@ -290,7 +308,7 @@ impl SendComm for VerbsSendComm {
         self.progress();
         let op = &self.q[idx];
         if let Some(f) = &op.error {
-            return Err(f.to_error(&self.conn.peer, &self.conn.port.name()));
+            return Err(f.to_error(&self.conn.peer, &self.conn.names));
         }
         if op.done {
             debug_assert!(op.posted);

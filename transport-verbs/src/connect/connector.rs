@@ -2,12 +2,13 @@
 //! while refused), sends greeting and endpoint, brings up the sending QPs
 //! against the listener's endpoint and sends READY.
 
-use super::{bring_up, io_err, local_endpoint, prepare, Prepared, Role};
-use crate::comm::{self, Conn, SendBuffers, VerbsSendComm};
+use super::{bring_up, conn_ports, io_err, local_endpoint, prepare, send_depth, Prepared, Role};
+use crate::comm::{Conn, SendBuffers, VerbsSendComm};
 use crate::device::Port;
 use crate::error::VerbsError;
 use crate::oob::{self, ReadExact, WriteAll};
 use crate::qp::{state, Qp};
+use crate::rails::{connection_rails, qp_rail};
 use crate::verbs::CqInner;
 use crate::wire::{Endpoint, VerbsHandle, READY};
 use nccl_net::{Connector, NetError, NetResult, SendComm};
@@ -22,7 +23,7 @@ const MAX_RETRIES: u32 = 50;
 
 /// The sending half, connected but READY not yet sent.
 struct SendParts {
-    cq: Arc<CqInner>,
+    cqs: Vec<Arc<CqInner>>,
     qps: Vec<Qp<state::Rts>>,
     remote_records: u64,
     remote_rkey: u32,
@@ -48,9 +49,11 @@ pub(crate) struct VerbsConnector {
     /// Declared first: connected QPs (in `Ready`) are destroyed before the
     /// buffers they expose.
     state: ConnState,
-    port: Arc<Port>,
+    /// The local port of each connection rail.
+    ports: Vec<Arc<Port>>,
     target: SocketAddr,
     peer: String,
+    /// Queue pairs per rail.
     nqps: usize,
     greeting: Vec<u8>,
     prep: Option<Prepared>,
@@ -59,25 +62,39 @@ pub(crate) struct VerbsConnector {
 }
 
 impl VerbsConnector {
-    pub(crate) fn start(port: &Arc<Port>, h: &VerbsHandle) -> NetResult<VerbsConnector> {
+    pub(crate) fn start(local: &[Arc<Port>], h: &VerbsHandle) -> NetResult<VerbsConnector> {
         let peer = h.addr.to_string();
-        if h.link_layer != port.link_layer.raw() {
+        let port = &local[0];
+        let theirs = h.rails.first().map_or(0, |r| r.link_layer);
+        if theirs != port.link_layer.raw() {
             return Err(VerbsError::Incompatible {
                 peer,
                 why: format!(
                     "listener's port has link layer {}, ours ({}) has {}",
-                    h.link_layer,
+                    theirs,
                     port.name(),
                     port.link_layer.raw()
                 ),
             }
             .into());
         }
+        let rails = connection_rails(local.len(), h.rails.len(), port.opts.cross_nic);
+        let ports = conn_ports(local, rails);
+        if rails > 1 || local.len() > 1 || h.rails.len() > 1 {
+            tracing::debug!(
+                peer = %peer,
+                rails,
+                local = local.len(),
+                remote = h.rails.len(),
+                cross_nic = ?port.opts.cross_nic,
+                "NET/IB: connection rails"
+            );
+        }
         let nqps = usize::from(h.nqps);
-        let prep = prepare(port, nqps, Role::Send)?;
-        let bufs = SendBuffers::new(port)?;
+        let prep = prepare(&ports, nqps, Role::Send)?;
+        let bufs = SendBuffers::new(&ports)?;
         let ours = local_endpoint(
-            port,
+            &ports,
             &prep,
             bufs.fifo.ptr() as u64,
             bufs.fifo.mr().rkey(),
@@ -86,7 +103,7 @@ impl VerbsConnector {
         let mut greeting = h.hello().to_vec();
         greeting.extend_from_slice(&ours.encode());
         let mut c = VerbsConnector {
-            port: Arc::clone(port),
+            ports,
             target: h.addr,
             peer,
             nqps,
@@ -138,7 +155,10 @@ impl VerbsConnector {
                     .map_err(|e| io_err("send", &self.peer, e))?
                 {
                     (
-                        ConnState::AwaitPeer(s, ReadExact::new(Endpoint::encoded_len(self.nqps))),
+                        ConnState::AwaitPeer(
+                            s,
+                            ReadExact::new(Endpoint::encoded_len(self.nqps, self.ports.len())),
+                        ),
                         None,
                     )
                 } else {
@@ -149,14 +169,14 @@ impl VerbsConnector {
                 if !rd.poll(&mut s).map_err(|e| io_err("recv", &self.peer, e))? {
                     return Ok((ConnState::AwaitPeer(s, rd), None));
                 }
-                let remote = Endpoint::decode(&rd.buf, self.nqps)?;
+                let remote = Endpoint::decode(&rd.buf, self.nqps, self.ports.len())?;
                 let prep = self
                     .prep
                     .take()
                     .ok_or_else(|| NetError::Other("connector reused".into()))?;
-                let (cq, qps) = bring_up(&self.port, prep, &remote, &self.peer)?;
+                let (cqs, qps) = bring_up(&self.ports, prep, &remote, &self.peer)?;
                 let parts = SendParts {
-                    cq,
+                    cqs,
                     qps,
                     remote_records: remote.mem_addr,
                     remote_rkey: remote.mem_rkey,
@@ -178,9 +198,11 @@ impl VerbsConnector {
                     .take()
                     .ok_or_else(|| NetError::Other("connector reused".into()))?;
                 let p = *parts;
-                let sq_depth = comm::send_queue_depth(comm::wr_chunk(&self.port))
-                    .min(self.port.max_qp_wr.max(64));
-                let conn = Conn::new(p.qps, p.cq, Arc::clone(&self.port), self.peer.clone(), s);
+                let rails = self.ports.len();
+                let sq_depth: Vec<u32> = (0..p.qps.len())
+                    .map(|i| send_depth(&self.ports, &self.ports[qp_rail(i, rails)]))
+                    .collect();
+                let conn = Conn::new(p.qps, p.cqs, self.ports.clone(), self.peer.clone(), s);
                 tracing::debug!(peer = %self.peer, "NET/IB: connected");
                 let comm =
                     VerbsSendComm::new(conn, bufs, p.remote_records, p.remote_rkey, sq_depth);

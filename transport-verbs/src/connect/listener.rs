@@ -2,13 +2,14 @@
 //! carries our nonce, brings up the receiving QPs, replies with our
 //! endpoint and waits for the connector's READY.
 
-use super::{bring_up, io_err, local_endpoint, prepare, Role};
+use super::{bring_up, conn_ports, io_err, local_endpoint, prepare, rail_addr, Role};
 use crate::comm::{self, Conn, RecvBuffers, VerbsRecvComm};
 use crate::device::Port;
 use crate::oob::{self, ReadExact, WriteAll};
 use crate::qp::{state, Qp};
+use crate::rails::MAX_RAILS;
 use crate::verbs::CqInner;
-use crate::wire::{Endpoint, VerbsHandle, HANDLE_BYTES, HELLO_BYTES, READY};
+use crate::wire::{Endpoint, VerbsHandle, ENDPOINT_FIXED, HELLO_BYTES, READY};
 use nccl_net::{Listener, NetError, NetResult, RecvComm};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -28,7 +29,8 @@ struct Pending {
 
 /// The receiving half, connected but not yet confirmed by the peer.
 struct RecvParts {
-    cq: Arc<CqInner>,
+    cqs: Vec<Arc<CqInner>>,
+    ports: Vec<Arc<Port>>,
     qps: Vec<Qp<state::Rts>>,
     bufs: RecvBuffers,
     fifo_addr: u64,
@@ -48,9 +50,10 @@ enum ListenState {
 
 /// The accepting side of one connection.
 pub(crate) struct VerbsListener {
-    port: Arc<Port>,
+    /// This side's rails (the handle advertises at most `MAX_RAILS`).
+    rails: Vec<Arc<Port>>,
     sock: TcpListener,
-    handle: [u8; HANDLE_BYTES],
+    handle: Vec<u8>,
     hello: [u8; HELLO_BYTES],
     nqps: usize,
     pending: Vec<Pending>,
@@ -58,25 +61,30 @@ pub(crate) struct VerbsListener {
 }
 
 impl VerbsListener {
-    pub(crate) fn bind(port: &Arc<Port>) -> NetResult<VerbsListener> {
+    pub(crate) fn bind(rails: &[Arc<Port>]) -> NetResult<VerbsListener> {
+        let port = &rails[0];
         let sock = oob::listen(port.oob_ip).map_err(|e| NetError::io("bind", e))?;
         let addr = sock
             .local_addr()
             .map_err(|e| NetError::io("getsockname", e))?;
         let nonce = oob::random_bytes::<8>().map_err(|e| NetError::io("read /dev/urandom", e))?;
         let nqps = port.opts.qps_per_connection;
+        if rails.len() > MAX_RAILS {
+            tracing::warn!(
+                "NET/IB: {} rails, a handle holds {MAX_RAILS}; the rest are not offered",
+                rails.len()
+            );
+        }
+        let rails: Vec<Arc<Port>> = rails.iter().take(MAX_RAILS).cloned().collect();
         let h = VerbsHandle {
             addr,
             nonce,
-            link_layer: port.link_layer.raw(),
-            mtu: port.info.mtu,
             nqps: u8::try_from(nqps).unwrap_or(u8::MAX),
-            lid: port.info.lid,
-            gid: port.gid,
+            rails: rails.iter().map(|p| rail_addr(p)).collect(),
         };
-        tracing::debug!(%addr, "NET/IB: listening");
+        tracing::debug!(%addr, rails = rails.len(), "NET/IB: listening");
         Ok(VerbsListener {
-            port: Arc::clone(port),
+            rails,
             sock,
             handle: h.encode(),
             hello: h.hello(),
@@ -99,7 +107,8 @@ impl VerbsListener {
             self.pending.push(Pending {
                 stream,
                 peer,
-                rd: ReadExact::new(HELLO_BYTES + Endpoint::encoded_len(self.nqps)),
+                // The fixed part first: it says how many rails follow.
+                rd: ReadExact::new(HELLO_BYTES + ENDPOINT_FIXED),
                 since: Instant::now(),
             });
         }
@@ -112,6 +121,15 @@ impl VerbsListener {
                     let n = got.len().min(HELLO_BYTES);
                     if got[..n] != self.hello[..n] {
                         Err("bad greeting (wrong nonce, or not our protocol)")
+                    } else if done && p.rd.buf.len() == HELLO_BYTES + ENDPOINT_FIXED {
+                        match Endpoint::rails_in(&got[HELLO_BYTES..]) {
+                            Some(r) => {
+                                p.rd.extend_to(HELLO_BYTES + Endpoint::encoded_len(self.nqps, r));
+                                p.rd.poll(&mut p.stream)
+                                    .map_err(|_| "connection lost during the greeting")
+                            }
+                            None => Err("endpoint announces too many rails"),
+                        }
                     } else if done {
                         Ok(true)
                     } else if p.since.elapsed() > HELLO_TIMEOUT {
@@ -141,20 +159,24 @@ impl VerbsListener {
     /// Builds the receiving half for a greeted connection.
     fn start_reply(&mut self, p: Pending) -> NetResult<ListenState> {
         let peer = p.peer.to_string();
-        let remote = Endpoint::decode(&p.rd.buf[HELLO_BYTES..], self.nqps)?;
-        let port = &self.port;
-        let prep = prepare(port, self.nqps, Role::Recv)?;
-        let bufs = RecvBuffers::new(port)?;
+        let body = &p.rd.buf[HELLO_BYTES..];
+        let rails = Endpoint::rails_in(body)
+            .ok_or_else(|| NetError::Protocol(format!("peer {peer}: bad rail count")))?;
+        let remote = Endpoint::decode(body, self.nqps, rails)?;
+        let ports = conn_ports(&self.rails, rails);
+        let prep = prepare(&ports, self.nqps, Role::Recv)?;
+        let bufs = RecvBuffers::new(&ports)?;
         let ours = local_endpoint(
-            port,
+            &ports,
             &prep,
             bufs.remote.ptr() as u64,
             bufs.remote.mr().rkey(),
             comm::BOUNCE_BYTES as u32,
         );
-        let (cq, qps) = bring_up(port, prep, &remote, &peer)?;
+        let (cqs, qps) = bring_up(&ports, prep, &remote, &peer)?;
         let parts = RecvParts {
-            cq,
+            cqs,
+            ports,
             qps,
             bufs,
             fifo_addr: remote.mem_addr,
@@ -196,7 +218,7 @@ impl VerbsListener {
                 }
                 tracing::debug!(%peer, "NET/IB: accepted connection");
                 let p = *parts;
-                let conn = Conn::new(p.qps, p.cq, Arc::clone(&self.port), peer, s);
+                let conn = Conn::new(p.qps, p.cqs, p.ports, peer, s);
                 let comm = VerbsRecvComm::new(conn, p.bufs, p.fifo_addr, p.fifo_rkey);
                 (ListenState::Done, Some(comm))
             }

@@ -2,22 +2,29 @@
 //! send-queue entries and finishing messages.
 
 use super::{Source, VerbsSendComm};
-use crate::comm::{Fault, POLL_BATCH};
+use crate::comm::{Fault, POLL_BATCH, WR_QP_BITS, WR_QP_MASK};
 use crate::error::WcStatus;
 use std::collections::VecDeque;
 
 impl VerbsSendComm {
-    /// Processes send completions.
+    /// Processes send completions of every rail.
     pub(super) fn reap(&mut self) {
+        for rail in 0..self.conn.rails() {
+            self.reap_rail(rail);
+        }
+    }
+
+    fn reap_rail(&mut self, rail: usize) {
         loop {
-            let n = self.conn.poll();
+            let n = self.conn.poll(rail);
             for i in 0..n {
                 let wc = self.conn.wc[i];
-                let qp = (wc.wr_id & 0xff) as usize;
-                let seq = wc.wr_id >> 8;
+                let qp = (wc.wr_id & WR_QP_MASK) as usize;
+                let seq = wc.wr_id >> WR_QP_BITS;
                 if wc.status != 0 {
                     self.conn.fail(Fault::Completion {
                         op: "RDMA write",
+                        rail,
                         status: WcStatus(wc.status),
                         vendor_err: wc.vendor_err,
                     });

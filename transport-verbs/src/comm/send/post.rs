@@ -1,8 +1,9 @@
 //! Posting: once message `seq`'s clear-to-send has arrived and the send
-//! queues have room, RDMA-write its payload parts and its completion record.
+//! queues have room, RDMA-write its payload parts (part `i` on QP `i`, so on
+//! that QP's rail, with the rail's keys) and its completion record (QP 0).
 
 use super::VerbsSendComm;
-use crate::comm::{post_chain, split_parts, Fault, SLOTS};
+use crate::comm::{post_chain, split_parts, Fault, SLOTS, WR_QP_BITS};
 use crate::sys;
 use crate::wire::{Cts, Record, RecordStatus, CTS_BYTES, RECORD_BYTES};
 use std::sync::atomic::{fence, Ordering};
@@ -44,9 +45,9 @@ impl VerbsSendComm {
             return false;
         }
         let idx = (seq - self.q[0].seq) as usize;
-        let (len, tag, lkey, src_addr) = {
+        let (len, tag, lkeys, src_addr) = {
             let op = &self.q[idx];
-            (op.len, op.tag, op.lkey, op.src_addr)
+            (op.len, op.tag, op.lkeys, op.src_addr)
         };
         let (status, parts) = if cts.tag != tag {
             (RecordStatus::TagMismatch, Vec::new())
@@ -83,7 +84,9 @@ impl VerbsSendComm {
             }
             self.wrs.clear();
             self.sges.clear();
+            let rail = self.conn.qp_rails[i];
             if let Some(&(off, l)) = parts.get(i) {
+                let (lkey, rkey) = (lkeys[rail], cts.rkeys[rail]);
                 let mut c = 0;
                 while c < l {
                     let k = self.wr_chunk.min(l - c);
@@ -93,7 +96,7 @@ impl VerbsSendComm {
                         k,
                         lkey,
                         cts.addr + (off + c) as u64,
-                        cts.rkey,
+                        rkey,
                     );
                     c += k;
                 }
@@ -114,7 +117,7 @@ impl VerbsSendComm {
             last.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
             last.imm_data = (seq as u32).to_be();
             last.send_flags = sys::IBV_SEND_SIGNALED;
-            let wr_id = (seq << 8) | i as u64;
+            let wr_id = (seq << WR_QP_BITS) | i as u64;
             // SAFETY: `wrs`/`sges` are fully built; the SGEs name our
             // staging buffer or memory registered for this request (valid
             // until its completion, per the isend contract), and the remote
