@@ -29,6 +29,8 @@ if [ "$(id -u)" = 0 ] && [ "${NCCL_RS_SKIP_RXE:-0}" != 1 ]; then
   bash scripts/rxe/run.sh
   echo "== soft-RoCE: two guests across a lossy link (netem 1%)"
   bash scripts/rxe/two-guests.sh
+  echo "== soft-RoCE: two rxe devices as rails (transport tests, striping, collectives over both)"
+  RXE_RAILS_COLL=1 bash scripts/rxe/rails.sh
 else
   echo "== soft-RoCE stage skipped (needs root; NCCL_RS_SKIP_RXE=${NCCL_RS_SKIP_RXE:-0})"
 fi
