@@ -39,6 +39,44 @@ pub use request_queue::RequestQueue;
 mod sockaddr;
 pub use sockaddr::{decode_sockaddr, encode_sockaddr, SOCKADDR_END};
 
+/// `NCCL_CROSS_NIC`: whether a connection may join different rails (NCCL's
+/// values 0, 1, 2). Rails are separate networks (rail k of every host on
+/// its own switch), so this only matters when the two ends have different
+/// rail counts. The network transports share it; the connecting side's
+/// value applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CrossNic {
+    /// 0: rail k only to rail k; a connection uses the rails both ends
+    /// have (the smaller count), the richer side's extra rails stay idle.
+    Off,
+    /// 1: rails may cross; a connection uses the larger rail count and the
+    /// poorer side's rails are reused round-robin (rail k to rail
+    /// k mod R). Only for rails that route to each other.
+    On,
+    /// 2 (NCCL's default): as `Off`, always possible with one connection
+    /// per rail pair (NCCL uses it to let its topology search cross rails
+    /// when it must).
+    #[default]
+    Auto,
+}
+
+impl CrossNic {
+    /// NCCL's value: 0, 1 or 2.
+    pub fn from_value(v: i64) -> Option<CrossNic> {
+        match v {
+            0 => Some(CrossNic::Off),
+            1 => Some(CrossNic::On),
+            2 => Some(CrossNic::Auto),
+            _ => None,
+        }
+    }
+
+    /// The variable's text (surrounding blanks allowed).
+    pub fn parse(text: &str) -> Option<CrossNic> {
+        text.trim().parse().ok().and_then(CrossNic::from_value)
+    }
+}
+
 /// The largest connection handle a transport may produce (as NCCL's
 /// `NCCL_NET_HANDLE_MAXSIZE`).
 pub const MAX_HANDLE_BYTES: usize = 128;

@@ -411,6 +411,10 @@ impl Config {
             None => None,
             Some(_) => Some(flag(&text, "NCCL_COMM_BLOCKING")?),
         };
+        let cross_nic = match text("NCCL_CROSS_NIC") {
+            None => d.cross_nic,
+            Some(v) => CrossNic::parse(&v).ok_or_else(|| bad("NCCL_CROSS_NIC", &v, "0, 1 or 2"))?,
+        };
         Ok(Config {
             debug: log.debug,
             debug_file: log.debug_file,
@@ -439,14 +443,7 @@ impl Config {
             nsocks_by_link: text("NCCL_NSOCKS_PERTHREAD").is_none()
                 && text("NCCL_SOCKET_NTHREADS").is_none(),
             socket_nthreads: num(&text, "NCCL_SOCKET_NTHREADS", d.socket_nthreads, 1..=16)?,
-            cross_nic: match text("NCCL_CROSS_NIC") {
-                None => d.cross_nic,
-                Some(v) => v
-                    .parse::<i64>()
-                    .ok()
-                    .and_then(CrossNic::from_value)
-                    .ok_or_else(|| bad("NCCL_CROSS_NIC", &v, "0, 1 or 2"))?,
-            },
+            cross_nic,
             algo,
             proto,
             net,
@@ -528,8 +525,11 @@ impl Config {
                 })?,
             },
             topo_dump_file: text("NCCL_TOPO_DUMP_FILE"),
-            ib: transport_verbs::VerbsOptions::from_env_lookup(&get)
-                .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?,
+            ib: transport_verbs::VerbsOptions {
+                cross_nic,
+                ..transport_verbs::VerbsOptions::from_env_lookup(&get)
+                    .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?
+            },
             cuda: CudaConfig::from_text(&text)?,
         })
     }

@@ -122,35 +122,8 @@ pub enum AddrFamily {
     V6,
 }
 
-/// `NCCL_CROSS_NIC`: whether a connection may join different rails (NCCL's
-/// values 0, 1, 2). Rails are separate networks, so this only matters when
-/// the two ends have different rail counts (see [`rails::connection_rails`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum CrossNic {
-    /// 0: rail k only to rail k; a connection uses the rails both ends
-    /// have (the smaller count), the richer side's extra rails stay idle.
-    Off,
-    /// 1: rails may cross; a connection uses the larger rail count and the
-    /// poorer side's rails are reused round-robin (rail k to rail
-    /// k mod R). Only for rails that route to each other.
-    On,
-    /// 2 (default): as `Off`, which is always possible here since every
-    /// rail count is at least 1.
-    #[default]
-    Auto,
-}
-
-impl CrossNic {
-    /// NCCL's value: 0, 1 or 2.
-    pub fn from_value(v: i64) -> Option<CrossNic> {
-        match v {
-            0 => Some(CrossNic::Off),
-            1 => Some(CrossNic::On),
-            2 => Some(CrossNic::Auto),
-            _ => None,
-        }
-    }
-}
+/// `NCCL_CROSS_NIC` (see [`rails::connection_rails`]).
+pub use nccl_net::CrossNic;
 
 /// Settings of the TCP transport.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -137,14 +137,9 @@ impl VerbsOptions {
             )? as usize,
             oob_ip: None,
             sysfs_root: d.sysfs_root,
-            cross_nic: match text("NCCL_CROSS_NIC") {
-                None => d.cross_nic,
-                Some(v) => v
-                    .parse::<i64>()
-                    .ok()
-                    .and_then(CrossNic::from_value)
-                    .ok_or_else(|| bad("NCCL_CROSS_NIC", &v, "0, 1 or 2"))?,
-            },
+            // NCCL_CROSS_NIC applies to every transport: the caller's
+            // configuration reads it once and sets it here.
+            cross_nic: d.cross_nic,
         })
     }
 
@@ -258,12 +253,8 @@ mod tests {
             ("NCCL_CROSS_NIC", "1"),
         ])
         .unwrap();
-        assert_eq!(o.cross_nic, CrossNic::On);
-        assert_eq!(
-            from(&[("NCCL_CROSS_NIC", "0")]).unwrap().cross_nic,
-            CrossNic::Off
-        );
-        assert_eq!(from(&[]).unwrap().cross_nic, CrossNic::Auto);
+        // Not read here (nccl-rs's Config reads it for both transports).
+        assert_eq!(o.cross_nic, CrossNic::Auto);
         assert_eq!(o.hca.as_deref(), Some("=mlx5_0:1,rxe0"));
         assert_eq!(o.gid_index, Some(3));
         assert_eq!(o.addr_family, AddrFamily::V6);
@@ -294,8 +285,6 @@ mod tests {
             ("NCCL_IB_ADDR_FAMILY", "AF_UNIX"),
             ("NCCL_IB_ADDR_RANGE", "10.0.0.0/33"),
             ("NCCL_IB_GID_INDEX", "x"),
-            ("NCCL_CROSS_NIC", "3"),
-            ("NCCL_CROSS_NIC", "yes"),
         ] {
             let e = from(&[(k, v)]).unwrap_err();
             assert!(e.to_string().contains(k), "{e}");

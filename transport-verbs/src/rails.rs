@@ -27,32 +27,8 @@ use crate::device::PortInfo;
 /// layout in [`crate::wire`]).
 pub const MAX_RAILS: usize = 4;
 
-/// `NCCL_CROSS_NIC`: whether a connection may join different rails
-/// (NCCL's values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum CrossNic {
-    /// 0: rail k to rail k only; a connection uses the smaller rail count.
-    Off,
-    /// 1: rails may cross; a connection uses the larger rail count and the
-    /// poorer side's ports are reused round-robin.
-    On,
-    /// 2 (NCCL's default): as 0 here; NCCL uses it to let the topology
-    /// search cross when it must, which a rail-per-port layout never needs.
-    #[default]
-    Auto,
-}
-
-impl CrossNic {
-    /// From `NCCL_CROSS_NIC`'s value; `None` outside 0..=2.
-    pub fn from_value(v: i64) -> Option<CrossNic> {
-        match v {
-            0 => Some(CrossNic::Off),
-            1 => Some(CrossNic::On),
-            2 => Some(CrossNic::Auto),
-            _ => None,
-        }
-    }
-}
+/// `NCCL_CROSS_NIC`, shared with the TCP transport.
+pub use nccl_net::CrossNic;
 
 /// What [`pick_rails`] makes of the usable ports.
 #[derive(Clone, Debug, PartialEq, Eq)]

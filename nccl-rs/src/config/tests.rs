@@ -40,6 +40,8 @@ fn defaults_and_overrides() {
         let c = cfg(&[("NCCL_CROSS_NIC", v)]).unwrap();
         assert_eq!(c.cross_nic, want, "{v}");
         assert_eq!(crate::comm::tcp_options(&c).cross_nic, want, "{v}");
+        // Read once, for both network transports.
+        assert_eq!(c.ib.cross_nic, want, "{v}");
     }
     assert!(c.shm_use_cma);
     assert_eq!(c.shm_cma_max_bytes, 2 << 20);
@@ -183,7 +185,7 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
                 "bogus",
                 "ring,",
                 "allreduc:ring",
-                "^ring,tree,direct,hd",
+                "^ring,tree,direct,hd,hier",
                 "allreduce:",
                 "LL128",
             ],

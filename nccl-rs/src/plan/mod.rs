@@ -158,12 +158,15 @@ pub(crate) enum Algo {
     Hierarchical,
 }
 
-/// The algorithms the planner chooses from when `NCCL_ALGO` is unset.
-/// Hierarchical schedules run only when `NCCL_ALGO` names them (`^LIST`
-/// excludes from this set, so never turns them on): they move
-/// fewer bytes between hosts, but on the emulated fabric they still measure
-/// slower than the ring in topology order (docs/performance.md).
-const ALGOS: [Algo; 4] = [Algo::Ring, Algo::Tree, Algo::Direct, Algo::HalvingDoubling];
+/// The algorithms the planner chooses from when `NCCL_ALGO` is unset (and
+/// that `^LIST` excludes from).
+const ALGOS: [Algo; 5] = [
+    Algo::Ring,
+    Algo::Tree,
+    Algo::Direct,
+    Algo::HalvingDoubling,
+    Algo::Hierarchical,
+];
 
 impl Algo {
     fn parse(s: &str) -> Option<Algo> {

@@ -10,7 +10,7 @@ use super::{Loc, Schedule, Step};
 /// receives: the transfer starts at once and the local copy overlaps it,
 /// and per-pair messages keep the round order on both sides.
 pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
-    all_to_all_rounds(n, r, count, chunk, true)
+    all_to_all_rounds(n, r, count, chunk, Order::AllSends { own: true })
 }
 
 /// [`all_to_all`] for a rank whose output is its input (in place): its own
@@ -19,7 +19,7 @@ pub fn all_to_all(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
 /// overwrite. The messages are those of [`all_to_all`], so ranks in place
 /// and out of place mix.
 pub fn all_to_all_in_place(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
-    all_to_all_rounds(n, r, count, chunk, false)
+    all_to_all_rounds(n, r, count, chunk, Order::AllSends { own: false })
 }
 
 /// [`all_to_all`] one peer at a time, for ranks on several hosts: in each
@@ -31,65 +31,57 @@ pub fn all_to_all_in_place(n: usize, r: usize, count: usize, chunk: usize) -> Sc
 /// non-blocking, so the pairs cannot wait on each other in a cycle; the
 /// messages are those of [`all_to_all`].
 pub fn all_to_all_paced(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    all_to_all_rounds(n, r, count, chunk, Order::Paced)
+}
+
+/// How a round of [`all_to_all`] orders its steps.
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    /// Every send, the own block's copy, every receive.
+    AllSends { own: bool },
+    /// The copy, then each send followed by its receive.
+    Paced,
+}
+
+fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, order: Order) -> Schedule {
     let chunk = chunk.max(1);
     let mut steps = Vec::new();
     let mut o = 0;
     loop {
         let c = chunk.min(count - o);
-        steps.push(Step::Copy {
+        let send = |s: usize| {
+            let to = (r + s) % n;
+            Step::Send {
+                to,
+                src: Loc::In(to * count + o),
+                count: c,
+            }
+        };
+        let recv = |s: usize| {
+            let from = (r + n - s) % n;
+            Step::Recv {
+                from,
+                dst: Loc::Out(from * count + o),
+                count: c,
+            }
+        };
+        let copy = Step::Copy {
             src: Loc::In(r * count + o),
             dst: Loc::Out(r * count + o),
             count: c,
-        });
-        for s in 1..n {
-            let (to, from) = ((r + s) % n, (r + n - s) % n);
-            steps.push(Step::Send {
-                to,
-                src: Loc::In(to * count + o),
-                count: c,
-            });
-            steps.push(Step::Recv {
-                from,
-                dst: Loc::Out(from * count + o),
-                count: c,
-            });
-        }
-        o += c;
-        if o >= count {
-            break;
-        }
-    }
-    finish(steps)
-}
-
-fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, own: bool) -> Schedule {
-    let chunk = chunk.max(1);
-    let mut steps = Vec::new();
-    let mut o = 0;
-    loop {
-        let c = chunk.min(count - o);
-        for s in 1..n {
-            let to = (r + s) % n;
-            steps.push(Step::Send {
-                to,
-                src: Loc::In(to * count + o),
-                count: c,
-            });
-        }
-        if own {
-            steps.push(Step::Copy {
-                src: Loc::In(r * count + o),
-                dst: Loc::Out(r * count + o),
-                count: c,
-            });
-        }
-        for s in 1..n {
-            let from = (r + n - s) % n;
-            steps.push(Step::Recv {
-                from,
-                dst: Loc::Out(from * count + o),
-                count: c,
-            });
+        };
+        match order {
+            Order::AllSends { own } => {
+                steps.extend((1..n).map(send));
+                if own {
+                    steps.push(copy);
+                }
+                steps.extend((1..n).map(recv));
+            }
+            Order::Paced => {
+                steps.push(copy);
+                steps.extend((1..n).flat_map(|s| [send(s), recv(s)]));
+            }
         }
         o += c;
         if o >= count {
