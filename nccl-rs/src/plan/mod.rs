@@ -404,11 +404,7 @@ impl Planner {
             | Coll::ReduceScatter { .. }
             | Coll::Broadcast { .. }
             | Coll::AllToAll { .. } => {
-                let per_rank = match coll {
-                    Coll::AllToAll { .. } => bytes / n.max(1),
-                    _ => bytes,
-                };
-                hosts.and_then(|h| h.predict_other(coll, self.hierarchical(coll, n), per_rank))
+                hosts.and_then(|h| h.predict_other(coll, self.hierarchical(coll, n), bytes))
             }
             _ => None,
         }

@@ -405,3 +405,18 @@ fn host_costs_rank_the_algorithms() {
     // Halving-doubling and direct: the flat model over the host links.
     assert_eq!(t(Algo::Direct, 8), inter.predict(Algo::Direct, 32, 8));
 }
+
+#[test]
+fn host_predictions_count_an_all_to_alls_whole_input() {
+    let p = four_hosts(None);
+    let s = 16 << 20;
+    // Each rank's blocks for the 6 ranks of other hosts cross its host's
+    // links, with its host-mate's: L·(n-L)/n of the input per rank, twice.
+    let t = p.predict(Coll::AllToAll { count: s / 32 }, 8, s).unwrap();
+    let net = Model {
+        beta: 20e9 / 8.0,
+        ..Model::for_transport("Socket")
+    };
+    let want = 7.0 * net.alpha + 2.0 * 6.0 / 8.0 * s as f64 / net.beta;
+    assert!((t - want).abs() < 1e-9, "{t} {want}");
+}
