@@ -4,8 +4,8 @@
 # Hosts are namespaces fab-h0..fab-h(N-1); every switch lives in the one
 # namespace fab-sw. Host H has one interface per rail, railR, with address
 # 10.(90+R).0.(H+1)/24: each rail is its own subnet and its own L2 network.
-FAB_PREFIX=fab-h
-FAB_SWNS=fab-sw
+FAB_PREFIX=${FAB_PREFIX:-fab-h}   # override both to run a second fabric beside this one
+FAB_SWNS=${FAB_SWNS:-fab-sw}
 FAB_RUN_DIR=${FAB_RUN_DIR:-/run/fab}
 FAB_ENV=${FAB_ENV:-$FAB_RUN_DIR/env}
 FAB_MAX_RAILS=8    # subnets 10.90.0.0/16 .. 10.97.0.0/16
