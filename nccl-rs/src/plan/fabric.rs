@@ -106,6 +106,11 @@ impl HostLayout {
     }
 
     /// Ranks in all.
+    /// The cost of a step between hosts.
+    pub(crate) fn inter(&self) -> Model {
+        self.inter
+    }
+
     pub(crate) fn nranks(&self) -> usize {
         self.ranks.iter().map(Vec::len).sum()
     }

@@ -181,6 +181,10 @@ impl Algo {
     }
 }
 
+/// Wire time, in step latencies, from which an all-to-all message between
+/// hosts is acknowledged ([`Planner::acks_pay`]).
+const ACK_MIN_ALPHAS: f64 = 100.0;
+
 /// The cost constants of one transport.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Model {
@@ -307,6 +311,17 @@ impl Planner {
     pub(crate) fn across_hosts(mut self, nranks: usize) -> Planner {
         self.across = Some(nranks);
         self
+    }
+
+    /// Whether an all-to-all across hosts whose messages are `bytes` long
+    /// acknowledges each one ([`schedule::all_to_all_acked`]): when a
+    /// message takes at least [`ACK_MIN_ALPHAS`] step latencies on the wire
+    /// between hosts. The acknowledgement costs a step latency; it pays
+    /// once a message outlasts the start of a TCP flow by far, as then an
+    /// unacknowledged one still drains when the next starts.
+    pub(crate) fn acks_pay(&self, n: usize, bytes: usize) -> bool {
+        let m = self.hosts(n).map_or(self.model, HostLayout::inter);
+        bytes as f64 / m.beta >= ACK_MIN_ALPHAS * m.alpha
     }
 
     /// The hosts, for a call over `n` ranks.
@@ -484,7 +499,10 @@ impl Planner {
             }
             Coll::Reduce { count, root } => schedule::reduce_on(&ring, r, root, count, chunk),
             Coll::AllToAll { count } if self.across == Some(n) => {
-                schedule::all_to_all_paced(n, r, count, chunk)
+                match self.acks_pay(n, count.min(chunk) * dtype.size()) {
+                    true => schedule::all_to_all_acked(n, r, count, chunk),
+                    false => schedule::all_to_all_paced(n, r, count, chunk),
+                }
             }
             Coll::AllToAll { count } => schedule::all_to_all(n, r, count, chunk),
             Coll::Gather { count, root } => schedule::gather(n, r, root, count),

@@ -420,3 +420,35 @@ fn host_predictions_count_an_all_to_alls_whole_input() {
     let want = 7.0 * net.alpha + 2.0 * 6.0 / 8.0 * s as f64 / net.beta;
     assert!((t - want).abs() < 1e-9, "{t} {want}");
 }
+
+#[test]
+fn all_to_all_across_hosts_acknowledges_long_messages() {
+    let f32 = DataType::Float32;
+    let p = four_hosts(None).across_hosts(8);
+    let inter = Model {
+        beta: 20e9 / 8.0,
+        ..Model::for_transport("Socket")
+    };
+    // The threshold: a message of ACK_MIN_ALPHAS step latencies on the wire.
+    let edge = (ACK_MIN_ALPHAS * inter.alpha * inter.beta / 4.0).ceil() as usize;
+    for (count, acked) in [
+        (1, false),
+        (edge - 1, false),
+        (edge, true),
+        (16 << 20, true),
+    ] {
+        let bytes = count * 4;
+        assert_eq!(p.acks_pay(8, bytes), acked, "{bytes} B");
+        let s = p.plan(Coll::AllToAll { count }, 8, 0, f32, usize::MAX);
+        let sends = s
+            .steps
+            .iter()
+            .filter(|st| matches!(st, schedule::Step::Send { .. }))
+            .count();
+        assert_eq!(sends, if acked { 14 } else { 7 }, "{bytes} B");
+    }
+    // Within one host, all-to-all posts everything at once, unacknowledged.
+    let one = Planner::new("Socket", None, None).unwrap();
+    let s = one.plan(Coll::AllToAll { count: 16 << 20 }, 8, 0, f32, usize::MAX);
+    assert_eq!(s.scratch, 0);
+}

@@ -31,8 +31,8 @@ pub use hier::{
     reduce_scatter_hier, reduce_scatter_hier_traffic, Hosts, Traffic,
 };
 pub use p2p::{
-    all_gather_direct, all_to_all, all_to_all_in_place, all_to_all_paced, broadcast_direct, gather,
-    p2p_group, round_trip, scatter, P2pOp,
+    all_gather_direct, all_to_all, all_to_all_acked, all_to_all_in_place, all_to_all_paced,
+    broadcast_direct, gather, p2p_group, round_trip, scatter, P2pOp,
 };
 pub use ring::{
     all_gather, all_gather_on, all_reduce, all_reduce_on, broadcast, broadcast_on, reduce,

@@ -34,6 +34,19 @@ pub fn all_to_all_paced(n: usize, r: usize, count: usize, chunk: usize) -> Sched
     all_to_all_rounds(n, r, count, chunk, Order::Paced)
 }
 
+/// [`all_to_all_paced`] where each rank acknowledges every message it
+/// receives, and a sender waits for that acknowledgement before it sends
+/// to its next peer. A send completes once its bytes are in the
+/// transport's buffers, not at the receiver, so without it a rank's next
+/// message starts while the last one is still on the wire, and each host
+/// link carries several fresh flows at once: their bursts overflow the
+/// switch queues and TCP loses whole windows. The acknowledgement is one
+/// element of the block just received, sent into the sender's scratch
+/// element (so the schedule has one element of scratch).
+pub fn all_to_all_acked(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    all_to_all_rounds(n, r, count, chunk, Order::Acked)
+}
+
 /// How a round of [`all_to_all`] orders its steps.
 #[derive(Clone, Copy, PartialEq)]
 enum Order {
@@ -41,6 +54,9 @@ enum Order {
     AllSends { own: bool },
     /// The copy, then each send followed by its receive.
     Paced,
+    /// As `Paced`, each receive followed by its acknowledgement to the
+    /// sender and the wait for the acknowledgement of the send.
+    Acked,
 }
 
 fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, order: Order) -> Schedule {
@@ -82,13 +98,34 @@ fn all_to_all_rounds(n: usize, r: usize, count: usize, chunk: usize, order: Orde
                 steps.push(copy);
                 steps.extend((1..n).flat_map(|s| [send(s), recv(s)]));
             }
+            Order::Acked => {
+                steps.push(copy);
+                for s in 1..n {
+                    let (to, from) = ((r + s) % n, (r + n - s) % n);
+                    let ack = Step::Send {
+                        to: from,
+                        src: Loc::Out(from * count + o),
+                        count: c.min(1),
+                    };
+                    let acked = Step::Recv {
+                        from: to,
+                        dst: Loc::Scratch(0),
+                        count: c.min(1),
+                    };
+                    steps.extend([send(s), recv(s), ack, acked]);
+                }
+            }
         }
         o += c;
         if o >= count {
             break;
         }
     }
-    finish(steps)
+    let mut schedule = finish(steps);
+    if order == Order::Acked && count > 0 {
+        schedule.scratch = 1;
+    }
+    schedule
 }
 
 /// All-gather in one hop: every rank sends its `count` elements (the input)

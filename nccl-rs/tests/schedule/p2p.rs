@@ -205,3 +205,60 @@ fn paced_all_to_all_moves_the_same_blocks_one_peer_at_a_time() {
         }
     }
 }
+
+#[test]
+fn acked_all_to_all_waits_for_each_peer_to_take_its_message() {
+    for &n in &[2usize, 3, 4, 8] {
+        for &c in &[0usize, 1, 7, 64] {
+            for &ch in &[1usize, 3, 1 << 20] {
+                let b = super::run(
+                    n,
+                    |r| all_to_all_acked(n, r, c, ch),
+                    |r| (0..n * c).map(|i| super::v(r, i)).collect(),
+                    n * c,
+                );
+                for r in 0..n {
+                    let want = |i: usize| Val {
+                        ranks: 1 << (i / c.max(1)),
+                        index: (r * c + i % c.max(1)) as u64,
+                    };
+                    super::expect(&b[r].output, want, &format!("n={n} c={c} ch={ch} rank {r}"));
+                }
+                // Send to r + s, receive from r - s, acknowledge to r - s,
+                // then wait for r + s's acknowledgement before sending on.
+                for r in 0..n {
+                    let s = all_to_all_acked(n, r, c, ch);
+                    assert_eq!(s.scratch, usize::from(c > 0));
+                    let peers: Vec<_> = s
+                        .steps
+                        .iter()
+                        .filter_map(|st| match *st {
+                            Step::Send { to, count, .. } => Some((true, to, count)),
+                            Step::Recv { from, count, .. } => Some((false, from, count)),
+                            _ => None,
+                        })
+                        .collect();
+                    assert_eq!(
+                        peers.len(),
+                        4 * (n - 1) * c.div_ceil(ch),
+                        "n={n} c={c} ch={ch}"
+                    );
+                    for (k, q) in peers.chunks(4).enumerate() {
+                        let s = k % (n - 1) + 1;
+                        let (to, from) = ((r + s) % n, (r + n - s) % n);
+                        let data = c.min(ch).min(c - (k / (n - 1)) * ch);
+                        assert_eq!(
+                            q,
+                            [
+                                (true, to, data),
+                                (false, from, data),
+                                (true, from, 1),
+                                (false, to, 1)
+                            ]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
