@@ -311,7 +311,8 @@ impl Core {
             _ => words.len(),
         };
         let input = Region::new(out.ptr.wrapping_add(mine * 8), count * 8);
-        self.execute(
+        self.engine.control = true;
+        let res = self.execute(
             &sched,
             DataType::Uint64,
             op,
@@ -323,6 +324,8 @@ impl Core {
                 group: Vec::new(),
             },
             Hints::default(),
-        )
+        );
+        self.engine.control = false;
+        res
     }
 }
