@@ -1,0 +1,125 @@
+//! One rank of the telemetry test: runs a known set of calls, prints its
+//! `Communicator::stats()` as lines, checks that the Prometheus file
+//! (`NCCL_RS_PROM_FILE`) was rewritten by its interval thread, then resets
+//! the stats, runs one more all-reduce and prints them again.
+//!
+//! Each call moves blocks of [`BLOCK`] `f32` elements (1 KiB): small
+//! enough for one chunk per step, below the zero-copy and placement-probe
+//! sizes, so every message is one the schedule names.
+//!
+//! Output lines (`PHASE` is `all` or `reset`):
+//! - `PEER <phase> <peer> <bytes_sent> <bytes_recv> <msgs_sent> <msgs_recv> <errors>`
+//! - `LAT <phase> <coll> <count> <sum of bucket counts>`
+//! - `PERIODIC ok|<why not>`
+//! - `DONE`
+
+use nccl_rs::{Communicator, Config, P2pGroup, RedOp};
+use std::time::{Duration, Instant};
+
+/// Elements per block.
+const BLOCK: usize = 256;
+/// Times each collective runs.
+const REPEAT: usize = 3;
+
+fn print_stats(phase: &str, comm: &Communicator) {
+    let s = comm.stats();
+    for p in &s.peers {
+        let e = p.errors;
+        println!(
+            "PEER {phase} {} {} {} {} {} {}",
+            p.peer,
+            p.bytes_sent,
+            p.bytes_recv,
+            p.msgs_sent,
+            p.msgs_recv,
+            e.io + e.protocol + e.timeout + e.other
+        );
+    }
+    for h in &s.colls {
+        println!(
+            "LAT {phase} {} {} {}",
+            h.coll,
+            h.count,
+            h.buckets.iter().sum::<u64>()
+        );
+    }
+}
+
+fn run() -> Result<(), String> {
+    let cfg = Config::from_env().map_err(|e| e.to_string())?;
+    let mut comm = Communicator::init_from_env(&cfg).map_err(|e| e.to_string())?;
+    let (r, n) = (comm.rank(), comm.size());
+    let err = |e: nccl_rs::Error| e.to_string();
+    for _ in 0..REPEAT {
+        let send = vec![1.0f32; n * BLOCK];
+        let mut recv = vec![0.0f32; n * BLOCK];
+        comm.all_reduce(&send, &mut recv, RedOp::Sum).map_err(err)?;
+        if recv.iter().any(|&x| x != n as f32) {
+            return Err("all_reduce result".into());
+        }
+        let mine = vec![r as f32; BLOCK];
+        comm.all_gather(&mine, &mut recv).map_err(err)?;
+        let mut out = vec![0.0f32; BLOCK];
+        comm.reduce_scatter(&send, &mut out, RedOp::Sum)
+            .map_err(err)?;
+        let mut b = vec![r as f32; BLOCK];
+        comm.broadcast_in_place(&mut b, 0).map_err(err)?;
+        if b.iter().any(|&x| x != 0.0) {
+            return Err("broadcast result".into());
+        }
+        comm.all_to_all(&send, &mut recv).map_err(err)?;
+    }
+    // One send/recv group: 100 bytes to the next rank, from the previous.
+    if n > 1 {
+        let out = [7u8; 100];
+        let mut inb = [0u8; 100];
+        let mut g = P2pGroup::new();
+        g.send(&out, (r + 1) % n);
+        g.recv(&mut inb, (r + n - 1) % n);
+        comm.run_group(g).map_err(err)?;
+    }
+    print_stats("all", &comm);
+
+    // The interval thread rewrites the file: it soon shows every call.
+    let periodic = match std::env::var("NCCL_RS_PROM_FILE") {
+        Ok(t) => {
+            let path = t.replace("{rank}", &r.to_string());
+            let want = format!("coll=\"all_reduce\"}} {REPEAT}");
+            let start = Instant::now();
+            loop {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                if text
+                    .lines()
+                    .any(|l| l.starts_with("nccl_rs_collective_latency_seconds_count") && l.ends_with(&want))
+                {
+                    break "ok".to_string();
+                }
+                if start.elapsed() > Duration::from_secs(5) {
+                    break format!("{path} not rewritten within 5 s");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Err(_) => "no file".into(),
+    };
+    println!("PERIODIC {periodic}");
+
+    comm.reset_stats();
+    let send = vec![1.0f32; n * BLOCK];
+    let mut recv = vec![0.0f32; n * BLOCK];
+    comm.all_reduce(&send, &mut recv, RedOp::Sum).map_err(err)?;
+    print_stats("reset", &comm);
+    comm.finalize().map_err(err)?;
+    // Dropping the communicator writes the file a last time.
+    drop(comm);
+    println!("DONE");
+    Ok(())
+}
+
+fn main() {
+    nccl_rs::init_logging();
+    if let Err(e) = run() {
+        println!("FAILED {e}");
+        std::process::exit(1);
+    }
+}
