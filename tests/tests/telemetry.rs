@@ -15,9 +15,24 @@ const REPEAT: u64 = 3;
 /// Bytes of the send/recv group's message.
 const P2P: u64 = 100;
 
+/// Zero-copy all-reduces (`TELEMETRY_ZERO_COPY=1`).
+const ZC_REPEAT: u64 = 2;
+
 /// Payload counters of one peer: (bytes sent, bytes received, messages
 /// sent, messages received).
 type Counts = (u64, u64, u64, u64);
+
+/// Zero-copy bytes of one peer: (read from it, written into it).
+type Direct = (u64, u64);
+
+/// What rank `r` of `n` reads from and writes into each peer's buffers in
+/// `zc` zero-copy all-reduces of `n` blocks: it reduces block `r` of every
+/// input and writes it to every output.
+fn expected_direct(n: usize, r: usize, zc: u64) -> Vec<Direct> {
+    (0..n)
+        .map(|p| if p == r { (0, 0) } else { (zc * B, zc * B) })
+        .collect()
+}
 
 /// What rank `r` of `n` must have moved with each peer: `all_reduces`
 /// ring all-reduces of `n` blocks, and with `first_phase` also the
@@ -178,8 +193,12 @@ fn prom_parser_rejects_malformed_files() {
 
 /// The worker's `PEER <phase> ...` lines as counters per peer, and its
 /// `LAT <phase> <coll> <count> <bucket sum>` lines.
-fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, BTreeMap<String, (u64, u64)>) {
+fn worker_stats(
+    out: &str,
+    phase: &str,
+) -> (Vec<Counts>, Vec<Direct>, BTreeMap<String, (u64, u64)>) {
     let mut peers = Vec::new();
+    let mut direct = Vec::new();
     let mut lat = BTreeMap::new();
     for l in out.lines() {
         let f: Vec<&str> = l.split(' ').collect();
@@ -189,6 +208,7 @@ fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, BTreeMap<String, (u64, 
                 assert_eq!(num(2) as usize, peers.len(), "peers in order");
                 assert_eq!(num(7), 0, "errors: {l}");
                 peers.push((num(3), num(4), num(5), num(6)));
+                direct.push((num(8), num(9)));
             }
             ["LAT", p, coll, ..] if *p == phase => {
                 lat.insert(coll.to_string(), (num(3), num(4)));
@@ -196,10 +216,15 @@ fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, BTreeMap<String, (u64, 
             _ => {}
         }
     }
-    (peers, lat)
+    (peers, direct, lat)
 }
 
 fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
+    let zc = if extra.contains(&("TELEMETRY_ZERO_COPY", "1")) {
+        ZC_REPEAT
+    } else {
+        0
+    };
     let dir = std::env::temp_dir().join(format!(
         "nccl-rs-telemetry-{}-{n}-{}",
         std::process::id(),
@@ -230,13 +255,15 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
         assert!(o.stdout.contains("DONE\n"), "{ctx}");
 
         // Communicator::stats(), then after reset_stats and one all-reduce.
-        let (all, lat) = worker_stats(&o.stdout, "all");
+        let (all, direct, lat) = worker_stats(&o.stdout, "all");
         assert_eq!(all, expected(n, r, REPEAT, true), "stats(): {ctx}");
-        let (after, lat_after) = worker_stats(&o.stdout, "reset");
+        assert_eq!(direct, expected_direct(n, r, zc), "zero copy: {ctx}");
+        let (after, direct_after, lat_after) = worker_stats(&o.stdout, "reset");
         assert_eq!(after, expected(n, r, 1, false), "after reset: {ctx}");
+        assert_eq!(direct_after, expected_direct(n, r, 0), "after reset: {ctx}");
         let calls = |name: &str, phase: &BTreeMap<String, (u64, u64)>| phase[name];
         for (coll, want) in [
-            ("all_reduce", REPEAT),
+            ("all_reduce", REPEAT + zc),
             ("all_gather", REPEAT),
             ("reduce_scatter", REPEAT),
             ("broadcast", REPEAT),
@@ -298,21 +325,35 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             }
             let want = (Some(want.0), Some(want.1), Some(want.2), Some(want.3));
             assert_eq!(got, want, "peer {p} in {path:?}:\n{text}");
+            let direct = (
+                value("nccl_rs_peer_direct_read_bytes_total", &peer),
+                value("nccl_rs_peer_direct_written_bytes_total", &peer),
+            );
+            let want = expected_direct(n, r, zc)[p];
+            let want = (Some(want.0 as f64), Some(want.1 as f64));
+            assert_eq!(direct, want, "peer {p} in {path:?}:\n{text}");
             for kind in ["io", "protocol", "timeout", "other"] {
                 let labels = [("peer", p.to_string()), ("kind", kind.to_string())];
                 assert_eq!(value("nccl_rs_peer_errors_total", &labels), Some(0.0));
             }
         }
+        // With zero copy on, every eligible call first exchanges buffer
+        // descriptors with every peer: control traffic, apart from payload.
+        for p in (0..n).filter(|&p| p != r) {
+            let peer = [("peer", p.to_string())];
+            let control = value("nccl_rs_peer_control_sent_messages_total", &peer);
+            assert_eq!(control.is_some_and(|v| v > 0.0), zc > 0, "control to {p}");
+        }
         let hist = "nccl_rs_collective_latency_seconds";
         let coll = |c: &str| [("coll", c.to_string())];
         assert_eq!(
             value(&format!("{hist}_count"), &coll("all_reduce")),
-            Some((REPEAT + 1) as f64)
+            Some((REPEAT + zc + 1) as f64)
         );
         let inf = [("coll", "all_reduce".to_string()), ("le", "+Inf".to_string())];
         assert_eq!(
             value(&format!("{hist}_bucket"), &inf),
-            Some((REPEAT + 1) as f64)
+            Some((REPEAT + zc + 1) as f64)
         );
         assert_eq!(value(&format!("{hist}_count"), &coll("send_recv")), Some(1.0));
         assert_eq!(value(&format!("{hist}_count"), &coll("reduce")), None);
@@ -338,6 +379,21 @@ fn telemetry_2_ranks_shm() {
 #[test]
 fn telemetry_4_ranks_shm() {
     telemetry_at(4, &[]);
+}
+
+/// Over shared memory with shared buffers: the all-reduces on them take
+/// the zero-copy path (direct bytes, no messages); the heap buffers' calls
+/// now also exchange descriptors first, counted as control traffic, so the
+/// payload counters stay those of the schedules.
+#[test]
+fn telemetry_3_ranks_zero_copy() {
+    telemetry_at(
+        3,
+        &[
+            ("TELEMETRY_ZERO_COPY", "1"),
+            ("NCCL_RS_ZERO_COPY_MIN_BYTES", "1024"),
+        ],
+    );
 }
 
 #[test]

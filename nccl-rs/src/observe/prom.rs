@@ -78,7 +78,7 @@ pub fn render(comms: &[CommStats]) -> String {
         &ranks,
     );
     type Field = fn(&telemetry::PeerStats) -> u64;
-    let counters: [(&str, &str, Field); 8] = [
+    let counters: [(&str, &str, Field); 10] = [
         (
             "nccl_rs_peer_sent_bytes_total",
             "Payload bytes sent to the peer.",
@@ -118,6 +118,16 @@ pub fn render(comms: &[CommStats]) -> String {
             "nccl_rs_peer_control_received_messages_total",
             "Messages of the library's own exchanges received from the peer.",
             |p| p.control_msgs_recv,
+        ),
+        (
+            "nccl_rs_peer_direct_read_bytes_total",
+            "Payload bytes the zero-copy path read straight from the peer's buffers.",
+            |p| p.direct_bytes_read,
+        ),
+        (
+            "nccl_rs_peer_direct_written_bytes_total",
+            "Payload bytes the zero-copy path wrote straight into the peer's buffers.",
+            |p| p.direct_bytes_written,
         ),
     ];
     // Per communicator, its active peers and their base labels.
@@ -479,7 +489,7 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
     fn empty_exposition_has_only_help_and_type() {
         let text = render(&[]);
         assert!(text.lines().all(|l| l.starts_with("# ")), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 12);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 14);
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! - **Control traffic**, the library's own small exchanges around a call
 //!   (the zero-copy path's buffer descriptors and barriers, the placement
 //!   probe's round trips), is counted apart, so the payload counters stay
-//!   predictable. The zero-copy path moves payload by direct reads and
-//!   writes of mapped peer buffers: no messages, not counted as peer bytes.
+//!   predictable.
+//! - **Direct bytes** are the payload the zero-copy path (ranks of one
+//!   host on shared buffers) reads from a peer's buffers and writes into
+//!   them, straight, with no message: counted from the plan each rank ran.
 //! - **Waits** are the time an operation sat idle (its polls moving
 //!   nothing) while waiting for data from a peer (`recv`), or for a peer to
 //!   take a send: no transport credit yet, or a send not yet complete
@@ -38,6 +40,7 @@
 //! Prometheus writer, RAS) load relaxed and may see a count an operation
 //! later. Each collective reads the clock twice for its latency.
 
+use crate::schedule::{ZcAt, ZcBuf, ZcStep};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -96,6 +99,8 @@ struct PeerCells {
     msgs_recv: AtomicU64,
     recv_wait_ns: AtomicU64,
     send_wait_ns: AtomicU64,
+    direct_read: AtomicU64,
+    direct_written: AtomicU64,
     errors: [AtomicU64; ERROR_KINDS],
 }
 
@@ -244,6 +249,45 @@ impl Telemetry {
         }
     }
 
+    /// The bytes a zero-copy plan that rank `self.rank` ran, `steps` on
+    /// elements of `elem` bytes, read from and wrote into each peer's
+    /// buffers.
+    pub(crate) fn zero_copy(&self, steps: &[ZcStep], elem: usize) {
+        let me = self.rank;
+        let mut touch = |at: &ZcAt, count: usize, read: bool, written: bool| {
+            let q = match at.buf {
+                ZcBuf::In(q) | ZcBuf::Out(q) => q,
+            };
+            let Some(c) = self.payload.get(q).filter(|_| q != me) else {
+                return;
+            };
+            let bytes = (count * elem) as u64;
+            if read {
+                bump(&c.direct_read, bytes);
+            }
+            if written {
+                bump(&c.direct_written, bytes);
+            }
+        };
+        for step in steps {
+            match step {
+                ZcStep::Copy { src, dst, count } => {
+                    touch(src, *count, true, false);
+                    touch(dst, *count, false, true);
+                }
+                ZcStep::Reduce { srcs, dsts, count } => {
+                    srcs.iter().for_each(|a| touch(a, *count, true, false));
+                    dsts.iter().for_each(|a| touch(a, *count, false, true));
+                }
+                // Each side is read and then written with the other's data.
+                ZcStep::Swap { a, b, count } => {
+                    touch(a, *count, true, true);
+                    touch(b, *count, true, true);
+                }
+            }
+        }
+    }
+
     /// An error of `kind` on the connection with `peer`.
     pub(crate) fn error(&self, peer: usize, kind: ErrorKind) {
         if let Some(c) = self.payload.get(peer) {
@@ -282,6 +326,8 @@ impl Telemetry {
                     control_msgs_recv: load(&k.msgs_recv),
                     recv_wait: Duration::from_nanos(load(&c.recv_wait_ns)),
                     send_wait: Duration::from_nanos(load(&c.send_wait_ns)),
+                    direct_bytes_read: load(&c.direct_read),
+                    direct_bytes_written: load(&c.direct_written),
                     errors: ErrorCounts {
                         io: load(&c.errors[ErrorKind::Io as usize]),
                         protocol: load(&c.errors[ErrorKind::Protocol as usize]),
@@ -380,6 +426,12 @@ pub struct PeerStats {
     pub recv_wait: Duration,
     /// Time spent idle waiting for the peer to take a send.
     pub send_wait: Duration,
+    /// Payload bytes the zero-copy path read straight from the peer's
+    /// buffers.
+    pub direct_bytes_read: u64,
+    /// Payload bytes the zero-copy path wrote straight into the peer's
+    /// buffers.
+    pub direct_bytes_written: u64,
     /// Errors on the connection with the peer.
     pub errors: ErrorCounts,
 }
@@ -463,6 +515,8 @@ impl CommStats {
             d(&mut p.control_msgs_recv, b.control_msgs_recv);
             p.recv_wait = p.recv_wait.saturating_sub(b.recv_wait);
             p.send_wait = p.send_wait.saturating_sub(b.send_wait);
+            d(&mut p.direct_bytes_read, b.direct_bytes_read);
+            d(&mut p.direct_bytes_written, b.direct_bytes_written);
             d(&mut p.errors.io, b.errors.io);
             d(&mut p.errors.protocol, b.errors.protocol);
             d(&mut p.errors.timeout, b.errors.timeout);
@@ -617,6 +671,40 @@ mod tests {
         assert_eq!(t.stats().peers[0].bytes_sent, 5);
         // The totals keep counting from creation.
         assert_eq!(t.totals().peers[0].bytes_sent, 133);
+    }
+
+    #[test]
+    fn zero_copy_plans_count_direct_bytes_per_peer() {
+        use crate::schedule::{zero_copy, ZcColl};
+        // All-reduce of 12 elements of 4 bytes on 3 ranks: rank 1 reduces
+        // elements 4..8 of every input and writes them to every output.
+        let t = Telemetry::new(7, 1, 3);
+        t.zero_copy(&zero_copy(ZcColl::AllReduce { count: 12 }, 3, 1), 4);
+        let s = t.stats();
+        let direct = |p: usize| (s.peers[p].direct_bytes_read, s.peers[p].direct_bytes_written);
+        assert_eq!([direct(0), direct(1), direct(2)], [(16, 16), (0, 0), (16, 16)]);
+        assert_eq!(s.peers[0].bytes_sent, 0);
+        // A hand-made plan: a copy from rank 0, a swap with rank 2.
+        let t = Telemetry::new(7, 1, 3);
+        let at = |buf, off| ZcAt { buf, off };
+        t.zero_copy(
+            &[
+                ZcStep::Copy {
+                    src: at(ZcBuf::In(0), 0),
+                    dst: at(ZcBuf::Out(1), 0),
+                    count: 3,
+                },
+                ZcStep::Swap {
+                    a: at(ZcBuf::Out(1), 3),
+                    b: at(ZcBuf::Out(2), 0),
+                    count: 5,
+                },
+            ],
+            2,
+        );
+        let s = t.stats();
+        let direct = |p: usize| (s.peers[p].direct_bytes_read, s.peers[p].direct_bytes_written);
+        assert_eq!([direct(0), direct(1), direct(2)], [(6, 0), (0, 0), (10, 10)]);
     }
 
     #[test]

@@ -7,32 +7,43 @@
 //! enough for one chunk per step, below the zero-copy and placement-probe
 //! sizes, so every message is one the schedule names.
 //!
+//! With `TELEMETRY_ZERO_COPY=1` (every rank on this host over shared
+//! memory, `NCCL_RS_ZERO_COPY_MIN_BYTES` at most one block per rank) the
+//! first phase starts with [`ZC_REPEAT`] all-reduces on shared buffers
+//! (`ShmBuffer`), which take the zero-copy path. (First: once a call on
+//! heap buffers found them not shared, the next eligible calls skip it.)
+//!
 //! Output lines (`PHASE` is `all` or `reset`):
-//! - `PEER <phase> <peer> <bytes_sent> <bytes_recv> <msgs_sent> <msgs_recv> <errors>`
+//! - `PEER <phase> <peer> <bytes_sent> <bytes_recv> <msgs_sent> <msgs_recv> <errors>
+//!   <direct_read> <direct_written>`
 //! - `LAT <phase> <coll> <count> <sum of bucket counts>`
 //! - `PERIODIC ok|<why not>`
 //! - `DONE`
 
-use nccl_rs::{Communicator, Config, P2pGroup, RedOp};
+use nccl_rs::{Communicator, Config, P2pGroup, RedOp, ShmBuffer};
 use std::time::{Duration, Instant};
 
 /// Elements per block.
 const BLOCK: usize = 256;
 /// Times each collective runs.
 const REPEAT: usize = 3;
+/// Zero-copy all-reduces.
+const ZC_REPEAT: usize = 2;
 
 fn print_stats(phase: &str, comm: &Communicator) {
     let s = comm.stats();
     for p in &s.peers {
         let e = p.errors;
         println!(
-            "PEER {phase} {} {} {} {} {} {}",
+            "PEER {phase} {} {} {} {} {} {} {} {}",
             p.peer,
             p.bytes_sent,
             p.bytes_recv,
             p.msgs_sent,
             p.msgs_recv,
-            e.io + e.protocol + e.timeout + e.other
+            e.io + e.protocol + e.timeout + e.other,
+            p.direct_bytes_read,
+            p.direct_bytes_written
         );
     }
     for h in &s.colls {
@@ -50,6 +61,22 @@ fn run() -> Result<(), String> {
     let mut comm = Communicator::init_from_env(&cfg).map_err(|e| e.to_string())?;
     let (r, n) = (comm.rank(), comm.size());
     let err = |e: nccl_rs::Error| e.to_string();
+    let zero_copy = std::env::var("TELEMETRY_ZERO_COPY").as_deref() == Ok("1");
+    let all_reduces = REPEAT + if zero_copy { ZC_REPEAT } else { 0 };
+    if zero_copy {
+        let shm = |v: f32| -> Result<ShmBuffer<f32>, String> {
+            let mut b = ShmBuffer::<f32>::zeroed(n * BLOCK).map_err(err)?;
+            b.iter_mut().for_each(|x| *x = v);
+            Ok(b)
+        };
+        let (send, mut recv) = (shm(1.0)?, shm(0.0)?);
+        for _ in 0..ZC_REPEAT {
+            comm.all_reduce(&send, &mut recv, RedOp::Sum).map_err(err)?;
+            if recv.iter().any(|&x| x != n as f32) {
+                return Err("zero-copy all_reduce result".into());
+            }
+        }
+    }
     for _ in 0..REPEAT {
         let send = vec![1.0f32; n * BLOCK];
         let mut recv = vec![0.0f32; n * BLOCK];
@@ -84,7 +111,7 @@ fn run() -> Result<(), String> {
     let periodic = match std::env::var("NCCL_RS_PROM_FILE") {
         Ok(t) => {
             let path = t.replace("{rank}", &r.to_string());
-            let want = format!("coll=\"all_reduce\"}} {REPEAT}");
+            let want = format!("coll=\"all_reduce\"}} {all_reduces}");
             let start = Instant::now();
             loop {
                 let text = std::fs::read_to_string(&path).unwrap_or_default();
