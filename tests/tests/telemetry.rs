@@ -80,16 +80,21 @@ fn expected(n: usize, r: usize, all_reduces: u64, first_phase: bool) -> Vec<Coun
 /// One sample of a Prometheus text file: metric name and labels.
 type Key = (String, BTreeMap<String, String>);
 
+/// A parsed Prometheus text file: the samples, and each family's type.
+type Parsed = (BTreeMap<Key, f64>, BTreeMap<String, String>);
+
 /// A small parser of the text exposition format: the samples, and the
 /// families declared by `# TYPE` lines (each with its HELP line before).
-fn parse_prom(text: &str) -> Result<(BTreeMap<Key, f64>, BTreeMap<String, String>), String> {
+fn parse_prom(text: &str) -> Result<Parsed, String> {
     let mut samples = BTreeMap::new();
     let mut types = BTreeMap::new();
     let mut helped = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = |why: &str| format!("line {}: {why}: {line:?}", i + 1);
         if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').ok_or_else(|| bad("HELP without text"))?;
+            let (name, help) = rest
+                .split_once(' ')
+                .ok_or_else(|| bad("HELP without text"))?;
             if help.is_empty() {
                 return Err(bad("empty HELP"));
             }
@@ -97,7 +102,9 @@ fn parse_prom(text: &str) -> Result<(BTreeMap<Key, f64>, BTreeMap<String, String
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').ok_or_else(|| bad("TYPE without kind"))?;
+            let (name, kind) = rest
+                .split_once(' ')
+                .ok_or_else(|| bad("TYPE without kind"))?;
             if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
                 return Err(bad("unknown type"));
             }
@@ -193,10 +200,10 @@ fn prom_parser_rejects_malformed_files() {
 
 /// The worker's `PEER <phase> ...` lines as counters per peer, and its
 /// `LAT <phase> <coll> <count> <bucket sum>` lines.
-fn worker_stats(
-    out: &str,
-    phase: &str,
-) -> (Vec<Counts>, Vec<Direct>, BTreeMap<String, (u64, u64)>) {
+/// Per collective kind: (calls, sum of its histogram's buckets).
+type Latencies = BTreeMap<String, (u64, u64)>;
+
+fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, Vec<Direct>, Latencies) {
     let mut peers = Vec::new();
     let mut direct = Vec::new();
     let mut lat = BTreeMap::new();
@@ -261,7 +268,7 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
         let (after, direct_after, lat_after) = worker_stats(&o.stdout, "reset");
         assert_eq!(after, expected(n, r, 1, false), "after reset: {ctx}");
         assert_eq!(direct_after, expected_direct(n, r, 0), "after reset: {ctx}");
-        let calls = |name: &str, phase: &BTreeMap<String, (u64, u64)>| phase[name];
+        let calls = |name: &str, phase: &Latencies| phase[name];
         for (coll, want) in [
             ("all_reduce", REPEAT + zc),
             ("all_gather", REPEAT),
@@ -275,7 +282,11 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
         ] {
             assert_eq!(calls(coll, &lat), (want, want), "{coll} latencies: {ctx}");
             let after = if coll == "all_reduce" { 1 } else { 0 };
-            assert_eq!(calls(coll, &lat_after), (after, after), "{coll} after reset: {ctx}");
+            assert_eq!(
+                calls(coll, &lat_after),
+                (after, after),
+                "{coll} after reset: {ctx}"
+            );
         }
 
         // The Prometheus file: every counter since creation.
@@ -292,7 +303,11 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             ("nccl_rs_peer_errors_total", "counter"),
             ("nccl_rs_collective_latency_seconds", "histogram"),
         ] {
-            assert_eq!(types.get(family).map(String::as_str), Some(kind), "{family}");
+            assert_eq!(
+                types.get(family).map(String::as_str),
+                Some(kind),
+                "{family}"
+            );
         }
         let comm = samples
             .keys()
@@ -350,16 +365,26 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             value(&format!("{hist}_count"), &coll("all_reduce")),
             Some((REPEAT + zc + 1) as f64)
         );
-        let inf = [("coll", "all_reduce".to_string()), ("le", "+Inf".to_string())];
+        let inf = [
+            ("coll", "all_reduce".to_string()),
+            ("le", "+Inf".to_string()),
+        ];
         assert_eq!(
             value(&format!("{hist}_bucket"), &inf),
             Some((REPEAT + zc + 1) as f64)
         );
-        assert_eq!(value(&format!("{hist}_count"), &coll("send_recv")), Some(1.0));
+        assert_eq!(
+            value(&format!("{hist}_count"), &coll("send_recv")),
+            Some(1.0)
+        );
         assert_eq!(value(&format!("{hist}_count"), &coll("reduce")), None);
     }
     comm_ids.dedup();
-    assert_eq!(comm_ids.len(), 1, "one comm label on every rank: {comm_ids:?}");
+    assert_eq!(
+        comm_ids.len(),
+        1,
+        "one comm label on every rank: {comm_ids:?}"
+    );
     // Only the files: every temporary file was renamed.
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("list")

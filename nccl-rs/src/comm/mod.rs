@@ -215,7 +215,9 @@ impl Communicator {
         );
         engine.oversubscribed = oversubscribed;
         let comm_id = crate::observe::telemetry::comm_id(&id.to_bytes());
-        engine.telemetry = Arc::new(crate::observe::telemetry::Telemetry::new(comm_id, rank, nranks));
+        engine.telemetry = Arc::new(crate::observe::telemetry::Telemetry::new(
+            comm_id, rank, nranks,
+        ));
         let telemetry = crate::observe::prom::Registration::new(
             engine.telemetry.clone(),
             config.prom_file.as_deref(),

@@ -677,7 +677,10 @@ fn prometheus_file_variables() {
         (None, Duration::from_secs(10))
     );
     let c = cfg(&[
-        ("NCCL_RS_PROM_FILE", "/var/lib/node_exporter/nccl-{rank}.prom"),
+        (
+            "NCCL_RS_PROM_FILE",
+            "/var/lib/node_exporter/nccl-{rank}.prom",
+        ),
         ("NCCL_RS_PROM_INTERVAL_MS", "250"),
     ])
     .unwrap();

@@ -269,10 +269,11 @@ impl Engine {
             let now = Instant::now();
             let start = *start.get_or_insert(now);
             let last_health = last_health.get_or_insert(now);
-            let idle = now - *idle_since.get_or_insert_with(|| {
-                waiting = run.waits_on();
-                now
-            });
+            let idle = now
+                - *idle_since.get_or_insert_with(|| {
+                    waiting = run.waits_on();
+                    now
+                });
             polls = polls.wrapping_add(1);
             if idle < spin {
                 std::hint::spin_loop();

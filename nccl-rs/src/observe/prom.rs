@@ -131,7 +131,8 @@ pub fn render(comms: &[CommStats]) -> String {
         ),
     ];
     // Per communicator, its active peers and their base labels.
-    let active: Vec<Vec<(&telemetry::PeerStats, Vec<(&str, String)>)>> = comms
+    type Labelled<'a> = (&'a telemetry::PeerStats, Vec<(&'static str, String)>);
+    let active: Vec<Vec<Labelled<'_>>> = comms
         .iter()
         .map(|c| {
             c.peers
@@ -296,10 +297,7 @@ fn write_now(w: &mut Writer) {
 fn run_writer() {
     let (lock, cv) = writer();
     let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let Some(interval) = g.as_ref().filter(|w| w.users > 0).map(|w| w.interval) else {
-            break;
-        };
+    while let Some(interval) = g.as_ref().filter(|w| w.users > 0).map(|w| w.interval) {
         g = cv
             .wait_timeout(g, interval)
             .unwrap_or_else(|p| p.into_inner())
@@ -327,11 +325,7 @@ impl Registration {
     /// Registers `tel`; `file` and `interval` are `NCCL_RS_PROM_FILE` and
     /// `NCCL_RS_PROM_INTERVAL_MS` (0: written only at destroy). The
     /// process's first communicator with a file fixes its path.
-    pub(crate) fn new(
-        tel: Arc<Telemetry>,
-        file: Option<&str>,
-        interval: Duration,
-    ) -> Registration {
+    pub(crate) fn new(tel: Arc<Telemetry>, file: Option<&str>, interval: Duration) -> Registration {
         telemetry::register(&tel);
         let Some(file) = file else {
             return Registration { tel, prom: false };

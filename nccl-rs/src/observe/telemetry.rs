@@ -254,7 +254,7 @@ impl Telemetry {
     /// buffers.
     pub(crate) fn zero_copy(&self, steps: &[ZcStep], elem: usize) {
         let me = self.rank;
-        let mut touch = |at: &ZcAt, count: usize, read: bool, written: bool| {
+        let touch = |at: &ZcAt, count: usize, read: bool, written: bool| {
             let q = match at.buf {
                 ZcBuf::In(q) | ZcBuf::Out(q) => q,
             };
@@ -559,10 +559,7 @@ pub(crate) fn unregister(t: &Arc<Telemetry>) {
 /// The live communicators' telemetry in this process (cheap: a lock, and
 /// a reference count per communicator; no counter is read).
 pub fn live() -> Vec<Arc<Telemetry>> {
-    registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
+    registry().lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The totals of every live communicator of this process, oldest first
@@ -681,8 +678,16 @@ mod tests {
         let t = Telemetry::new(7, 1, 3);
         t.zero_copy(&zero_copy(ZcColl::AllReduce { count: 12 }, 3, 1), 4);
         let s = t.stats();
-        let direct = |p: usize| (s.peers[p].direct_bytes_read, s.peers[p].direct_bytes_written);
-        assert_eq!([direct(0), direct(1), direct(2)], [(16, 16), (0, 0), (16, 16)]);
+        let direct = |p: usize| {
+            (
+                s.peers[p].direct_bytes_read,
+                s.peers[p].direct_bytes_written,
+            )
+        };
+        assert_eq!(
+            [direct(0), direct(1), direct(2)],
+            [(16, 16), (0, 0), (16, 16)]
+        );
         assert_eq!(s.peers[0].bytes_sent, 0);
         // A hand-made plan: a copy from rank 0, a swap with rank 2.
         let t = Telemetry::new(7, 1, 3);
@@ -703,8 +708,16 @@ mod tests {
             2,
         );
         let s = t.stats();
-        let direct = |p: usize| (s.peers[p].direct_bytes_read, s.peers[p].direct_bytes_written);
-        assert_eq!([direct(0), direct(1), direct(2)], [(6, 0), (0, 0), (10, 10)]);
+        let direct = |p: usize| {
+            (
+                s.peers[p].direct_bytes_read,
+                s.peers[p].direct_bytes_written,
+            )
+        };
+        assert_eq!(
+            [direct(0), direct(1), direct(2)],
+            [(6, 0), (0, 0), (10, 10)]
+        );
     }
 
     #[test]

@@ -115,10 +115,9 @@ fn run() -> Result<(), String> {
             let start = Instant::now();
             loop {
                 let text = std::fs::read_to_string(&path).unwrap_or_default();
-                if text
-                    .lines()
-                    .any(|l| l.starts_with("nccl_rs_collective_latency_seconds_count") && l.ends_with(&want))
-                {
+                if text.lines().any(|l| {
+                    l.starts_with("nccl_rs_collective_latency_seconds_count") && l.ends_with(&want)
+                }) {
                     break "ok".to_string();
                 }
                 if start.elapsed() > Duration::from_secs(5) {
