@@ -430,3 +430,64 @@ fn telemetry_2_ranks_tcp() {
 fn telemetry_4_ranks_tcp() {
     telemetry_at(4, &[("NCCL_SHM_DISABLE", "1")]);
 }
+
+/// A peer that never calls: rank 0's all-reduce times out waiting for its
+/// data, and its telemetry names that peer: one timeout, and the wait.
+#[test]
+fn a_stalled_peer_shows_as_a_timeout_and_a_wait() {
+    let dir = std::env::temp_dir().join(format!("nccl-rs-telemetry-stall-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let env = [
+        ("NCCL_RS_TIMEOUT", "0.5".to_string()),
+        ("TELEMETRY_STALL", "1".to_string()),
+        (
+            "NCCL_RS_PROM_FILE",
+            dir.join("nccl-{rank}.prom").display().to_string(),
+        ),
+        ("NCCL_RS_PROM_INTERVAL_MS", "0".to_string()),
+    ];
+    let worker = env!("CARGO_BIN_EXE_telemetry_worker");
+    let outs = run_ranks(worker, &[], 2, &env, Duration::from_secs(60));
+    let o = &outs[0];
+    let ctx = format!("{}{}", o.stdout, o.stderr);
+    assert_eq!(o.code, Some(0), "{ctx}");
+    let line = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("STALL "))
+        .unwrap_or_else(|| panic!("no STALL line: {ctx}"));
+    let f: Vec<u128> = line
+        .split(' ')
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    let (failed, elapsed, wait, timeouts, others) = (f[0], f[1], f[2], f[3], f[4]);
+    assert_eq!((failed, timeouts, others), (1, 1, 0), "{ctx}");
+    // Most of the 0.5 s deadline was spent waiting on rank 1's data.
+    assert!(
+        wait >= 250_000_000 && wait <= elapsed,
+        "wait {wait} ns of {elapsed}: {ctx}"
+    );
+    // Written once, at destroy (interval 0), with the same counters.
+    let text = std::fs::read_to_string(dir.join("nccl-0.prom")).expect("file");
+    let (samples, _) = parse_prom(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let find = |name: &str, extra: (&str, &str)| {
+        samples
+            .iter()
+            .find(|((n, l), _)| {
+                n == name && l["peer"] == "1" && l.get(extra.0).map(String::as_str) == Some(extra.1)
+            })
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(
+        find("nccl_rs_peer_errors_total", ("kind", "timeout")),
+        Some(1.0),
+        "{text}"
+    );
+    let waited = find("nccl_rs_peer_wait_seconds_total", ("wait", "recv")).expect("wait line");
+    assert!(
+        (waited - wait as f64 / 1e9).abs() < 1e-9,
+        "{waited} s: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -61,6 +61,9 @@ fn run() -> Result<(), String> {
     let mut comm = Communicator::init_from_env(&cfg).map_err(|e| e.to_string())?;
     let (r, n) = (comm.rank(), comm.size());
     let err = |e: nccl_rs::Error| e.to_string();
+    if std::env::var("TELEMETRY_STALL").as_deref() == Ok("1") {
+        return stall(comm);
+    }
     let zero_copy = std::env::var("TELEMETRY_ZERO_COPY").as_deref() == Ok("1");
     let all_reduces = REPEAT + if zero_copy { ZC_REPEAT } else { 0 };
     if zero_copy {
@@ -137,6 +140,36 @@ fn run() -> Result<(), String> {
     print_stats("reset", &comm);
     comm.finalize().map_err(err)?;
     // Dropping the communicator writes the file a last time.
+    drop(comm);
+    println!("DONE");
+    Ok(())
+}
+
+/// `TELEMETRY_STALL=1`: rank 1 never calls; rank 0's all-reduce waits on
+/// it until `NCCL_RS_TIMEOUT`. Rank 0 prints
+/// `STALL <failed 0|1> <elapsed ns> <recv wait on 1 ns> <timeouts on 1> <other errors on 1>`.
+fn stall(mut comm: Communicator) -> Result<(), String> {
+    if comm.rank() != 0 {
+        std::thread::sleep(Duration::from_secs(2));
+        println!("DONE");
+        return Ok(());
+    }
+    let n = comm.size();
+    let send = vec![1.0f32; n * BLOCK];
+    let mut recv = vec![0.0f32; n * BLOCK];
+    let start = Instant::now();
+    let res = comm.all_reduce(&send, &mut recv, RedOp::Sum);
+    let elapsed = start.elapsed();
+    let p = comm.stats().peers[1].clone();
+    let e = p.errors;
+    println!(
+        "STALL {} {} {} {} {}",
+        u8::from(res.is_err()),
+        elapsed.as_nanos(),
+        p.recv_wait.as_nanos(),
+        e.timeout,
+        e.io + e.protocol + e.other
+    );
     drop(comm);
     println!("DONE");
     Ok(())
