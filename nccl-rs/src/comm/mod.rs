@@ -218,11 +218,6 @@ impl Communicator {
         engine.telemetry = Arc::new(crate::observe::telemetry::Telemetry::new(
             comm_id, rank, nranks,
         ));
-        let telemetry = crate::observe::prom::Registration::new(
-            engine.telemetry.clone(),
-            config.prom_file.as_deref(),
-            config.prom_interval,
-        );
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,
@@ -268,6 +263,12 @@ impl Communicator {
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }
+        // Registered once init can no longer fail.
+        let telemetry = crate::observe::prom::Registration::new(
+            core.engine.telemetry.clone(),
+            config.prom_file.as_deref(),
+            config.prom_interval,
+        );
         let core = Arc::new(Mutex::new(core));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
