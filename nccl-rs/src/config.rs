@@ -60,6 +60,8 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_RING_ORDER",
     "NCCL_RS_TOPO_OVERSUB",
     "NCCL_TOPO_DUMP_FILE",
+    "NCCL_RS_PROM_FILE",
+    "NCCL_RS_PROM_INTERVAL_MS",
     "NCCL_IB_HCA",
     "NCCL_IB_GID_INDEX",
     "NCCL_IB_ADDR_FAMILY",
@@ -184,6 +186,12 @@ pub struct Config {
     /// `NCCL_TOPO_DUMP_FILE`: rank 0 writes the detected topology there,
     /// as XML.
     pub topo_dump_file: Option<String>,
+    /// `NCCL_RS_PROM_FILE`: the Prometheus text file of this process's
+    /// communicators' telemetry (`{rank}`, `{pid}` expanded).
+    pub prom_file: Option<String>,
+    /// `NCCL_RS_PROM_INTERVAL_MS`: how often that file is rewritten (0:
+    /// only when a communicator is destroyed).
+    pub prom_interval: Duration,
     /// The `NCCL_IB_*` settings of the verbs transport.
     pub ib: transport_verbs::VerbsOptions,
     /// The settings of device buffers (the `cuda` feature).
@@ -230,6 +238,8 @@ impl Default for Config {
             ring_by_topology: true,
             topo_oversub: Vec::new(),
             topo_dump_file: None,
+            prom_file: None,
+            prom_interval: Duration::from_secs(10),
             ib: transport_verbs::VerbsOptions::default(),
             cuda: CudaConfig::default(),
         }
@@ -525,6 +535,13 @@ impl Config {
                 })?,
             },
             topo_dump_file: text("NCCL_TOPO_DUMP_FILE"),
+            prom_file: text("NCCL_RS_PROM_FILE").filter(|f| !f.is_empty()),
+            prom_interval: Duration::from_millis(num(
+                &text,
+                "NCCL_RS_PROM_INTERVAL_MS",
+                d.prom_interval.as_millis() as usize,
+                0..=86_400_000,
+            )? as u64),
             ib: transport_verbs::VerbsOptions {
                 cross_nic,
                 ..transport_verbs::VerbsOptions::from_env_lookup(&get)

@@ -45,6 +45,8 @@ pub mod hostmem;
 pub mod kernels;
 pub mod launch;
 mod logging;
+/// Seeing inside a running job: per-peer telemetry and its Prometheus file.
+pub mod observe;
 mod plan;
 mod reduce;
 pub mod schedule;

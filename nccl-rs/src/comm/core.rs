@@ -197,8 +197,23 @@ impl Core {
     }
 
     /// Plans and runs one collective on raw buffers: the one path of every
-    /// collective, blocking or async.
+    /// collective, blocking or async. Its latency goes to the telemetry.
     pub(crate) fn collective(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        op: RedOp,
+        bufs: CallBufs,
+    ) -> Result<()> {
+        let start = std::time::Instant::now();
+        let res = self.run_collective(coll, dtype, op, bufs);
+        if res.is_ok() {
+            self.engine.telemetry.observe(coll.index(), start.elapsed());
+        }
+        res
+    }
+
+    fn run_collective(
         &mut self,
         coll: Coll,
         dtype: DataType,
@@ -275,6 +290,7 @@ impl Core {
 
     /// Plans and runs a group of sends and receives.
     pub(crate) fn group(&mut self, sched: &Schedule, what: OpLabel, bufs: CallBufs) -> Result<()> {
+        let start = std::time::Instant::now();
         let mut facts = self.facts(None, DataType::Uint8, &bufs);
         facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
             let r = match loc {
@@ -297,7 +313,7 @@ impl Core {
             &mut |_| shaped,
         );
         let hints = hints_of(&plan, &bufs);
-        self.execute(
+        let res = self.execute(
             sched,
             DataType::Uint8,
             RedOp::Sum,
@@ -305,7 +321,12 @@ impl Core {
             what,
             bufs,
             hints,
-        )
+        );
+        if res.is_ok() {
+            let kind = crate::observe::telemetry::SEND_RECV;
+            self.engine.telemetry.observe(kind, start.elapsed());
+        }
+        res
     }
 
     /// Runs `sched` as operation `what` with the transports told `hints`.

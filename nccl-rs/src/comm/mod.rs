@@ -49,6 +49,9 @@ pub struct Communicator {
     net: Arc<dyn Net>,
     config: Config,
     fabric: Arc<Fabric>,
+    /// Telemetry in the process's live set and Prometheus file; last, so
+    /// that its final write follows the async operations' end.
+    telemetry: crate::observe::prom::Registration,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -211,6 +214,10 @@ impl Communicator {
             config.timeout,
         );
         engine.oversubscribed = oversubscribed;
+        let comm_id = crate::observe::telemetry::comm_id(&id.to_bytes());
+        engine.telemetry = Arc::new(crate::observe::telemetry::Telemetry::new(
+            comm_id, rank, nranks,
+        ));
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,
@@ -256,6 +263,12 @@ impl Communicator {
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }
+        // Registered once init can no longer fail.
+        let telemetry = crate::observe::prom::Registration::new(
+            core.engine.telemetry.clone(),
+            config.prom_file.as_deref(),
+            config.prom_interval,
+        );
         let core = Arc::new(Mutex::new(core));
         if rank == 0 {
             info!(nranks, transport = %props.name, "communicator ready");
@@ -270,6 +283,7 @@ impl Communicator {
             net,
             config: config.clone(),
             fabric,
+            telemetry,
         })
     }
 
@@ -329,6 +343,20 @@ impl Communicator {
     /// (`ncclCommAbort`). After an abort the communicator only drops.
     pub fn abort_handle(&self) -> AbortHandle {
         self.abort.clone()
+    }
+
+    /// This rank's telemetry of this communicator since its creation or
+    /// the last [`Communicator::reset_stats`]: bytes, messages, waits and
+    /// errors per peer, latencies per collective kind (see
+    /// [`crate::observe::telemetry`]). Cheap: no lock the operations take.
+    pub fn stats(&self) -> crate::observe::telemetry::CommStats {
+        self.telemetry.telemetry().stats()
+    }
+
+    /// Makes [`Communicator::stats`] count from now on (the Prometheus
+    /// file's counters keep counting up).
+    pub fn reset_stats(&self) {
+        self.telemetry.telemetry().reset();
     }
 
     /// The first error this communicator hit, if any (`ncclCommGetAsyncError`).

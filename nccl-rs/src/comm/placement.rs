@@ -52,7 +52,10 @@ impl Core {
     /// Runs one round trip of the probe as operation `label`.
     fn trip(&mut self, sched: &Schedule, tag: u32, label: OpLabel, bufs: CallBufs) -> Result<()> {
         let hints = Hints::default();
-        self.execute(sched, DataType::Uint8, RedOp::Sum, tag, label, bufs, hints)
+        self.engine.control = true;
+        let res = self.execute(sched, DataType::Uint8, RedOp::Sum, tag, label, bufs, hints);
+        self.engine.control = false;
+        res
     }
 
     /// Where the two ranks' CPUs are right now, as rank 0 times and judges

@@ -258,7 +258,11 @@ impl Core {
                 // and every peer is inside the same call until the exit
                 // barrier below (entered: step 1; leaves: step 4), running
                 // its part of the same plan.
-                unsafe { exec::run(&steps, &b, op, n, &mut zc.tmp) }
+                let ran = unsafe { exec::run(&steps, &b, op, n, &mut zc.tmp) };
+                if ran.is_ok() {
+                    self.engine.telemetry.zero_copy(&steps, dtype.size());
+                }
+                ran
             }
         };
         // 4. Exit barrier, which also tells every rank whether all parts ran.
@@ -311,7 +315,8 @@ impl Core {
             _ => words.len(),
         };
         let input = Region::new(out.ptr.wrapping_add(mine * 8), count * 8);
-        self.execute(
+        self.engine.control = true;
+        let res = self.execute(
             &sched,
             DataType::Uint64,
             op,
@@ -323,6 +328,8 @@ impl Core {
                 group: Vec::new(),
             },
             Hints::default(),
-        )
+        );
+        self.engine.control = false;
+        res
     }
 }

@@ -174,6 +174,7 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ),
         ("NCCL_BUFFSIZE", count(&["0", "4095", "1073741825"])),
         ("NCCL_RS_STEPS", count(&["0", "1", "65"])),
+        ("NCCL_RS_PROM_INTERVAL_MS", count(&["86400001"])),
         ("NCCL_RS_TIMEOUT", secs()),
         ("NCCL_RS_BOOTSTRAP_TIMEOUT", secs()),
         ("NCCL_NSOCKS_PERTHREAD", count(&["0", "65"])),
@@ -324,6 +325,10 @@ fn lenient() -> Vec<Lenient> {
         }),
         ("NCCL_TOPO_DUMP_FILE", "topo.xml", |c| {
             c.topo_dump_file.as_deref() == Some("topo.xml")
+        }),
+        // Placeholders are expanded when the file is first written.
+        ("NCCL_RS_PROM_FILE", "nccl-{rank}.prom", |c| {
+            c.prom_file.as_deref() == Some("nccl-{rank}.prom")
         }),
         ("NCCL_RS_CUDA_DRIVER", "/opt/libcuda.so.1", |c| {
             c.cuda.driver.as_deref() == Some("/opt/libcuda.so.1")
@@ -661,5 +666,35 @@ fn topology_variables() {
                 assert!(e.contains("NCCL_RS_TOPO_OVERSUB"), "{v:?}: {e}");
             }
         }
+    }
+}
+
+#[test]
+fn prometheus_file_variables() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(
+        (c.prom_file, c.prom_interval),
+        (None, Duration::from_secs(10))
+    );
+    let c = cfg(&[
+        (
+            "NCCL_RS_PROM_FILE",
+            "/var/lib/node_exporter/nccl-{rank}.prom",
+        ),
+        ("NCCL_RS_PROM_INTERVAL_MS", "250"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.prom_file.as_deref(),
+        Some("/var/lib/node_exporter/nccl-{rank}.prom")
+    );
+    assert_eq!(c.prom_interval, Duration::from_millis(250));
+    let c = cfg(&[("NCCL_RS_PROM_FILE", ""), ("NCCL_RS_PROM_INTERVAL_MS", "0")]).unwrap();
+    assert_eq!((c.prom_file, c.prom_interval), (None, Duration::ZERO));
+    for v in ["-1", "1.5", "ten", "86400001"] {
+        let e = cfg(&[("NCCL_RS_PROM_INTERVAL_MS", v)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NCCL_RS_PROM_INTERVAL_MS"), "{v:?}: {e}");
     }
 }

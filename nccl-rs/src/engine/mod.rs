@@ -27,6 +27,7 @@ pub(crate) use label::{fingerprint_all_reduce, OpLabel};
 pub(crate) use run::{Call, Hints, Run};
 
 use crate::error::{Error, Result};
+use crate::observe::telemetry::{ErrorKind, Telemetry, Wait};
 use crate::transport::{RecvComm, SendComm};
 pub(crate) use buffers::AlignedBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +70,11 @@ pub(crate) struct Engine {
     /// it, and from it, takes (0: none, or no connection); see
     /// [`Engine::eager`].
     eager_max: Vec<(usize, usize)>,
+    /// Per-peer counters (`observe::telemetry`).
+    pub(crate) telemetry: Arc<Telemetry>,
+    /// The operations now run are the library's own exchanges (counted as
+    /// control traffic, not payload).
+    pub(crate) control: bool,
 }
 
 /// The staging slots' memory, computed once.
@@ -136,6 +142,8 @@ impl Engine {
             abort: AbortHandle::default(),
             oversubscribed: false,
             eager_max,
+            telemetry: Arc::new(Telemetry::new(0, rank, nranks)),
+            control: false,
         }
     }
 
@@ -184,6 +192,7 @@ impl Engine {
             &mut self.book,
             &self.abort,
             eager,
+            (&self.telemetry, self.control),
         )
     }
 
@@ -237,13 +246,17 @@ impl Engine {
         let mut polls = 0u32;
         let mut quiet = 0u32;
         let mut last_health: Option<Instant> = None;
+        // What the current idle stretch waits on (for the wait counters).
+        let mut waiting = None;
         loop {
             let (done, moved) = run.poll()?;
-            if done {
-                return Ok(());
-            }
-            if moved {
-                idle_since = None;
+            if done || moved {
+                if let Some(since) = idle_since.take() {
+                    run.telemetry().waited(waiting, since.elapsed());
+                }
+                if done {
+                    return Ok(());
+                }
                 quiet = 0;
                 continue;
             }
@@ -256,7 +269,11 @@ impl Engine {
             let now = Instant::now();
             let start = *start.get_or_insert(now);
             let last_health = last_health.get_or_insert(now);
-            let idle = now - *idle_since.get_or_insert(now);
+            let idle = now
+                - *idle_since.get_or_insert_with(|| {
+                    waiting = run.waits_on();
+                    now
+                });
             polls = polls.wrapping_add(1);
             if idle < spin {
                 std::hint::spin_loop();
@@ -278,6 +295,10 @@ impl Engine {
                 }
             }
             if polls % 64 == 0 && now - start > timeout {
+                run.telemetry().waited(waiting, idle);
+                if let Some(Wait::Recv(p) | Wait::Send(p)) = waiting {
+                    run.telemetry().error(p, ErrorKind::Timeout);
+                }
                 return Err(Error::Timeout {
                     rank,
                     op: what.to_string(),

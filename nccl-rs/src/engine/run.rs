@@ -13,6 +13,7 @@
 use super::{CallBufs, Region};
 use crate::datatype::{DataType, RedOp};
 use crate::error::{Error, Result};
+use crate::observe::telemetry::{ErrorKind, Telemetry, Wait};
 use crate::reduce;
 use crate::schedule::{Loc, Schedule, Step};
 use crate::transport::{NetError, RecvComm, Request, SendComm};
@@ -79,6 +80,9 @@ pub(crate) struct Run<'a> {
     /// `eager` check): steps run in order, each receive read when its step
     /// comes, each send complete when written; nothing is posted or tested.
     eager: bool,
+    /// Per-peer counters, and whether this run is control traffic.
+    tel: &'a Telemetry,
+    control: bool,
 }
 
 impl<'a> Run<'a> {
@@ -96,6 +100,7 @@ impl<'a> Run<'a> {
         book: &'a mut Bookkeeping,
         abort: &'a super::AbortHandle,
         eager: bool,
+        (tel, control): (&'a Telemetry, bool),
     ) -> Run<'a> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
@@ -126,7 +131,27 @@ impl<'a> Run<'a> {
             blocked: None,
             abort,
             eager,
+            tel,
+            control,
         }
+    }
+
+    /// The communicator's per-peer counters.
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        self.tel
+    }
+
+    /// What this run waits on when a poll moves nothing: a parked send's
+    /// peer, else the current step's sender, else a send still draining.
+    pub(crate) fn waits_on(&self) -> Option<Wait> {
+        if let Some((to, _)) = self.blocked {
+            return Some(Wait::Send(to));
+        }
+        let step = self.call.sched.steps.get(self.cur);
+        if let Some(from) = step.and_then(Step::recv_peer) {
+            return Some(Wait::Recv(from));
+        }
+        self.sends.front().map(|s| Wait::Send(s.0))
     }
 
     /// Whether the communicator was aborted.
@@ -135,6 +160,7 @@ impl<'a> Run<'a> {
     }
 
     fn net_err(&self, peer: usize, source: NetError) -> Error {
+        self.tel.error(peer, ErrorKind::of(&source));
         Error::Transport {
             rank: self.rank,
             peer,
@@ -316,7 +342,11 @@ impl<'a> Run<'a> {
             // SAFETY: `src` is a checked range of a buffer valid for the
             // whole run.
             let sent = unsafe { comm.send_eager(src.ptr, src.len, tag) };
-            return sent.map_err(|e| self.net_err(to, e));
+            let sent = sent.map_err(|e| self.net_err(to, e))?;
+            if sent {
+                self.tel.sent(self.control, to, src.len);
+            }
+            return Ok(sent);
         }
         // SAFETY: `src` is a checked range of a buffer that stays valid for
         // the whole run; `Run` only finishes once every send completed.
@@ -324,6 +354,7 @@ impl<'a> Run<'a> {
         match req.map_err(|e| self.net_err(to, e))? {
             Some(r) => {
                 self.sends.push_back((to, r));
+                self.tel.sent(self.control, to, src.len);
                 Ok(true)
             }
             None => Ok(false),
@@ -369,6 +400,7 @@ impl<'a> Run<'a> {
                     );
                     return Err(self.net_err(from, NetError::Protocol(msg)));
                 }
+                self.tel.received(self.control, from, got.len());
                 if let Received::Lent { first, second } = got {
                     lent = Some((from, req, [first, second]));
                 }
@@ -417,7 +449,10 @@ impl<'a> Run<'a> {
         let got = unsafe { comm.recv_eager(dst.ptr, dst.len, tag) };
         match got.map_err(|e| self.net_err(from, e))? {
             None => Ok(false),
-            Some(n) if n == bytes => Ok(true),
+            Some(n) if n == bytes => {
+                self.tel.received(self.control, from, n);
+                Ok(true)
+            }
             Some(n) => {
                 let msg = format!("expected {bytes} bytes, got {n}");
                 Err(self.net_err(from, NetError::Protocol(msg)))

@@ -1,0 +1,2 @@
+pub mod prom;
+pub mod telemetry;
