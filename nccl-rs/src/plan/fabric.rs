@@ -16,6 +16,17 @@ pub(crate) struct HostLayout {
     /// Between hosts: one host's share of its NICs, across the spine where
     /// the communicator spans leaves.
     inter: Model,
+    /// Where the communicator spans leaves: hosts per leaf and the uplinks'
+    /// oversubscription, with the hosts' own bandwidth (bytes per second).
+    spine: Option<Spine>,
+}
+
+/// The leaves' uplinks of a [`HostLayout`] (see its `spine`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Spine {
+    per_leaf: f64,
+    oversubscription: f64,
+    host_beta: f64,
 }
 
 impl HostLayout {
@@ -71,10 +82,16 @@ impl HostLayout {
                 ..net
             },
         };
+        let mut spine_links = None;
         if fabric.nleaves() > 1 {
             // A leaf's uplink carries what its hosts send across the spine.
             let per_leaf = h.div_ceil(fabric.nleaves()) as f64;
             let over = fabric.oversubscription(0).unwrap_or(1.0);
+            spine_links = Some(Spine {
+                per_leaf,
+                oversubscription: over,
+                host_beta: inter.beta,
+            });
             let spine = LinkClass::Spine {
                 oversubscription: (over / per_leaf).max(1.0),
             };
@@ -87,6 +104,7 @@ impl HostLayout {
             ranks,
             intra,
             inter,
+            spine: spine_links,
         })
     }
 
@@ -97,7 +115,20 @@ impl HostLayout {
             ranks,
             intra,
             inter,
+            spine: None,
         }
+    }
+
+    /// The same layout spread over leaves of `per_leaf` hosts whose uplinks
+    /// are oversubscribed `oversubscription`:1 (tests).
+    #[cfg(test)]
+    pub(crate) fn with_spine(mut self, per_leaf: f64, oversubscription: f64) -> HostLayout {
+        self.spine = Some(Spine {
+            per_leaf,
+            oversubscription,
+            host_beta: self.inter.beta,
+        });
+        self
     }
 
     /// The hosts, for the hierarchical schedules.
@@ -105,12 +136,12 @@ impl HostLayout {
         Hosts { ranks: &self.ranks }
     }
 
-    /// Ranks in all.
     /// The cost of a step between hosts.
     pub(crate) fn inter(&self) -> Model {
         self.inter
     }
 
+    /// Ranks in all.
     pub(crate) fn nranks(&self) -> usize {
         self.ranks.iter().map(Vec::len).sum()
     }
@@ -172,8 +203,20 @@ impl HostLayout {
                 (h - 1.0) * b.alpha + (l - 1.0) * a.alpha + s / b.beta
             }
             (Coll::Broadcast { .. }, false) => (n - 1.0) * b.alpha + s / b.beta,
-            // Each rank's blocks for other hosts share its host's links.
-            (Coll::AllToAll { .. }, _) => (n - 1.0) * b.alpha + l * (n - l) / n * s / b.beta,
+            // Each rank's blocks for other hosts share its host's links; a
+            // leaf's uplink carries its hosts' blocks for other leaves.
+            (Coll::AllToAll { .. }, _) => {
+                let host = l * (n - l) / n * s;
+                let time = match self.spine {
+                    Some(sp) => {
+                        let leaf = sp.per_leaf * l;
+                        let up = sp.oversubscription * l * (n - leaf).max(0.0) / n * s;
+                        host.max(up) / sp.host_beta
+                    }
+                    None => host / b.beta,
+                };
+                (n - 1.0) * b.alpha + time
+            }
             _ => return None,
         })
     }

@@ -452,3 +452,35 @@ fn all_to_all_across_hosts_acknowledges_long_messages() {
     let s = one.plan(Coll::AllToAll { count: 16 << 20 }, 8, 0, f32, usize::MAX);
     assert_eq!(s.scratch, 0);
 }
+
+#[test]
+fn all_to_all_predictions_count_the_uplinks_across_the_spine() {
+    let ranks = || vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]];
+    let intra = Model {
+        alpha: 0.7e-6,
+        beta: 20e9,
+    };
+    let inter = Model {
+        beta: 1e9,
+        ..Model::for_transport("Socket")
+    };
+    let s = 16 << 20;
+    let coll = Coll::AllToAll { count: s / 32 };
+    let t = |l: HostLayout| l.predict_other(coll, false, s).unwrap();
+    let sf = s as f64;
+    // (oversubscription, hosts per leaf) -> the busier of a host's link
+    // (2·6/8 of the input) and a leaf's uplink (its 4 ranks' blocks for the
+    // other leaf's 4 ranks, at 2 host links over the oversubscription).
+    for (over, per_leaf, busiest) in [
+        (1.0, 2.0, 1.5 * sf),
+        (2.0, 2.0, 2.0 * sf),
+        (4.0, 2.0, 4.0 * sf),
+        (4.0, 4.0, 1.5 * sf),
+    ] {
+        let l = HostLayout::new(ranks(), intra, inter).with_spine(per_leaf, over);
+        let want = 7.0 * inter.alpha + busiest / inter.beta;
+        assert!((t(l) - want).abs() < 1e-9, "{over}:1, {per_leaf} per leaf");
+    }
+    let flat = HostLayout::new(ranks(), intra, inter);
+    assert!((t(flat) - (7.0 * inter.alpha + 1.5 * sf / inter.beta)).abs() < 1e-9);
+}
