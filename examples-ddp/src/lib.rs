@@ -43,6 +43,8 @@
 //!   every CI run, for a model of a few thousand parameters.
 //!   A small MLP with explicit backprop ([`mlp`]) is checked against
 //!   finite differences in its unit tests.
+//!   The same training on candle-nn, with these two costs, is the
+//!   `candle_ddp` program in `examples-candle/` (a workspace of its own).
 //!
 //! [`AsyncOp::wait`]: nccl_rs::comm::AsyncOp::wait
 //! [`Communicator::broadcast_in_place`]: nccl_rs::Communicator::broadcast_in_place
