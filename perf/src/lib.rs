@@ -15,6 +15,7 @@ pub mod coll;
 pub mod data;
 pub mod device;
 pub mod exec;
+pub mod fcheck;
 pub mod run;
 pub mod table;
 pub mod timing;
