@@ -37,7 +37,11 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
 /// The pairs of `round` in groups of at most `max_pairs` (0: all at once)
 /// that run at the same time.
 pub fn batches(round: &[(usize, usize)], max_pairs: usize) -> Vec<Vec<(usize, usize)>> {
-    let size = if max_pairs == 0 { round.len().max(1) } else { max_pairs };
+    let size = if max_pairs == 0 {
+        round.len().max(1)
+    } else {
+        max_pairs
+    };
     round.chunks(size).map(<[_]>::to_vec).collect()
 }
 
@@ -408,7 +412,11 @@ pub fn find_outliers(m: &Matrix, lim: &Limits) -> Vec<Outlier> {
         for (r, (dir, kinds)) in per_rail.into_iter().enumerate() {
             if let Some(dir) = dir {
                 out.push(Outlier {
-                    subject: Subject::HostRail { host: x, rail: r, dir },
+                    subject: Subject::HostRail {
+                        host: x,
+                        rail: r,
+                        dir,
+                    },
                     kinds,
                     gbps: worst(&mut links_of(r, dir)),
                     reference_gbps: med_gbps,
@@ -419,14 +427,19 @@ pub fn find_outliers(m: &Matrix, lim: &Limits) -> Vec<Outlier> {
     for (r, s, d) in m.links() {
         // A link with an end named bad is explained by it, whatever the
         // kind or way: a NIC or host found bad one way is suspect both ways.
-        let named = |x: usize| !ends[end(r, x, true)].is_empty() || !ends[end(r, x, false)].is_empty();
+        let named =
+            |x: usize| !ends[end(r, x, true)].is_empty() || !ends[end(r, x, false)].is_empty();
         if named(s) || named(d) {
             continue;
         }
         let kinds = bad(r, s, d);
         if !kinds.is_empty() {
             out.push(Outlier {
-                subject: Subject::Link { rail: r, src: s, dst: d },
+                subject: Subject::Link {
+                    rail: r,
+                    src: s,
+                    dst: d,
+                },
                 kinds,
                 gbps: m.get(r, s, d).gbps,
                 reference_gbps: med_gbps,
@@ -496,9 +509,17 @@ pub struct Report {
 
 /// A subject in words: `fck-h2 rail 1 (rail1) in`.
 pub fn subject_text(m: &Matrix, s: &Subject) -> String {
-    let nic = |h: usize, r: usize| m.nics.get(r).and_then(|v| v.get(h)).cloned().unwrap_or_default();
+    let nic = |h: usize, r: usize| {
+        m.nics
+            .get(r)
+            .and_then(|v| v.get(h))
+            .cloned()
+            .unwrap_or_default()
+    };
     match *s {
-        Subject::Host { host, dir } => format!("host {} ({}, every rail)", m.hosts[host], dir.name()),
+        Subject::Host { host, dir } => {
+            format!("host {} ({}, every rail)", m.hosts[host], dir.name())
+        }
         Subject::HostRail { host, rail, dir } => format!(
             "host {} rail {rail} ({}, {})",
             m.hosts[host],
@@ -530,11 +551,19 @@ pub fn table(rep: &Report) -> String {
     let w = m.hosts.iter().map(String::len).max().unwrap_or(4).max(4);
     let _ = writeln!(
         t,
-        "# {:>4}  {:<w$}  {:<w$}  {:>8}  {:>8}  {:>8}  {}",
-        "rail", "from", "to", "Gbit/s", "lat_us", "retr%", "flag"
+        "# {:>4}  {:<w$}  {:<w$}  {:>8}  {:>8}  {:>8}  flag",
+        "rail", "from", "to", "Gbit/s", "lat_us", "retr%"
     );
-    let med_gbps = median(&m.links().map(|(r, s, d)| m.get(r, s, d).gbps).collect::<Vec<_>>());
-    let med_lat = median(&m.links().map(|(r, s, d)| m.get(r, s, d).lat_us).collect::<Vec<_>>());
+    let med_gbps = median(
+        &m.links()
+            .map(|(r, s, d)| m.get(r, s, d).gbps)
+            .collect::<Vec<_>>(),
+    );
+    let med_lat = median(
+        &m.links()
+            .map(|(r, s, d)| m.get(r, s, d).lat_us)
+            .collect::<Vec<_>>(),
+    );
     for (r, s, d) in m.links() {
         let c = m.get(r, s, d);
         let flag = kinds_text(&judge(c, med_gbps, med_lat, &rep.limits));
@@ -553,7 +582,11 @@ pub fn table(rep: &Report) -> String {
     let _ = writeln!(t, "# median {med_gbps:.3} Gbit/s, {med_lat:.1} us");
     let a = &rep.allreduce;
     if a.nranks > 0 {
-        let ratio = if a.bound_gbps > 0.0 { a.busbw_gbps / a.bound_gbps } else { 0.0 };
+        let ratio = if a.bound_gbps > 0.0 {
+            a.busbw_gbps / a.bound_gbps
+        } else {
+            0.0
+        };
         let _ = writeln!(
             t,
             "# all-reduce {} B on {} ranks: busbw {:.3} Gbit/s, bound {:.3} (slowest link), {:.2} of it",
@@ -617,7 +650,12 @@ pub fn json(rep: &Report) -> String {
     let nics: Vec<String> = m
         .nics
         .iter()
-        .map(|v| format!("[{}]", v.iter().map(|n| json_str(n)).collect::<Vec<_>>().join(",")))
+        .map(|v| {
+            format!(
+                "[{}]",
+                v.iter().map(|n| json_str(n)).collect::<Vec<_>>().join(",")
+            )
+        })
         .collect();
     let _ = write!(
         j,

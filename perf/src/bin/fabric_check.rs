@@ -79,7 +79,13 @@ fn run(opts: &Options) -> Result<u8, String> {
     let rails = if nh >= 2 { fabric.rails() } else { 0 };
     let hosts: Vec<String> = fabric.hosts().iter().map(|h| h.name.clone()).collect();
     let nics: Vec<Vec<String>> = (0..rails)
-        .map(|r| fabric.hosts().iter().map(|h| h.nics[r].name.clone()).collect())
+        .map(|r| {
+            fabric
+                .hosts()
+                .iter()
+                .map(|h| h.nics[r].name.clone())
+                .collect()
+        })
         .collect();
     let mut matrix = Matrix::new(hosts, rails, nics.clone());
     let plan = rounds(nh);

@@ -9,7 +9,11 @@ fn rounds_exact_for_small_counts() {
     assert_eq!(rounds(3), vec![vec![(1, 2)], vec![(0, 2)], vec![(0, 1)]]);
     assert_eq!(
         rounds(4),
-        vec![vec![(0, 3), (1, 2)], vec![(0, 2), (1, 3)], vec![(0, 1), (2, 3)]]
+        vec![
+            vec![(0, 3), (1, 2)],
+            vec![(0, 2), (1, 3)],
+            vec![(0, 1), (2, 3)]
+        ]
     );
     assert_eq!(
         rounds(5),
@@ -40,9 +44,9 @@ fn rounds_cover_every_pair_once_and_share_no_host() {
                 seen[a][b] += 1;
             }
         }
-        for a in 0..n {
-            for b in a + 1..n {
-                assert_eq!(seen[a][b], 1, "{n}: pair {a} {b}");
+        for (a, row) in seen.iter().enumerate() {
+            for (b, &count) in row.iter().enumerate().skip(a + 1) {
+                assert_eq!(count, 1, "{n}: pair {a} {b}");
             }
         }
     }
@@ -55,10 +59,7 @@ fn batches_split_a_round() {
     assert_eq!(batches(&round, 0), all);
     assert_eq!(batches(&round, 3), all);
     assert_eq!(batches(&round, 9), all);
-    assert_eq!(
-        batches(&round, 2),
-        vec![vec![(0, 5), (1, 4)], vec![(2, 3)]]
-    );
+    assert_eq!(batches(&round, 2), vec![vec![(0, 5), (1, 4)], vec![(2, 3)]]);
     assert_eq!(
         batches(&round, 1),
         vec![vec![(0, 5)], vec![(1, 4)], vec![(2, 3)]]
@@ -135,11 +136,7 @@ fn subjects(m: &Matrix) -> Vec<(Subject, Vec<Kind>)> {
 fn outliers_name_the_faulty_part() {
     use Dir::*;
     use Kind::*;
-    type Case = (
-        &'static str,
-        Matrix,
-        Vec<(Subject, Vec<Kind>)>,
-    );
+    type Case = (&'static str, Matrix, Vec<(Subject, Vec<Kind>)>);
     let cases: Vec<Case> = vec![
         ("clean", fabric(4, 2, |_, _, _, _| {}), vec![]),
         (
@@ -149,7 +146,14 @@ fn outliers_name_the_faulty_part() {
                     slow(c)
                 }
             }),
-            vec![(Subject::HostRail { host: 2, rail: 1, dir: Both }, vec![Slow])],
+            vec![(
+                Subject::HostRail {
+                    host: 2,
+                    rail: 1,
+                    dir: Both,
+                },
+                vec![Slow],
+            )],
         ),
         (
             "one NIC slow sending only; its queue drops too",
@@ -160,7 +164,11 @@ fn outliers_name_the_faulty_part() {
                 }
             }),
             vec![(
-                Subject::HostRail { host: 3, rail: 0, dir: Out },
+                Subject::HostRail {
+                    host: 3,
+                    rail: 0,
+                    dir: Out,
+                },
                 vec![Slow, Loss],
             )],
         ),
@@ -174,7 +182,14 @@ fn outliers_name_the_faulty_part() {
                     lossy(c)
                 }
             }),
-            vec![(Subject::HostRail { host: 0, rail: 1, dir: In }, vec![Slow])],
+            vec![(
+                Subject::HostRail {
+                    host: 0,
+                    rail: 1,
+                    dir: In,
+                },
+                vec![Slow],
+            )],
         ),
         (
             "a lossy host: every rail in, some out links slow",
@@ -213,7 +228,14 @@ fn outliers_name_the_faulty_part() {
                     lossy(c)
                 }
             }),
-            vec![(Subject::HostRail { host: 3, rail: 0, dir: Both }, vec![Loss])],
+            vec![(
+                Subject::HostRail {
+                    host: 3,
+                    rail: 0,
+                    dir: Both,
+                },
+                vec![Loss],
+            )],
         ),
         (
             "one slow path between two leaves: a link",
@@ -222,7 +244,14 @@ fn outliers_name_the_faulty_part() {
                     slow(c)
                 }
             }),
-            vec![(Subject::Link { rail: 0, src: 0, dst: 3 }, vec![Slow])],
+            vec![(
+                Subject::Link {
+                    rail: 0,
+                    src: 0,
+                    dst: 3,
+                },
+                vec![Slow],
+            )],
         ),
         (
             "latency of one NIC, both ways",
@@ -231,7 +260,14 @@ fn outliers_name_the_faulty_part() {
                     c.lat_us = 5.0 * GOOD.lat_us;
                 }
             }),
-            vec![(Subject::HostRail { host: 1, rail: 0, dir: Both }, vec![Latency])],
+            vec![(
+                Subject::HostRail {
+                    host: 1,
+                    rail: 0,
+                    dir: Both,
+                },
+                vec![Latency],
+            )],
         ),
         (
             "latency within the factor",
@@ -258,7 +294,14 @@ fn outliers_name_the_faulty_part() {
                     slow(c)
                 }
             }),
-            vec![(Subject::HostRail { host: 1, rail: 1, dir: Out }, vec![Slow])],
+            vec![(
+                Subject::HostRail {
+                    host: 1,
+                    rail: 1,
+                    dir: Out,
+                },
+                vec![Slow],
+            )],
         ),
         (
             "two hosts: a slow direction names both its ends",
@@ -268,11 +311,29 @@ fn outliers_name_the_faulty_part() {
                 }
             }),
             vec![
-                (Subject::HostRail { host: 0, rail: 0, dir: Out }, vec![Slow]),
-                (Subject::HostRail { host: 1, rail: 0, dir: In }, vec![Slow]),
+                (
+                    Subject::HostRail {
+                        host: 0,
+                        rail: 0,
+                        dir: Out,
+                    },
+                    vec![Slow],
+                ),
+                (
+                    Subject::HostRail {
+                        host: 1,
+                        rail: 0,
+                        dir: In,
+                    },
+                    vec![Slow],
+                ),
             ],
         ),
-        ("one host: nothing to compare", fabric(1, 2, |_, _, _, _| {}), vec![]),
+        (
+            "one host: nothing to compare",
+            fabric(1, 2, |_, _, _, _| {}),
+            vec![],
+        ),
     ];
     for (what, m, want) in cases {
         assert_eq!(subjects(&m), want, "{what}");
@@ -299,18 +360,63 @@ fn judging_one_link() {
     let table: &[(Sample, f64, f64, &[Kind])] = &[
         (GOOD, 0.19, 70.0, &[]),
         (Sample { gbps: 0.1, ..GOOD }, 0.19, 70.0, &[Kind::Slow]),
-        (Sample { lat_us: 281.0, ..GOOD }, 0.19, 70.0, &[Kind::Latency]),
-        (Sample { lat_us: 280.0, ..GOOD }, 0.19, 70.0, &[]),
-        (Sample { retrans: 21, ..GOOD }, 0.19, 70.0, &[Kind::Loss]),
-        (Sample { retrans: 20, ..GOOD }, 0.19, 70.0, &[]),
+        (
+            Sample {
+                lat_us: 281.0,
+                ..GOOD
+            },
+            0.19,
+            70.0,
+            &[Kind::Latency],
+        ),
+        (
+            Sample {
+                lat_us: 280.0,
+                ..GOOD
+            },
+            0.19,
+            70.0,
+            &[],
+        ),
+        (
+            Sample {
+                retrans: 21,
+                ..GOOD
+            },
+            0.19,
+            70.0,
+            &[Kind::Loss],
+        ),
+        (
+            Sample {
+                retrans: 20,
+                ..GOOD
+            },
+            0.19,
+            70.0,
+            &[],
+        ),
         (Sample { segs: 0, ..GOOD }, 0.19, 70.0, &[]),
         (
-            Sample { gbps: 0.0, lat_us: 1e6, retrans: 999, segs: 1000 },
+            Sample {
+                gbps: 0.0,
+                lat_us: 1e6,
+                retrans: 999,
+                segs: 1000,
+            },
             0.19,
             70.0,
             &[Kind::Slow, Kind::Latency, Kind::Loss],
         ),
-        (Sample { lat_us: 1e6, ..GOOD }, 0.19, 0.0, &[]),
+        (
+            Sample {
+                lat_us: 1e6,
+                ..GOOD
+            },
+            0.19,
+            0.0,
+            &[],
+        ),
     ];
     for (s, g, l, want) in table {
         assert_eq!(judge(s, *g, *l, &lim), *want, "{s:?}");
@@ -336,8 +442,14 @@ fn allreduce_bound_and_finding() {
     assert_eq!(allreduce_outlier(0.5, 1.0, &lim), None);
     assert_eq!(allreduce_outlier(0.3, 0.0, &lim), None);
     let o = allreduce_outlier(0.49, 1.0, &lim).expect("below half");
-    assert_eq!((o.subject, o.kinds, o.gbps, o.reference_gbps), (Subject::AllReduce, vec![Kind::Slow], 0.49, 1.0));
-    let never = Limits { ar_fraction: 0.0, ..lim };
+    assert_eq!(
+        (o.subject, o.kinds, o.gbps, o.reference_gbps),
+        (Subject::AllReduce, vec![Kind::Slow], 0.49, 1.0)
+    );
+    let never = Limits {
+        ar_fraction: 0.0,
+        ..lim
+    };
     assert_eq!(allreduce_outlier(0.0, 1.0, &never), None);
 }
 
@@ -353,7 +465,10 @@ fn snmp_counters() {
     assert_eq!(parse_snmp_tcp("Tcp: OutSegs RetransSegs\nTcp: 1\n"), None);
     assert_eq!(parse_snmp_tcp("Tcp: OutSegs RetransSegs\nTcp: 1 x\n"), None);
     assert_eq!(parse_snmp_tcp("Tcp: OutSegs X\nTcp: 1 2\n"), None);
-    assert_eq!(parse_snmp_tcp("Tcp: RetransSegs OutSegs\nTcp: 3 9\n"), Some((3, 9)));
+    assert_eq!(
+        parse_snmp_tcp("Tcp: RetransSegs OutSegs\nTcp: 3 9\n"),
+        Some((3, 9))
+    );
 }
 
 #[test]
@@ -363,9 +478,30 @@ fn options_parse() {
     assert_eq!(parse_options(["-h"]), Ok(None));
     assert_eq!(parse_options(["-b", "1M", "--help"]), Ok(None));
     let o = parse_options([
-        "-b", "1M", "-n", "3", "--lat-iters", "20", "--ar-size", "0", "--ar-iters", "2",
-        "--max-pairs", "1", "--fraction", "0.5", "--lat-factor", "8", "--loss", "0.05",
-        "--ar-fraction", "0", "--timeout", "9.5", "--json", "/tmp/x.json",
+        "-b",
+        "1M",
+        "-n",
+        "3",
+        "--lat-iters",
+        "20",
+        "--ar-size",
+        "0",
+        "--ar-iters",
+        "2",
+        "--max-pairs",
+        "1",
+        "--fraction",
+        "0.5",
+        "--lat-factor",
+        "8",
+        "--loss",
+        "0.05",
+        "--ar-fraction",
+        "0",
+        "--timeout",
+        "9.5",
+        "--json",
+        "/tmp/x.json",
     ])
     .unwrap()
     .unwrap();
@@ -393,14 +529,30 @@ fn options_parse() {
         (&["-b", "0"], "-b \"0\": want at least 1 byte"),
         (&["-b", "x"], "not a size: \"x\""),
         (&["-n", "0"], "-n \"0\": want an integer >= 1"),
-        (&["--fraction", "1.5"], "--fraction \"1.5\": want a number in 0..1"),
-        (&["--fraction", "NaN"], "--fraction \"NaN\": want a number in 0..1"),
-        (&["--lat-factor", "0.5"], "--lat-factor \"0.5\": want a number in 1..1000000000"),
-        (&["--timeout", "0"], "--timeout \"0\": want a number in 0.001..1000000000"),
+        (
+            &["--fraction", "1.5"],
+            "--fraction \"1.5\": want a number in 0..1",
+        ),
+        (
+            &["--fraction", "NaN"],
+            "--fraction \"NaN\": want a number in 0..1",
+        ),
+        (
+            &["--lat-factor", "0.5"],
+            "--lat-factor \"0.5\": want a number in 1..1000000000",
+        ),
+        (
+            &["--timeout", "0"],
+            "--timeout \"0\": want a number in 0.001..1000000000",
+        ),
         (&["--bogus", "1"], "unknown flag \"--bogus\" (see -h)"),
     ];
     for (argv, want) in errors {
-        assert_eq!(parse_options(argv.iter()), Err(want.to_string()), "{argv:?}");
+        assert_eq!(
+            parse_options(argv.iter()),
+            Err(want.to_string()),
+            "{argv:?}"
+        );
     }
 }
 
