@@ -49,11 +49,13 @@ pub fn batches(round: &[(usize, usize)], max_pairs: usize) -> Vec<Vec<(usize, us
 /// `dst`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
-    /// Bandwidth from `src` to `dst`, Gbit/s (10^9 bit/s).
+    /// Bandwidth from `src` to `dst`, Gbit/s (10^9 bit/s): its best
+    /// burst's.
     pub gbps: f64,
     /// Half the 10th percentile of the round trips of a small message
-    /// between the two, µs (the same both ways): the path's latency, not
-    /// the scheduler's hiccups; loss shows in `retrans`.
+    /// between the two, µs (the same both ways), the lower of two
+    /// measurements a second or more apart: the path's latency, not the
+    /// scheduler's hiccups; loss shows in `retrans`.
     pub lat_us: f64,
     /// TCP segments `src`'s host retransmitted while sending (0 off TCP).
     pub retrans: u64,
@@ -330,9 +332,11 @@ pub fn judge(s: &Sample, med_gbps: f64, med_lat: f64, lim: &Limits) -> Vec<Kind>
 ///   links, a bad peer only one of them (with two hosts every link is both
 ///   ends' only one, so both are named);
 /// - a host bad on every rail (two rails or more) is named as the host;
-/// - a bad link direction is named as a link unless the NIC of one of its
-///   ends on that rail is named (either way, any kind: a NIC found bad one
-///   way is suspect both ways, and a slow NIC's queue also overflows).
+/// - a link direction slow or lossy is named as a link unless the NIC of
+///   one of its ends on that rail is named (either way, any kind: a NIC
+///   found bad one way is suspect both ways, and a slow NIC's queue also
+///   overflows); latency alone does not name a link (a moment of
+///   scheduling delay lifts all the latencies of one round).
 pub fn find_outliers(m: &Matrix, lim: &Limits) -> Vec<Outlier> {
     let h = m.hosts.len();
     if h < 2 || m.rails == 0 {
@@ -432,7 +436,13 @@ pub fn find_outliers(m: &Matrix, lim: &Limits) -> Vec<Outlier> {
         if named(s) || named(d) {
             continue;
         }
-        let kinds = bad(r, s, d);
+        // Latency names NICs and hosts only: a moment of scheduling delay
+        // on a busy host lifts one round's latencies, and a NIC's links
+        // span several rounds.
+        let kinds: Vec<Kind> = bad(r, s, d)
+            .into_iter()
+            .filter(|&k| k != Kind::Latency)
+            .collect();
         if !kinds.is_empty() {
             out.push(Outlier {
                 subject: Subject::Link {
@@ -493,10 +503,12 @@ pub struct AllReduce {
 pub struct Report {
     /// The link measurements.
     pub matrix: Matrix,
-    /// Bytes per message and messages per link direction.
+    /// Bytes per message.
     pub bytes: usize,
-    /// Messages per link direction.
+    /// Messages per burst.
     pub iters: usize,
+    /// Bursts per link direction (the best counts).
+    pub reps: usize,
     /// Rounds run.
     pub rounds: usize,
     /// The all-reduce.
@@ -545,8 +557,8 @@ pub fn table(rep: &Report) -> String {
     let nh = m.hosts.len();
     let _ = writeln!(
         t,
-        "# fabric_check: {nh} hosts, {} ranks, {} rails; {} rounds; {} B x {} per link direction",
-        rep.allreduce.nranks, m.rails, rep.rounds, rep.bytes, rep.iters
+        "# fabric_check: {nh} hosts, {} ranks, {} rails; {} rounds; best of {} x {} B x {} per link direction",
+        rep.allreduce.nranks, m.rails, rep.rounds, rep.reps, rep.bytes, rep.iters
     );
     let w = m.hosts.iter().map(String::len).max().unwrap_or(4).max(4);
     let _ = writeln!(
@@ -659,10 +671,11 @@ pub fn json(rep: &Report) -> String {
         .collect();
     let _ = write!(
         j,
-        "\"nics\":[{}],\"bytes\":{},\"iters\":{},\"rounds\":{},",
+        "\"nics\":[{}],\"bytes\":{},\"iters\":{},\"reps\":{},\"rounds\":{},",
         nics.join(","),
         rep.bytes,
         rep.iters,
+        rep.reps,
         rep.rounds
     );
     let l = &rep.limits;
@@ -763,8 +776,11 @@ pub fn parse_snmp_tcp(text: &str) -> Option<(u64, u64)> {
 pub struct Options {
     /// Bytes per message on a link direction (`-b`, `--size`).
     pub bytes: usize,
-    /// Messages per link direction (`-n`, `--iters`).
+    /// Messages per burst (`-n`, `--iters`).
     pub iters: usize,
+    /// Bursts per link direction, the best counting (`--reps`): a link's
+    /// capacity shows in its best burst, a stalled sender in one only.
+    pub reps: usize,
     /// Small-message round trips per link (`--lat-iters`).
     pub lat_iters: usize,
     /// All-reduce bytes (`--ar-size`; 0 skips it).
@@ -786,7 +802,8 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             bytes: 4 << 20,
-            iters: 8,
+            iters: 4,
+            reps: 3,
             lat_iters: 100,
             ar_bytes: 16 << 20,
             ar_iters: 5,
@@ -806,7 +823,8 @@ pub fn usage() -> String {
          Measures every pair of hosts on every rail, in rounds whose pairs share no host link,\n\
          then an all-reduce; names the outliers and exits 1 if there are any.\n\
          \x20 -b, --size BYTES      bytes per message on a link direction (default {})\n\
-         \x20 -n, --iters N         messages per link direction (default {})\n\
+         \x20 -n, --iters N         messages per burst (default {})\n\
+         \x20     --reps N          bursts per link direction, the best counts (default {})\n\
          \x20     --lat-iters N     small-message round trips per link (default {})\n\
          \x20     --ar-size BYTES   all-reduce bytes, 0 to skip it (default {})\n\
          \x20     --ar-iters N      timed all-reduces (default {})\n\
@@ -821,6 +839,7 @@ pub fn usage() -> String {
          Exit status: 0 no outlier, 1 outliers, 2 bad usage or a failed measurement.\n",
         d.bytes,
         d.iters,
+        d.reps,
         d.lat_iters,
         d.ar_bytes,
         d.ar_iters,
@@ -867,6 +886,7 @@ where
                 }
             }
             "-n" | "--iters" => o.iters = count(&flag, &v, 1)?,
+            "--reps" => o.reps = count(&flag, &v, 1)?,
             "--lat-iters" => o.lat_iters = count(&flag, &v, 1)?,
             "--ar-size" => o.ar_bytes = crate::args::size_arg(&v)?,
             "--ar-iters" => o.ar_iters = count(&flag, &v, 1)?,

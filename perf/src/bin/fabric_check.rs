@@ -142,14 +142,18 @@ fn run(opts: &Options) -> Result<u8, String> {
         comm.all_reduce_in_place(&mut buf, RedOp::Sum)
             .map_err(|e| fail(rank, "all-reduce", e))?;
         comm.barrier().map_err(|e| fail(rank, "barrier", e))?;
-        let t0 = Instant::now();
-        for _ in 0..opts.ar_iters {
+        // Each iteration's time on the slowest rank; their median, so
+        // that a scheduler hiccup in one iteration does not count.
+        let mut secs = vec![0.0f64; opts.ar_iters];
+        for t in secs.iter_mut() {
+            let t0 = Instant::now();
             comm.all_reduce_in_place(&mut buf, RedOp::Sum)
                 .map_err(|e| fail(rank, "all-reduce", e))?;
+            *t = t0.elapsed().as_secs_f64();
         }
-        let mut secs = [t0.elapsed().as_secs_f64() / opts.ar_iters as f64];
         comm.all_reduce_in_place(&mut secs, RedOp::Max)
             .map_err(|e| fail(rank, "all-reduce time", e))?;
+        let secs = [nccl_perf::fcheck::median(&secs)];
         let bytes = (buf.len() * 4) as f64;
         let n = nranks as f64;
         allreduce.busbw_gbps = 2.0 * (n - 1.0) / n * bytes * 8.0 / secs[0] / 1e9;
@@ -171,6 +175,7 @@ fn run(opts: &Options) -> Result<u8, String> {
         matrix,
         bytes: opts.bytes,
         iters: opts.iters,
+        reps: opts.reps,
         rounds: plan.len(),
         allreduce,
         limits: opts.limits,
@@ -187,8 +192,8 @@ fn run(opts: &Options) -> Result<u8, String> {
 }
 
 /// Measures rail `r` on its communicator `c` (rank = host index `me`):
-/// round by round, batch by batch, each pair's latency, then each
-/// direction's bandwidth, every leader in step through barriers.
+/// round by round, batch by batch, each pair's latency, each direction's
+/// bandwidth, the latency again, every leader in step through barriers.
 fn measure_rail(
     c: &mut Communicator,
     r: usize,
@@ -198,35 +203,12 @@ fn measure_rail(
     m: &mut Matrix,
 ) -> nccl_rs::Result<()> {
     let mut buf = vec![0u8; opts.bytes];
-    let mut small = [0u8; 8];
     for round in plan {
         for batch in batches(round, opts.max_pairs) {
             let pair = batch.iter().copied().find(|&(a, b)| a == me || b == me);
             c.barrier()?;
             if let Some((a, b)) = pair {
-                // Latency: the lower host pings; half the 10th percentile
-                // round trip (see `Sample::lat_us`).
-                let peer = if me == a { b } else { a };
-                let mut rtts = Vec::with_capacity(opts.lat_iters);
-                for i in 0..opts.lat_iters + 5 {
-                    let t0 = Instant::now();
-                    if me == a {
-                        c.send(&small, peer)?;
-                        c.recv(&mut small, peer)?;
-                    } else {
-                        c.recv(&mut small, peer)?;
-                        c.send(&small, peer)?;
-                    }
-                    if i >= 5 {
-                        rtts.push(t0.elapsed().as_secs_f64() * 1e6);
-                    }
-                }
-                if me == a {
-                    let lat = nccl_perf::fcheck::quantile(&rtts, 0.1) / 2.0;
-                    let (ab, ba) = (m.index(r, a, b), m.index(r, b, a));
-                    m.cells[ab].lat_us = lat;
-                    m.cells[ba].lat_us = lat;
-                }
+                latency(c, r, me, a, b, opts.lat_iters, m)?;
             }
             for forward in [true, false] {
                 c.barrier()?;
@@ -235,30 +217,81 @@ fn measure_rail(
                 let peer = if me == src { dst } else { src };
                 let mut ack = [0u8; 1];
                 if me == src {
-                    // One untimed message first: connection and TCP warm-up.
+                    // One untimed message first (connection and TCP
+                    // warm-up), then the bursts, each closed by an
+                    // acknowledgement.
                     c.send(&buf, peer)?;
                     c.recv(&mut ack, peer)?;
                     let (re0, out0) = tcp_counters();
-                    let t0 = Instant::now();
-                    for _ in 0..opts.iters {
-                        c.send(&buf, peer)?;
+                    let mut best = f64::INFINITY;
+                    for _ in 0..opts.reps {
+                        let t0 = Instant::now();
+                        for _ in 0..opts.iters {
+                            c.send(&buf, peer)?;
+                        }
+                        c.recv(&mut ack, peer)?;
+                        best = best.min(t0.elapsed().as_secs_f64());
                     }
-                    c.recv(&mut ack, peer)?;
-                    let secs = t0.elapsed().as_secs_f64();
                     let (re1, out1) = tcp_counters();
                     let i = m.index(r, src, dst);
-                    m.cells[i].gbps = (opts.bytes * opts.iters) as f64 * 8.0 / secs / 1e9;
+                    m.cells[i].gbps = (opts.bytes * opts.iters) as f64 * 8.0 / best / 1e9;
                     m.cells[i].retrans = re1.saturating_sub(re0);
                     m.cells[i].segs = out1.saturating_sub(out0);
                 } else {
                     c.recv(&mut buf, peer)?;
                     c.send(&ack, peer)?;
-                    for _ in 0..opts.iters {
-                        c.recv(&mut buf, peer)?;
+                    for _ in 0..opts.reps {
+                        for _ in 0..opts.iters {
+                            c.recv(&mut buf, peer)?;
+                        }
+                        c.send(&ack, peer)?;
                     }
-                    c.send(&ack, peer)?;
                 }
             }
+            // Latency again, a second or more later: the lower of the two
+            // counts, so that a moment the scheduler starved the hosts
+            // does not.
+            if let Some((a, b)) = pair {
+                latency(c, r, me, a, b, opts.lat_iters, m)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Measures the latency of the pair `(a, b)` on rail `r`: `a` pings `b`
+/// `iters` times (after 5 untimed) and keeps half the 10th percentile round
+/// trip in both directions' cells, or the value already there if lower.
+fn latency(
+    c: &mut Communicator,
+    r: usize,
+    me: usize,
+    a: usize,
+    b: usize,
+    iters: usize,
+    m: &mut Matrix,
+) -> nccl_rs::Result<()> {
+    let mut small = [0u8; 8];
+    let peer = if me == a { b } else { a };
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..iters + 5 {
+        let t0 = Instant::now();
+        if me == a {
+            c.send(&small, peer)?;
+            c.recv(&mut small, peer)?;
+        } else {
+            c.recv(&mut small, peer)?;
+            c.send(&small, peer)?;
+        }
+        if i >= 5 {
+            rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    if me == a {
+        let lat = nccl_perf::fcheck::quantile(&rtts, 0.1) / 2.0;
+        for i in [m.index(r, a, b), m.index(r, b, a)] {
+            let old = m.cells[i].lat_us;
+            m.cells[i].lat_us = if old > 0.0 { old.min(lat) } else { lat };
         }
     }
     Ok(())

@@ -270,6 +270,32 @@ fn outliers_name_the_faulty_part() {
             )],
         ),
         (
+            "latency of one link only: a moment's scheduling, not named",
+            fabric(4, 2, |r, s, d, c| {
+                if r == 1 && ((s, d) == (0, 3) || (s, d) == (3, 0)) {
+                    c.lat_us = 9.0 * GOOD.lat_us;
+                }
+            }),
+            vec![],
+        ),
+        (
+            "latency and loss of one link: named for the loss only",
+            fabric(4, 2, |r, s, d, c| {
+                if r == 1 && (s, d) == (0, 3) {
+                    c.lat_us = 9.0 * GOOD.lat_us;
+                    lossy(c);
+                }
+            }),
+            vec![(
+                Subject::Link {
+                    rail: 1,
+                    src: 0,
+                    dst: 3,
+                },
+                vec![Loss],
+            )],
+        ),
+        (
             "latency within the factor",
             fabric(4, 2, |r, s, _, c| {
                 if r == 0 && s == 1 {
@@ -482,6 +508,8 @@ fn options_parse() {
         "1M",
         "-n",
         "3",
+        "--reps",
+        "2",
         "--lat-iters",
         "20",
         "--ar-size",
@@ -510,6 +538,7 @@ fn options_parse() {
         Options {
             bytes: 1 << 20,
             iters: 3,
+            reps: 2,
             lat_iters: 20,
             ar_bytes: 0,
             ar_iters: 2,
@@ -529,6 +558,7 @@ fn options_parse() {
         (&["-b", "0"], "-b \"0\": want at least 1 byte"),
         (&["-b", "x"], "not a size: \"x\""),
         (&["-n", "0"], "-n \"0\": want an integer >= 1"),
+        (&["--reps", "0"], "--reps \"0\": want an integer >= 1"),
         (
             &["--fraction", "1.5"],
             "--fraction \"1.5\": want a number in 0..1",
@@ -568,6 +598,7 @@ fn small_report() -> Report {
         matrix: m,
         bytes: 1024,
         iters: 2,
+        reps: 3,
         rounds: 1,
         allreduce: AllReduce {
             bytes: 4096,
@@ -583,7 +614,7 @@ fn small_report() -> Report {
 #[test]
 fn table_is_exact() {
     let want = "\
-# fabric_check: 2 hosts, 2 ranks, 1 rails; 1 rounds; 1024 B x 2 per link direction
+# fabric_check: 2 hosts, 2 ranks, 1 rails; 1 rounds; best of 3 x 1024 B x 2 per link direction
 # rail  from  to      Gbit/s    lat_us     retr%  flag
      0  a     b\"       0.190      70.0      0.20
      0  b\"    a        0.040      70.0      0.20  bandwidth
@@ -600,7 +631,7 @@ fn table_is_exact() {
 fn json_is_exact() {
     let want = concat!(
         "{\"hosts\":[\"a\",\"b\\\"\"],\"rails\":1,\"nics\":[[\"rail0\",\"rail0\"]],",
-        "\"bytes\":1024,\"iters\":2,\"rounds\":1,",
+        "\"bytes\":1024,\"iters\":2,\"reps\":3,\"rounds\":1,",
         "\"limits\":{\"fraction\":0.7,\"lat_factor\":4,\"loss\":0.02,\"ar_fraction\":0.5},",
         "\"links\":[{\"rail\":0,\"src\":\"a\",\"dst\":\"b\\\"\",\"gbps\":0.19,\"lat_us\":70,\"retrans\":2,\"segs\":1000},",
         "{\"rail\":0,\"src\":\"b\\\"\",\"dst\":\"a\",\"gbps\":0.04,\"lat_us\":70,\"retrans\":2,\"segs\":1000}],",
