@@ -50,14 +50,15 @@ pub fn batches(round: &[(usize, usize)], max_pairs: usize) -> Vec<Vec<(usize, us
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
     /// Bandwidth from `src` to `dst`, Gbit/s (10^9 bit/s): its best
-    /// burst's.
+    /// pass's burst.
     pub gbps: f64,
     /// Half the 10th percentile of the round trips of a small message
-    /// between the two, µs (the same both ways), the lower of two
-    /// measurements a second or more apart: the path's latency, not the
-    /// scheduler's hiccups; loss shows in `retrans`.
+    /// between the two, µs (the same both ways), the lowest of the passes:
+    /// the path's latency, not the scheduler's hiccups; loss shows in
+    /// `retrans`.
     pub lat_us: f64,
-    /// TCP segments `src`'s host retransmitted while sending (0 off TCP).
+    /// TCP segments `src`'s host retransmitted while sending, all passes
+    /// (0 off TCP).
     pub retrans: u64,
     /// TCP segments `src`'s host sent meanwhile.
     pub segs: u64,
@@ -326,10 +327,12 @@ pub fn judge(s: &Sample, med_gbps: f64, med_lat: f64, lim: &Limits) -> Vec<Kind>
 ///
 /// - each link direction (rail, src, dst) is judged against the medians of
 ///   all of them ([`judge`]);
-/// - a host's NIC on a rail is bad one way (out: as sender, in: as
-///   receiver) when more than half of its link directions that way are bad
-///   (in any kind; it takes all their kinds): a bad NIC spoils all its
-///   links, a bad peer only one of them (with two hosts every link is both
+/// - a bad link direction counts against its sender's NIC (out) or its
+///   receiver's (in): the one with the larger share of bad links that way,
+///   both when equal; a NIC is bad one way when more than half of its
+///   links that way count against it (it takes their kinds): a bad NIC
+///   spoils all its links, a bad peer only one of them, and a peer of a bad
+///   NIC is not blamed for their link (with two hosts every link is both
 ///   ends' only one, so both are named);
 /// - a host bad on every rail (two rails or more) is named as the host;
 /// - a link direction slow or lossy is named as a link unless the NIC of
@@ -346,19 +349,51 @@ pub fn find_outliers(m: &Matrix, lim: &Limits) -> Vec<Outlier> {
     let med_gbps = median(&all.iter().map(|s| s.gbps).collect::<Vec<_>>());
     let med_lat = median(&all.iter().map(|s| s.lat_us).collect::<Vec<_>>());
     let bad = |r, s, d| judge(m.get(r, s, d), med_gbps, med_lat, lim);
-    // end[(r, host, out?)] = kinds bad there.
-    let mut ends: Vec<Vec<Kind>> = vec![Vec::new(); m.rails * h * 2];
     let end = |r: usize, host: usize, out: bool| (r * h + host) * 2 + usize::from(out);
+    // The links of an end: (sender, receiver) of each, to every peer.
+    let links_at = |x: usize, out: bool| {
+        (0..h)
+            .filter(move |&y| y != x)
+            .map(move |y| if out { (x, y) } else { (y, x) })
+    };
+    // Pass 1: each end's share of bad links.
+    let mut share = vec![0.0f64; m.rails * h * 2];
     for r in 0..m.rails {
         for x in 0..h {
             for out in [true, false] {
-                let links: Vec<Vec<Kind>> = (0..h)
-                    .filter(|&y| y != x)
-                    .map(|y| if out { bad(r, x, y) } else { bad(r, y, x) })
+                let n = links_at(x, out)
+                    .filter(|&(s, d)| !bad(r, s, d).is_empty())
+                    .count();
+                share[end(r, x, out)] = n as f64 / (h - 1) as f64;
+            }
+        }
+    }
+    // Pass 2: a bad link counts against the end with the larger share (both
+    // when equal), so that a peer of a bad NIC is not blamed for it; an
+    // end with more than half of its links counted against it is bad, in
+    // their kinds.
+    let mut ends: Vec<Vec<Kind>> = vec![Vec::new(); m.rails * h * 2];
+    for r in 0..m.rails {
+        for x in 0..h {
+            for out in [true, false] {
+                let mine = share[end(r, x, out)];
+                let counted: Vec<Vec<Kind>> = links_at(x, out)
+                    .map(|(s, d)| {
+                        let other = if out {
+                            end(r, d, false)
+                        } else {
+                            end(r, s, true)
+                        };
+                        if share[other] > mine {
+                            Vec::new()
+                        } else {
+                            bad(r, s, d)
+                        }
+                    })
+                    .filter(|k| !k.is_empty())
                     .collect();
-                let n = links.iter().filter(|k| !k.is_empty()).count();
-                if 2 * n > links.len() {
-                    let mut kinds: Vec<Kind> = links.concat();
+                if 2 * counted.len() > h - 1 {
+                    let mut kinds: Vec<Kind> = counted.concat();
                     kinds.sort_unstable();
                     kinds.dedup();
                     ends[end(r, x, out)] = kinds;
@@ -507,7 +542,7 @@ pub struct Report {
     pub bytes: usize,
     /// Messages per burst.
     pub iters: usize,
-    /// Bursts per link direction (the best counts).
+    /// Passes over the schedule (each link's best counts).
     pub reps: usize,
     /// Rounds run.
     pub rounds: usize,
@@ -557,7 +592,7 @@ pub fn table(rep: &Report) -> String {
     let nh = m.hosts.len();
     let _ = writeln!(
         t,
-        "# fabric_check: {nh} hosts, {} ranks, {} rails; {} rounds; best of {} x {} B x {} per link direction",
+        "# fabric_check: {nh} hosts, {} ranks, {} rails; {} rounds; best of {} passes of {} B x {} per link direction",
         rep.allreduce.nranks, m.rails, rep.rounds, rep.reps, rep.bytes, rep.iters
     );
     let w = m.hosts.iter().map(String::len).max().unwrap_or(4).max(4);
@@ -778,8 +813,9 @@ pub struct Options {
     pub bytes: usize,
     /// Messages per burst (`-n`, `--iters`).
     pub iters: usize,
-    /// Bursts per link direction, the best counting (`--reps`): a link's
-    /// capacity shows in its best burst, a stalled sender in one only.
+    /// Passes over the whole schedule, each link's best counting
+    /// (`--reps`): a link's capacity shows in its best pass, and passes
+    /// seconds apart let a moment's stall of a busy host spoil one only.
     pub reps: usize,
     /// Small-message round trips per link (`--lat-iters`).
     pub lat_iters: usize,
@@ -823,8 +859,8 @@ pub fn usage() -> String {
          Measures every pair of hosts on every rail, in rounds whose pairs share no host link,\n\
          then an all-reduce; names the outliers and exits 1 if there are any.\n\
          \x20 -b, --size BYTES      bytes per message on a link direction (default {})\n\
-         \x20 -n, --iters N         messages per burst (default {})\n\
-         \x20     --reps N          bursts per link direction, the best counts (default {})\n\
+         \x20 -n, --iters N         messages per burst, one burst per link direction and pass (default {})\n\
+         \x20     --reps N          passes over all pairs and rails, each link's best counts (default {})\n\
          \x20     --lat-iters N     small-message round trips per link (default {})\n\
          \x20     --ar-size BYTES   all-reduce bytes, 0 to skip it (default {})\n\
          \x20     --ar-iters N      timed all-reduces (default {})\n\

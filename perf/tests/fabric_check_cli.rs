@@ -77,7 +77,7 @@ fn one_host_has_no_links_and_passes() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines.first().copied(),
-        Some("# fabric_check: 1 hosts, 2 ranks, 0 rails; 0 rounds; best of 3 x 4194304 B x 4 per link direction"),
+        Some("# fabric_check: 1 hosts, 2 ranks, 0 rails; 0 rounds; best of 3 passes of 4194304 B x 4 per link direction"),
         "{stdout}"
     );
     assert_eq!(lines.last().copied(), Some("# outliers: none"), "{stdout}");

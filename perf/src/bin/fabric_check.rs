@@ -117,9 +117,14 @@ fn run(opts: &Options) -> Result<u8, String> {
                     .map_err(|e| fail(rank, &format!("rail {r} communicator"), e))?;
                 rail_comms.push(c);
             }
-            for (r, c) in rail_comms.iter_mut().enumerate() {
-                measure_rail(c, r, me, &plan, opts, &mut matrix)
-                    .map_err(|e| fail(rank, &format!("rail {r} ({})", nics[r][me]), e))?;
+            // The whole schedule `--reps` times over: a link's best pass
+            // counts, and its passes lie seconds apart, so that a moment
+            // the scheduler starved a busy host spoils one of them only.
+            for pass in 0..opts.reps {
+                for (r, c) in rail_comms.iter_mut().enumerate() {
+                    measure_rail(c, r, me, &plan, opts, pass, &mut matrix)
+                        .map_err(|e| fail(rank, &format!("rail {r} ({})", nics[r][me]), e))?;
+                }
             }
             for c in &mut rail_comms {
                 c.finalize().map_err(|e| fail(rank, "closing a rail", e))?;
@@ -191,15 +196,18 @@ fn run(opts: &Options) -> Result<u8, String> {
     Ok(if report.outliers.is_empty() { 0 } else { 1 })
 }
 
-/// Measures rail `r` on its communicator `c` (rank = host index `me`):
-/// round by round, batch by batch, each pair's latency, each direction's
-/// bandwidth, the latency again, every leader in step through barriers.
+/// Measures rail `r` on its communicator `c` (rank = host index `me`),
+/// pass `pass` of `--reps`: round by round, batch by batch, each pair's
+/// latency, then each direction's bandwidth, every leader in step through
+/// barriers. A cell keeps the best of the passes (the lowest latency, the
+/// highest bandwidth) and the retransmissions of all.
 fn measure_rail(
     c: &mut Communicator,
     r: usize,
     me: usize,
     plan: &[Vec<(usize, usize)>],
     opts: &Options,
+    pass: usize,
     m: &mut Matrix,
 ) -> nccl_rs::Result<()> {
     let mut buf = vec![0u8; opts.bytes];
@@ -217,42 +225,37 @@ fn measure_rail(
                 let peer = if me == src { dst } else { src };
                 let mut ack = [0u8; 1];
                 if me == src {
-                    // One untimed message first (connection and TCP
-                    // warm-up), then the bursts, each closed by an
-                    // acknowledgement.
-                    c.send(&buf, peer)?;
-                    c.recv(&mut ack, peer)?;
-                    let (re0, out0) = tcp_counters();
-                    let mut best = f64::INFINITY;
-                    for _ in 0..opts.reps {
-                        let t0 = Instant::now();
-                        for _ in 0..opts.iters {
-                            c.send(&buf, peer)?;
-                        }
+                    // On the first pass one untimed message first
+                    // (connection and TCP warm-up); then one burst closed
+                    // by an acknowledgement.
+                    if pass == 0 {
+                        c.send(&buf, peer)?;
                         c.recv(&mut ack, peer)?;
-                        best = best.min(t0.elapsed().as_secs_f64());
                     }
+                    let (re0, out0) = tcp_counters();
+                    let t0 = Instant::now();
+                    for _ in 0..opts.iters {
+                        c.send(&buf, peer)?;
+                    }
+                    c.recv(&mut ack, peer)?;
+                    let secs = t0.elapsed().as_secs_f64();
                     let (re1, out1) = tcp_counters();
                     let i = m.index(r, src, dst);
-                    m.cells[i].gbps = (opts.bytes * opts.iters) as f64 * 8.0 / best / 1e9;
-                    m.cells[i].retrans = re1.saturating_sub(re0);
-                    m.cells[i].segs = out1.saturating_sub(out0);
+                    let cell = &mut m.cells[i];
+                    let gbps = (opts.bytes * opts.iters) as f64 * 8.0 / secs / 1e9;
+                    cell.gbps = cell.gbps.max(gbps);
+                    cell.retrans += re1.saturating_sub(re0);
+                    cell.segs += out1.saturating_sub(out0);
                 } else {
-                    c.recv(&mut buf, peer)?;
-                    c.send(&ack, peer)?;
-                    for _ in 0..opts.reps {
-                        for _ in 0..opts.iters {
-                            c.recv(&mut buf, peer)?;
-                        }
+                    if pass == 0 {
+                        c.recv(&mut buf, peer)?;
                         c.send(&ack, peer)?;
                     }
+                    for _ in 0..opts.iters {
+                        c.recv(&mut buf, peer)?;
+                    }
+                    c.send(&ack, peer)?;
                 }
-            }
-            // Latency again, a second or more later: the lower of the two
-            // counts, so that a moment the scheduler starved the hosts
-            // does not.
-            if let Some((a, b)) = pair {
-                latency(c, r, me, a, b, opts.lat_iters, m)?;
             }
         }
     }

@@ -204,6 +204,57 @@ fn outliers_name_the_faulty_part() {
             vec![(Subject::Host { host: 1, dir: In }, vec![Loss])],
         ),
         (
+            "a lossy host, and a dip on another link of a peer: the peer's NIC is not blamed",
+            fabric(4, 2, |r, s, d, c| {
+                if d == 1 {
+                    lossy(c)
+                }
+                if r == 0 && s == 2 && d == 3 {
+                    slow(c)
+                }
+            }),
+            vec![
+                (Subject::Host { host: 1, dir: In }, vec![Loss]),
+                (
+                    Subject::Link {
+                        rail: 0,
+                        src: 2,
+                        dst: 3,
+                    },
+                    vec![Slow],
+                ),
+            ],
+        ),
+        (
+            "a slow NIC, and a dip on another link of a peer: the peer's NIC is not blamed",
+            fabric(4, 2, |r, s, d, c| {
+                if r == 1 && (s == 2 || d == 2) {
+                    slow(c)
+                }
+                if r == 1 && s == 0 && d == 3 {
+                    slow(c)
+                }
+            }),
+            vec![
+                (
+                    Subject::HostRail {
+                        host: 2,
+                        rail: 1,
+                        dir: Both,
+                    },
+                    vec![Slow],
+                ),
+                (
+                    Subject::Link {
+                        rail: 1,
+                        src: 0,
+                        dst: 3,
+                    },
+                    vec![Slow],
+                ),
+            ],
+        ),
+        (
             "a host slow both ways on every rail",
             fabric(4, 3, |_, s, d, c| {
                 if s == 0 || d == 0 {
@@ -614,7 +665,7 @@ fn small_report() -> Report {
 #[test]
 fn table_is_exact() {
     let want = "\
-# fabric_check: 2 hosts, 2 ranks, 1 rails; 1 rounds; best of 3 x 1024 B x 2 per link direction
+# fabric_check: 2 hosts, 2 ranks, 1 rails; 1 rounds; best of 3 passes of 1024 B x 2 per link direction
 # rail  from  to      Gbit/s    lat_us     retr%  flag
      0  a     b\"       0.190      70.0      0.20
      0  b\"    a        0.040      70.0      0.20  bandwidth
