@@ -9,7 +9,7 @@
 #       nftables in its namespace: the only outlier is that host; exit 1.
 #   (c) no fault: RUNS runs (default 5), every one without an outlier, exit 0.
 # Every run writes JSON, and the outliers are compared exactly with jq.
-#   FCHECK_FLAGS="..."   fabric_check's flags (default: best of 3 bursts of 4 x 1 MiB per link
+#   FCHECK_FLAGS="..."   fabric_check's flags (default: best of 3 passes of 4 x 1 MiB per link
 #                        direction; an 8 MiB all-reduce, an outlier below 0.2 of its
 #                        bound: the ranks share this machine's CPUs, which a busy CI
 #                        host lends them unevenly)
