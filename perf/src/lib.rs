@@ -7,6 +7,10 @@
 //! (`-t N`), the processes of a launcher (`ncclrun -n N`, torchrun, mpirun,
 //! srun), or a single rank. With `--device 1` (the `cuda` feature) the
 //! buffers are in GPU memory; see [`device`].
+//!
+//! `fabric_check` validates a fabric (every host pair on every rail, an
+//! all-reduce, the outliers named); its decisions are in [`fcheck`] and it
+//! is described in `docs/fabric_check.md`.
 
 pub mod args;
 pub mod bind;
@@ -15,6 +19,7 @@ pub mod coll;
 pub mod data;
 pub mod device;
 pub mod exec;
+pub mod fcheck;
 pub mod run;
 pub mod table;
 pub mod timing;
