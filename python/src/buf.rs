@@ -7,7 +7,10 @@ use crate::dtype::{self, Described};
 use crate::errors::invalid;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
 use std::ffi::{c_char, c_void, CStr};
+use std::fmt::Display;
 
 /// One contiguous buffer of a Python object.
 pub(crate) struct View {
@@ -24,6 +27,46 @@ enum Hold {
     /// (the capsule's destructor calls the tensor's deleter).
     #[allow(dead_code)] // held, never read
     DlPack(Py<PyAny>),
+    /// A torch tensor, which keeps its storage.
+    #[allow(dead_code)] // held, never read
+    Object(Py<PyAny>),
+}
+
+/// torch's tensor class and dtypes, looked up once torch is imported (this
+/// module never imports it).
+struct Torch {
+    tensor: Py<PyType>,
+    dtypes: Vec<(Py<PyAny>, Described)>,
+}
+
+static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
+
+fn torch(py: Python<'_>) -> Option<&'static Torch> {
+    if let Some(t) = TORCH.get(py) {
+        return Some(t);
+    }
+    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
+    let torch = modules.cast::<PyDict>().ok()?.get_item("torch").ok()??;
+    let tensor = torch.getattr("Tensor").ok()?.cast_into::<PyType>().ok()?.unbind();
+    let mut dtypes = Vec::new();
+    for (name, code, bits) in [
+        ("int8", 0, 8),
+        ("int32", 0, 32),
+        ("int64", 0, 64),
+        ("uint8", 1, 8),
+        ("uint32", 1, 32),
+        ("uint64", 1, 64),
+        ("float16", 2, 16),
+        ("float32", 2, 32),
+        ("float64", 2, 64),
+        ("bfloat16", 4, 16),
+    ] {
+        if let (Ok(d), Ok(desc)) = (torch.getattr(name), dtype::from_dlpack(code, bits, 1)) {
+            dtypes.push((d.unbind(), desc));
+        }
+    }
+    let _ = TORCH.set(py, Torch { tensor, dtypes });
+    TORCH.get(py)
 }
 
 // SAFETY: a `View` is plain addresses and an owned `Py_buffer`; the buffer is
@@ -92,10 +135,15 @@ impl View {
     /// The memory of `obj` (`what` names the argument in errors). A
     /// `writable` view refuses read-only memory; every view refuses memory
     /// that is not one C-contiguous run.
-    pub(crate) fn of(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<View> {
+    pub(crate) fn of(obj: &Bound<'_, PyAny>, what: &dyn Display, writable: bool) -> PyResult<View> {
         // SAFETY: `obj` is a live object and the GIL is held.
         if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
             return View::buffer(obj, what, writable);
+        }
+        if let Some(t) = torch(obj.py()) {
+            if obj.is_instance(t.tensor.bind(obj.py()))? {
+                return View::tensor(obj, t, what);
+            }
         }
         if let Ok(export) = obj.getattr(pyo3::intern!(obj.py(), "__dlpack__")) {
             return View::dlpack(obj, &export.call0()?, what);
@@ -106,7 +154,7 @@ impl View {
         )))
     }
 
-    fn buffer(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<View> {
+    fn buffer(obj: &Bound<'_, PyAny>, what: &dyn Display, writable: bool) -> PyResult<View> {
         let mut b: Box<ffi::Py_buffer> = Box::new(
             // SAFETY: `Py_buffer` is a C struct of pointers and integers, for
             // which all zeros is a valid (empty) value.
@@ -154,7 +202,59 @@ impl View {
         Ok(view)
     }
 
-    fn dlpack(obj: &Bound<'_, PyAny>, capsule: &Bound<'_, PyAny>, what: &str) -> PyResult<View> {
+    /// A torch tensor through its own methods (DLPack export costs
+    /// microseconds per call in torch).
+    fn tensor(obj: &Bound<'_, PyAny>, t: &Torch, what: &dyn Display) -> PyResult<View> {
+        let py = obj.py();
+        // Interned names: attribute lookups then hit the type's cache.
+        let flag = |name: &Bound<'_, pyo3::types::PyString>| -> PyResult<bool> {
+            obj.getattr(name)?.extract()
+        };
+        let call = |name: &Bound<'_, pyo3::types::PyString>| -> PyResult<usize> {
+            obj.call_method0(name)?.extract()
+        };
+        if !flag(pyo3::intern!(py, "is_cpu"))? {
+            return Err(invalid(format!(
+                "{what} is in device memory ({}); the Python API takes host memory (CPU tensors)",
+                obj.getattr("device")?
+            )));
+        }
+        if flag(pyo3::intern!(py, "requires_grad"))? {
+            return Err(invalid(format!(
+                "{what} requires grad; pass tensor.detach()"
+            )));
+        }
+        if !obj
+            .call_method0(pyo3::intern!(py, "is_contiguous"))?
+            .extract::<bool>()?
+        {
+            return Err(invalid(format!(
+                "{what} is not contiguous; pass a contiguous copy (tensor.contiguous())"
+            )));
+        }
+        let dt = obj.getattr(pyo3::intern!(py, "dtype"))?;
+        let itemsize = call(pyo3::intern!(py, "element_size"))?;
+        let desc = t
+            .dtypes
+            .iter()
+            .find(|(d, _)| d.bind(py).is(&dt))
+            .map(|(_, desc)| *desc)
+            .unwrap_or(Described {
+                dtype: None,
+                itemsize,
+                raw: false,
+            });
+        let numel = call(pyo3::intern!(py, "numel"))?;
+        let ptr = call(pyo3::intern!(py, "data_ptr"))?;
+        Ok(View {
+            ptr: ptr as *mut u8,
+            bytes: numel * itemsize,
+            desc,
+            hold: Hold::Object(obj.clone().unbind()),
+        })
+    }
+
+    fn dlpack(obj: &Bound<'_, PyAny>, capsule: &Bound<'_, PyAny>, what: &dyn Display) -> PyResult<View> {
         let name = c"dltensor";
         // SAFETY: the GIL is held; a wrong object or name returns NULL with
         // an exception set.

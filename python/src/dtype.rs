@@ -106,7 +106,7 @@ pub(crate) fn parse_name(name: &str) -> Result<DataType, String> {
 /// `dtype=`: the buffer's own type unless `dtype=` overrides it, which it
 /// may for plain bytes or for an element type NCCL lacks of the same size
 /// (bfloat16 kept in a `uint16` array); any other disagreement is an error.
-pub(crate) fn resolve(what: &str, d: Described, explicit: Option<DataType>) -> Result<DataType, String> {
+pub(crate) fn resolve(what: &dyn std::fmt::Display, d: Described, explicit: Option<DataType>) -> Result<DataType, String> {
     match (d.dtype, explicit) {
         (Some(have), None) => Ok(have),
         (None, None) => Err(format!(

@@ -236,6 +236,15 @@ fn parse_dtype(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DataType>> {
     dtype::parse_name(&name).map(Some).map_err(invalid)
 }
 
+/// "call: argument", formatted only for an error message.
+struct Name<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0, self.1)
+    }
+}
+
 /// The communicator's views of a call's buffers and their datatype.
 struct Bufs {
     input: Option<View>,
@@ -252,15 +261,15 @@ impl Bufs {
     ) -> PyResult<Bufs> {
         let explicit = parse_dtype(dtype)?;
         let input = input
-            .map(|(o, w)| View::of(o, &format!("{what}: input"), w))
+            .map(|(o, w)| View::of(o, &Name(what, "input"), w))
             .transpose()?;
         let output = output
-            .map(|o| View::of(o, &format!("{what}: output"), true))
+            .map(|o| View::of(o, &Name(what, "output"), true))
             .transpose()?;
         let mut found: Option<DataType> = None;
         for (name, v) in [("input", &input), ("output", &output)] {
             let Some(v) = v else { continue };
-            let d = dtype::resolve(&format!("{what}: {name}"), v.desc, explicit).map_err(invalid)?;
+            let d = dtype::resolve(&Name(what, name), v.desc, explicit).map_err(invalid)?;
             if let Some(f) = found.filter(|&f| f != d) {
                 return Err(invalid(format!(
                     "{what}: input holds {} but output holds {}; they must have one datatype",
@@ -944,7 +953,7 @@ impl Communicator {
 fn _resolve_dtype(format: Option<&str>, itemsize: usize, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<&'static str> {
     let d = dtype::from_format(format, itemsize).map_err(invalid)?;
     let explicit = parse_dtype(dtype)?;
-    dtype::resolve("call", d, explicit).map(dtype::np_name).map_err(invalid)
+    dtype::resolve(&"call", d, explicit).map(dtype::np_name).map_err(invalid)
 }
 
 #[pymodule]
