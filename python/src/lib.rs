@@ -419,6 +419,17 @@ impl Communicator {
     }
 }
 
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        // Closing waits for queued operations and joins threads: not with
+        // the GIL held.
+        let c = lock(&self.inner).take();
+        if c.is_some() {
+            Python::attach(|py| py.detach(move || drop(c)));
+        }
+    }
+}
+
 fn ptr_at(v: &View, elems: usize, d: DataType) -> *mut u8 {
     v.ptr.wrapping_add(elems * d.size())
 }
