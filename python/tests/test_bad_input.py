@@ -196,3 +196,21 @@ def test_dtype_table(fmt, size, dtype, want):
 def test_dtype_objects():
     assert nccl_rs._native._resolve_dtype("B", 1, np.float32) == "float32"
     assert nccl_rs._native._resolve_dtype("B", 1, np.dtype("int64")) == "int64"
+
+
+def test_abort_then_calls_raise():
+    c = nccl_rs.Communicator(nccl_rs.UniqueId(), 1, 0)
+    c.abort()
+    with pytest.raises(nccl_rs.NcclError):
+        c.all_reduce(f32(4))
+    c.close()
+
+
+def test_explicit_in_place_layouts(comm):
+    # The same memory as NCCL's in-place layout, passed as two views.
+    buf = f32(4)
+    assert comm.reduce_scatter(buf, buf[0:4]) is not None
+    assert buf.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert comm.all_gather(buf[0:4], buf) is buf
+    with pytest.raises(Bad, match="overlap"):
+        comm.all_to_all(buf[:3], buf[1:])
