@@ -52,7 +52,7 @@ def main():
         import torch
 
         t = torch.zeros(2)
-        rows.append(("python torch all_reduce(t) (DLPack)", per_call_ns(lambda: comm.all_reduce(t), args.calls)))
+        rows.append(("python torch all_reduce(t)", per_call_ns(lambda: comm.all_reduce(t), args.calls)))
     except ImportError:
         pass
     comm.close()
