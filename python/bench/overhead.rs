@@ -13,7 +13,8 @@ fn main() -> nccl_rs::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000);
     let config = Config::from_env()?;
-    let id = UniqueId::new(&config).map_err(|source| nccl_rs::Error::Bootstrap { rank: 0, source })?;
+    let id =
+        UniqueId::new(&config).map_err(|source| nccl_rs::Error::Bootstrap { rank: 0, source })?;
     let mut comm = Communicator::init(&id, 1, 0, &config)?;
     let mut x = [0.0f32; 2];
     for _ in 0..1000 {

@@ -47,7 +47,12 @@ fn torch(py: Python<'_>) -> Option<&'static Torch> {
     }
     let modules = py.import("sys").ok()?.getattr("modules").ok()?;
     let torch = modules.cast::<PyDict>().ok()?.get_item("torch").ok()??;
-    let tensor = torch.getattr("Tensor").ok()?.cast_into::<PyType>().ok()?.unbind();
+    let tensor = torch
+        .getattr("Tensor")
+        .ok()?
+        .cast_into::<PyType>()
+        .ok()?
+        .unbind();
     let mut dtypes = Vec::new();
     for (name, code, bits) in [
         ("int8", 0, 8),
@@ -181,7 +186,9 @@ impl View {
             unreachable!("made above")
         };
         if writable && b.readonly != 0 {
-            return Err(invalid(format!("{what} is read-only but the call writes it")));
+            return Err(invalid(format!(
+                "{what} is read-only but the call writes it"
+            )));
         }
         // SAFETY: `b` is a filled view.
         if unsafe { ffi::PyBuffer_IsContiguous(&**b, b'C' as c_char) } == 0 {
@@ -194,7 +201,11 @@ impl View {
         } else {
             // SAFETY: a non-NULL format is a NUL-terminated string owned by
             // the view.
-            Some(unsafe { CStr::from_ptr(b.format) }.to_string_lossy().into_owned())
+            Some(
+                unsafe { CStr::from_ptr(b.format) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         };
         let itemsize = usize::try_from(b.itemsize).unwrap_or(0).max(1);
         view.desc = dtype::from_format(format.as_deref(), itemsize)
@@ -254,7 +265,11 @@ impl View {
         })
     }
 
-    fn dlpack(obj: &Bound<'_, PyAny>, capsule: &Bound<'_, PyAny>, what: &dyn Display) -> PyResult<View> {
+    fn dlpack(
+        obj: &Bound<'_, PyAny>,
+        capsule: &Bound<'_, PyAny>,
+        what: &dyn Display,
+    ) -> PyResult<View> {
         let name = c"dltensor";
         // SAFETY: the GIL is held; a wrong object or name returns NULL with
         // an exception set.

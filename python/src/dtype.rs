@@ -25,7 +25,9 @@ pub(crate) fn from_format(format: Option<&str>, itemsize: usize) -> Result<Descr
         Some(b'@' | b'=') => &f[1..],
         Some(b'<') if cfg!(target_endian = "little") => &f[1..],
         Some(b'>' | b'!') if cfg!(target_endian = "little") => {
-            return Err(format!("buffer format {f:?} is big-endian; only native byte order is supported"));
+            return Err(format!(
+                "buffer format {f:?} is big-endian; only native byte order is supported"
+            ));
         }
         _ => f,
     };
@@ -51,7 +53,9 @@ pub(crate) fn from_format(format: Option<&str>, itemsize: usize) -> Result<Descr
 /// The element type of a DLPack tensor (`DLDataType`'s code, bits, lanes).
 pub(crate) fn from_dlpack(code: u8, bits: u8, lanes: u16) -> Result<Described, String> {
     if lanes != 1 {
-        return Err(format!("DLPack tensor has {lanes} lanes per element; only 1 is supported"));
+        return Err(format!(
+            "DLPack tensor has {lanes} lanes per element; only 1 is supported"
+        ));
     }
     let dtype = match (code, bits) {
         (0, 8) => Some(DataType::Int8),
@@ -106,7 +110,11 @@ pub(crate) fn parse_name(name: &str) -> Result<DataType, String> {
 /// `dtype=`: the buffer's own type unless `dtype=` overrides it, which it
 /// may for plain bytes or for an element type NCCL lacks of the same size
 /// (bfloat16 kept in a `uint16` array); any other disagreement is an error.
-pub(crate) fn resolve(what: &dyn std::fmt::Display, d: Described, explicit: Option<DataType>) -> Result<DataType, String> {
+pub(crate) fn resolve(
+    what: &dyn std::fmt::Display,
+    d: Described,
+    explicit: Option<DataType>,
+) -> Result<DataType, String> {
     match (d.dtype, explicit) {
         (Some(have), None) => Ok(have),
         (None, None) => Err(format!(

@@ -143,7 +143,9 @@ impl Work {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
         let limit = match timeout {
             Some(t) if !(t.is_finite() && t >= 0.0) => {
-                return Err(invalid(format!("wait: timeout {t} is not a number of seconds >= 0")))
+                return Err(invalid(format!(
+                    "wait: timeout {t} is not a number of seconds >= 0"
+                )))
             }
             Some(t) => Some(Duration::from_secs_f64(t)),
             None => None,
@@ -166,7 +168,10 @@ impl Work {
                     lock(&self.state).op = Some(op);
                     return Err(raise(
                         "NcclTimeoutError",
-                        format!("wait: the operation did not complete within {}s", timeout.unwrap_or(0.0)),
+                        format!(
+                            "wait: the operation did not complete within {}s",
+                            timeout.unwrap_or(0.0)
+                        ),
                     ));
                 }
             };
@@ -216,11 +221,18 @@ fn parse_op(op: &Bound<'_, PyAny>) -> PyResult<RedOp> {
         Err(_) => op
             .getattr("name")
             .and_then(|n| n.extract::<String>())
-            .map_err(|_| invalid(format!("op={op}: expected 'sum', 'prod', 'min', 'max' or 'avg'")))?
+            .map_err(|_| {
+                invalid(format!(
+                    "op={op}: expected 'sum', 'prod', 'min', 'max' or 'avg'"
+                ))
+            })?
             .to_ascii_lowercase(),
     };
-    RedOp::parse(&s)
-        .ok_or_else(|| invalid(format!("op={s:?}: expected 'sum', 'prod', 'min', 'max' or 'avg'")))
+    RedOp::parse(&s).ok_or_else(|| {
+        invalid(format!(
+            "op={s:?}: expected 'sum', 'prod', 'min', 'max' or 'avg'"
+        ))
+    })
 }
 
 fn parse_dtype(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DataType>> {
@@ -315,7 +327,7 @@ fn mismatch(what: &str, detail: String) -> PyErr {
 fn check_overlap(what: &str, i: &View, o: &View, in_place_at: *const u8) -> PyResult<()> {
     let (ia, oa) = (i.ptr as usize, o.ptr as usize);
     let overlap = i.bytes > 0 && o.bytes > 0 && ia < oa + o.bytes && oa < ia + i.bytes;
-    if overlap && i.ptr as *const u8 != in_place_at {
+    if overlap && !std::ptr::eq(i.ptr, in_place_at) {
         return Err(mismatch(
             what,
             "input and output overlap; for in place pass one buffer (see the docstring)".into(),
@@ -399,7 +411,14 @@ impl Communicator {
         Ok(result.clone().unbind())
     }
 
-    fn args(&self, coll: RawColl, count: usize, b: &Bufs, send: *const u8, recv: *mut u8) -> RawArgs {
+    fn args(
+        &self,
+        coll: RawColl,
+        count: usize,
+        b: &Bufs,
+        send: *const u8,
+        recv: *mut u8,
+    ) -> RawArgs {
         RawArgs {
             coll,
             send,
@@ -413,7 +432,10 @@ impl Communicator {
 
     fn check_root(&self, what: &str, root: usize) -> PyResult<()> {
         if root >= self.size {
-            return Err(mismatch(what, format!("root {root} is not a rank of {} ranks", self.size)));
+            return Err(mismatch(
+                what,
+                format!("root {root} is not a rank of {} ranks", self.size),
+            ));
         }
         Ok(())
     }
@@ -440,13 +462,18 @@ impl Communicator {
     /// bytes) as `rank` of `nranks`. Blocks until every rank joined, or
     /// ``NCCL_RS_BOOTSTRAP_TIMEOUT`` passed.
     #[new]
-    fn new(py: Python<'_>, unique_id: &Bound<'_, PyAny>, nranks: usize, rank: usize) -> PyResult<Communicator> {
+    fn new(
+        py: Python<'_>,
+        unique_id: &Bound<'_, PyAny>,
+        nranks: usize,
+        rank: usize,
+    ) -> PyResult<Communicator> {
         let id = match unique_id.cast::<UniqueId>() {
             Ok(u) => u.get().0,
             Err(_) => {
-                let b: Vec<u8> = unique_id
-                    .extract()
-                    .map_err(|_| invalid("unique_id: expected a UniqueId or its 128 bytes".into()))?;
+                let b: Vec<u8> = unique_id.extract().map_err(|_| {
+                    invalid("unique_id: expected a UniqueId or its 128 bytes".into())
+                })?;
                 UniqueId::from_bytes(&b)?.0
             }
         };
@@ -514,7 +541,12 @@ impl Communicator {
     /// ``(key, rank)``; ``color=None`` takes part and gets ``None``. Every
     /// rank must call it.
     #[pyo3(signature = (color, key=0))]
-    fn split(&self, py: Python<'_>, color: Option<u32>, key: i32) -> PyResult<Option<Communicator>> {
+    fn split(
+        &self,
+        py: Python<'_>,
+        color: Option<u32>,
+        key: i32,
+    ) -> PyResult<Option<Communicator>> {
         let sub = self.with(py, |c| {
             let cfg = c.config().clone();
             c.split(color, key, &cfg)
@@ -555,14 +587,23 @@ impl Communicator {
         let recv = match &b.output {
             Some(o) => {
                 if o.bytes != i.bytes {
-                    return Err(mismatch(what, format!("input has {n} elements but output has {}", Bufs::elems(o, b.dtype))));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "input has {n} elements but output has {}",
+                            Bufs::elems(o, b.dtype)
+                        ),
+                    ));
                 }
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
             }
             None => i.ptr,
         };
-        let a = RawArgs { op, ..self.args(RawColl::AllReduce, n, &b, i.ptr, recv) };
+        let a = RawArgs {
+            op,
+            ..self.args(RawColl::AllReduce, n, &b, i.ptr, recv)
+        };
         self.run(py, a, b.into_keep(), output.unwrap_or(input), async_op)
     }
 
@@ -582,32 +623,56 @@ impl Communicator {
         let what = "broadcast";
         self.check_root(what, root)?;
         let in_place = output.is_none();
-        let input = if in_place || self.rank == root { input } else { input.filter(|_| false) };
-        let result = output.or(input).ok_or_else(|| mismatch(what, "no buffer given".into()))?;
+        let input = if in_place || self.rank == root {
+            input
+        } else {
+            input.filter(|_| false)
+        };
+        let result = output
+            .or(input)
+            .ok_or_else(|| mismatch(what, "no buffer given".into()))?;
         let b = Bufs::get(what, input.map(|i| (i, in_place)), output, dtype)?;
         let (send, recv, n) = match (&b.input, &b.output) {
             (Some(i), None) => (i.ptr as *const u8, i.ptr, Bufs::elems(i, b.dtype)),
             (i, Some(o)) => {
                 if let Some(i) = i {
                     if i.bytes != o.bytes {
-                        return Err(mismatch(what, format!("input has {} elements but output has {}", Bufs::elems(i, b.dtype), Bufs::elems(o, b.dtype))));
+                        return Err(mismatch(
+                            what,
+                            format!(
+                                "input has {} elements but output has {}",
+                                Bufs::elems(i, b.dtype),
+                                Bufs::elems(o, b.dtype)
+                            ),
+                        ));
                     }
                     check_overlap(what, i, o, o.ptr)?;
                 }
-                (i.as_ref().map_or(std::ptr::null(), |i| i.ptr as *const u8), o.ptr, Bufs::elems(o, b.dtype))
+                (
+                    i.as_ref().map_or(std::ptr::null(), |i| i.ptr as *const u8),
+                    o.ptr,
+                    Bufs::elems(o, b.dtype),
+                )
             }
             (None, None) => unreachable!("checked above"),
         };
         if self.rank == root && b.input.is_none() {
-            return Err(mismatch(what, format!("rank {root} is the root and needs input")));
+            return Err(mismatch(
+                what,
+                format!("rank {root} is the root and needs input"),
+            ));
         }
-        let a = RawArgs { root, ..self.args(RawColl::Broadcast, n, &b, send, recv) };
+        let a = RawArgs {
+            root,
+            ..self.args(RawColl::Broadcast, n, &b, send, recv)
+        };
         self.run(py, a, b.into_keep(), result, async_op)
     }
 
     /// Reduces every rank's `input` into `root`'s `output` (other ranks may
     /// omit `output`; it is not written there). Without `output`, the
     /// root's result lands in its `input`.
+    #[allow(clippy::too_many_arguments)] // the Python signature
     #[pyo3(signature = (input, output=None, *, root=0, op=None, dtype=None, async_op=false))]
     fn reduce(
         &self,
@@ -630,14 +695,24 @@ impl Communicator {
         let recv = match &b.output {
             Some(o) => {
                 if is_root && o.bytes != i.bytes {
-                    return Err(mismatch(what, format!("input has {n} elements but output has {}", Bufs::elems(o, b.dtype))));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "input has {n} elements but output has {}",
+                            Bufs::elems(o, b.dtype)
+                        ),
+                    ));
                 }
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
             }
             None => i.ptr,
         };
-        let a = RawArgs { op, root, ..self.args(RawColl::Reduce, n, &b, i.ptr, recv) };
+        let a = RawArgs {
+            op,
+            root,
+            ..self.args(RawColl::Reduce, n, &b, i.ptr, recv)
+        };
         self.run(py, a, b.into_keep(), output.unwrap_or(input), async_op)
     }
 
@@ -661,7 +736,13 @@ impl Communicator {
             Some(i) => {
                 let c = Bufs::elems(i, b.dtype);
                 if total != c * self.size {
-                    return Err(mismatch(what, format!("output has {total} elements, not input's {c} x {} ranks", self.size)));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "output has {total} elements, not input's {c} x {} ranks",
+                            self.size
+                        ),
+                    ));
                 }
                 check_overlap(what, i, o, ptr_at(o, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, c)
@@ -697,7 +778,13 @@ impl Communicator {
             Some(o) => {
                 let c = Bufs::elems(o, b.dtype);
                 if total != c * self.size {
-                    return Err(mismatch(what, format!("input has {total} elements, not output's {c} x {} ranks", self.size)));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "input has {total} elements, not output's {c} x {} ranks",
+                            self.size
+                        ),
+                    ));
                 }
                 // NCCL's in-place layout may also be given explicitly.
                 check_overlap(what, o, i, ptr_at(i, self.rank * c, b.dtype))?;
@@ -708,7 +795,10 @@ impl Communicator {
                 (ptr_at(i, self.rank * c, b.dtype), c)
             }
         };
-        let a = RawArgs { op, ..self.args(RawColl::ReduceScatter, c, &b, i.ptr, recv) };
+        let a = RawArgs {
+            op,
+            ..self.args(RawColl::ReduceScatter, c, &b, i.ptr, recv)
+        };
         self.run(py, a, b.into_keep(), output.unwrap_or(input), async_op)
     }
 
@@ -732,7 +822,13 @@ impl Communicator {
         let recv = match &b.output {
             Some(o) => {
                 if o.bytes != i.bytes {
-                    return Err(mismatch(what, format!("input has {total} elements but output has {}", Bufs::elems(o, b.dtype))));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "input has {total} elements but output has {}",
+                            Bufs::elems(o, b.dtype)
+                        ),
+                    ));
                 }
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
@@ -760,19 +856,34 @@ impl Communicator {
         self.check_root(what, root)?;
         let is_root = self.rank == root;
         let output = output.filter(|_| is_root);
-        let result = output.or(input).ok_or_else(|| mismatch(what, "no buffer given".into()))?;
+        let result = output
+            .or(input)
+            .ok_or_else(|| mismatch(what, "no buffer given".into()))?;
         if is_root && output.is_none() {
-            return Err(mismatch(what, format!("rank {root} is the root and needs output")));
+            return Err(mismatch(
+                what,
+                format!("rank {root} is the root and needs output"),
+            ));
         }
         if !is_root && input.is_none() {
-            return Err(mismatch(what, "input is needed on every rank but the root".into()));
+            return Err(mismatch(
+                what,
+                "input is needed on every rank but the root".into(),
+            ));
         }
         let b = Bufs::get(what, input.map(|i| (i, false)), output, dtype)?;
         let (send, recv, c) = match (&b.input, &b.output) {
             (Some(i), Some(o)) => {
                 let c = Bufs::elems(i, b.dtype);
                 if Bufs::elems(o, b.dtype) != c * self.size {
-                    return Err(mismatch(what, format!("output has {} elements, not input's {c} x {} ranks", Bufs::elems(o, b.dtype), self.size)));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "output has {} elements, not input's {c} x {} ranks",
+                            Bufs::elems(o, b.dtype),
+                            self.size
+                        ),
+                    ));
                 }
                 check_overlap(what, i, o, ptr_at(o, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, o.ptr, c)
@@ -781,10 +892,17 @@ impl Communicator {
                 let c = self.equal_parts(what, "output", Bufs::elems(o, b.dtype))?;
                 (ptr_at(o, self.rank * c, b.dtype) as *const u8, o.ptr, c)
             }
-            (Some(i), None) => (i.ptr as *const u8, std::ptr::null_mut(), Bufs::elems(i, b.dtype)),
+            (Some(i), None) => (
+                i.ptr as *const u8,
+                std::ptr::null_mut(),
+                Bufs::elems(i, b.dtype),
+            ),
             (None, None) => unreachable!("checked above"),
         };
-        let a = RawArgs { root, ..self.args(RawColl::Gather, c, &b, send, recv) };
+        let a = RawArgs {
+            root,
+            ..self.args(RawColl::Gather, c, &b, send, recv)
+        };
         self.run(py, a, b.into_keep(), result, async_op)
     }
 
@@ -806,10 +924,16 @@ impl Communicator {
         let is_root = self.rank == root;
         let input = input.filter(|_| is_root);
         if is_root && input.is_none() {
-            return Err(mismatch(what, format!("rank {root} is the root and needs input")));
+            return Err(mismatch(
+                what,
+                format!("rank {root} is the root and needs input"),
+            ));
         }
         if !is_root && output.is_none() {
-            return Err(mismatch(what, "output is needed on every rank but the root".into()));
+            return Err(mismatch(
+                what,
+                "output is needed on every rank but the root".into(),
+            ));
         }
         let result = output.or(input).expect("checked above");
         let b = Bufs::get(what, input.map(|i| (i, output.is_none())), output, dtype)?;
@@ -817,7 +941,14 @@ impl Communicator {
             (Some(i), Some(o)) => {
                 let c = Bufs::elems(o, b.dtype);
                 if Bufs::elems(i, b.dtype) != c * self.size {
-                    return Err(mismatch(what, format!("input has {} elements, not output's {c} x {} ranks", Bufs::elems(i, b.dtype), self.size)));
+                    return Err(mismatch(
+                        what,
+                        format!(
+                            "input has {} elements, not output's {c} x {} ranks",
+                            Bufs::elems(i, b.dtype),
+                            self.size
+                        ),
+                    ));
                 }
                 check_overlap(what, o, i, ptr_at(i, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, o.ptr, c)
@@ -829,7 +960,10 @@ impl Communicator {
             (None, Some(o)) => (std::ptr::null(), o.ptr, Bufs::elems(o, b.dtype)),
             (None, None) => unreachable!("checked above"),
         };
-        let a = RawArgs { root, ..self.args(RawColl::Scatter, c, &b, send, recv) };
+        let a = RawArgs {
+            root,
+            ..self.args(RawColl::Scatter, c, &b, send, recv)
+        };
         self.run(py, a, b.into_keep(), result, async_op)
     }
 
@@ -856,13 +990,25 @@ impl Communicator {
 
     /// Sends `buf` to `peer` (matched by `peer`'s ``recv`` of as many bytes).
     #[pyo3(signature = (buf, peer, *, async_op=false))]
-    fn send(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, peer: usize, async_op: bool) -> PyResult<Py<PyAny>> {
+    fn send(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        peer: usize,
+        async_op: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.run_ops(py, vec![(true, buf.clone(), peer)], buf, async_op)
     }
 
     /// Receives into `buf` from `peer`.
     #[pyo3(signature = (buf, peer, *, async_op=false))]
-    fn recv(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, peer: usize, async_op: bool) -> PyResult<Py<PyAny>> {
+    fn recv(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        peer: usize,
+        async_op: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.run_ops(py, vec![(false, buf.clone(), peer)], buf, async_op)
     }
 
@@ -871,13 +1017,22 @@ impl Communicator {
     /// ``ncclSend``/``ncclRecv``). `ops` is a list of ``("send" | "recv",
     /// buffer, peer)``; :class:`P2pGroup` builds one.
     #[pyo3(signature = (ops, *, async_op=false))]
-    fn run_group(&self, py: Python<'_>, ops: Vec<(String, Bound<'_, PyAny>, usize)>, async_op: bool) -> PyResult<Py<PyAny>> {
+    fn run_group(
+        &self,
+        py: Python<'_>,
+        ops: Vec<(String, Bound<'_, PyAny>, usize)>,
+        async_op: bool,
+    ) -> PyResult<Py<PyAny>> {
         let mut list = Vec::with_capacity(ops.len());
         for (kind, buf, peer) in ops {
             let is_send = match kind.as_str() {
                 "send" => true,
                 "recv" => false,
-                other => return Err(invalid(format!("run_group: {other:?} is neither \"send\" nor \"recv\""))),
+                other => {
+                    return Err(invalid(format!(
+                        "run_group: {other:?} is neither \"send\" nor \"recv\""
+                    )))
+                }
             };
             list.push((is_send, buf, peer));
         }
@@ -888,7 +1043,13 @@ impl Communicator {
 impl Communicator {
     fn equal_parts(&self, what: &str, name: &str, elems: usize) -> PyResult<usize> {
         if elems % self.size != 0 {
-            return Err(mismatch(what, format!("{name} has {elems} elements, which do not split into {} equal parts", self.size)));
+            return Err(mismatch(
+                what,
+                format!(
+                    "{name} has {elems} elements, which do not split into {} equal parts",
+                    self.size
+                ),
+            ));
         }
         Ok(elems / self.size)
     }
@@ -903,9 +1064,15 @@ impl Communicator {
         let mut views = Vec::with_capacity(ops.len());
         let mut raw = Vec::with_capacity(ops.len());
         for (k, (is_send, buf, peer)) in ops.iter().enumerate() {
-            let what = format!("{} #{k} (peer {peer})", if *is_send { "send" } else { "recv" });
+            let what = format!(
+                "{} #{k} (peer {peer})",
+                if *is_send { "send" } else { "recv" }
+            );
             if *peer >= self.size {
-                return Err(invalid(format!("{what}: peer {peer} is not a rank of {} ranks", self.size)));
+                return Err(invalid(format!(
+                    "{what}: peer {peer} is not a rank of {} ranks",
+                    self.size
+                )));
             }
             let v = View::of(buf, &what, !is_send)?;
             raw.push(RawP2p {
@@ -925,7 +1092,9 @@ impl Communicator {
                     && (va.ptr as usize) < vb.ptr as usize + vb.bytes
                     && (vb.ptr as usize) < va.ptr as usize + va.bytes;
                 if !same && overlap && (!a.is_send || !b.is_send) {
-                    return Err(invalid("run_group: a receive buffer overlaps another buffer of the group".into()));
+                    return Err(invalid(
+                        "run_group: a receive buffer overlaps another buffer of the group".into(),
+                    ));
                 }
             }
         }
@@ -957,10 +1126,16 @@ impl Communicator {
 /// with `dtype=` (for tests of the mapping); raises like a call would.
 #[pyfunction]
 #[pyo3(signature = (format, itemsize, dtype=None))]
-fn _resolve_dtype(format: Option<&str>, itemsize: usize, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<&'static str> {
+fn _resolve_dtype(
+    format: Option<&str>,
+    itemsize: usize,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<&'static str> {
     let d = dtype::from_format(format, itemsize).map_err(invalid)?;
     let explicit = parse_dtype(dtype)?;
-    dtype::resolve(&"call", d, explicit).map(dtype::np_name).map_err(invalid)
+    dtype::resolve(&"call", d, explicit)
+        .map(dtype::np_name)
+        .map_err(invalid)
 }
 
 #[pymodule]

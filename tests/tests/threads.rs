@@ -486,13 +486,26 @@ fn raw_async_calls_hand_back_their_keep_with_the_result() {
         let op = unsafe { comm.collective_raw_async(&a, (send, recv)) }.unwrap();
         let ((_, recv), res) = op.wait().unwrap();
         res.unwrap();
-        assert_eq!(&*recv, &(0..2 * n).map(|i| (i / 2) as u32 + 1).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            &*recv,
+            &(0..2 * n).map(|i| (i / 2) as u32 + 1).collect::<Vec<_>>()[..]
+        );
         // A ring of sends and receives in the background.
         let out = vec![r as u8; 4].into_boxed_slice();
         let mut inp = vec![0u8; 4].into_boxed_slice();
         let ops = [
-            RawP2p { is_send: true, peer: (r + 1) % n, ptr: out.as_ptr() as *mut u8, bytes: 4 },
-            RawP2p { is_send: false, peer: (r + n - 1) % n, ptr: inp.as_mut_ptr(), bytes: 4 },
+            RawP2p {
+                is_send: true,
+                peer: (r + 1) % n,
+                ptr: out.as_ptr() as *mut u8,
+                bytes: 4,
+            },
+            RawP2p {
+                is_send: false,
+                peer: (r + n - 1) % n,
+                ptr: inp.as_mut_ptr(),
+                bytes: 4,
+            },
         ];
         // SAFETY: as above.
         let op = unsafe { comm.run_group_raw_async(&ops, (out, inp)) }.unwrap();
@@ -500,7 +513,11 @@ fn raw_async_calls_hand_back_their_keep_with_the_result() {
         res.unwrap();
         assert_eq!(&*inp, &[((r + n - 1) % n) as u8; 4]);
         // A bad argument is refused before anything is queued.
-        let bad = RawArgs { root: n, coll: RawColl::Broadcast, ..a };
+        let bad = RawArgs {
+            root: n,
+            coll: RawColl::Broadcast,
+            ..a
+        };
         // SAFETY: refused before any pointer is used.
         assert!(matches!(
             unsafe { comm.collective_raw_async(&bad, ()) },
