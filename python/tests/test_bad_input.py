@@ -214,3 +214,41 @@ def test_explicit_in_place_layouts(comm):
     assert comm.all_gather(buf[0:4], buf) is buf
     with pytest.raises(Bad, match="overlap"):
         comm.all_to_all(buf[:3], buf[1:])
+
+
+def elf_soname(path):
+    """DT_SONAME of a 64-bit little-endian ELF shared object, or None."""
+    import struct
+
+    data = open(path, "rb").read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    SHT_DYNAMIC, DT_SONAME = 6, 14
+    for sh in sections:
+        if sh[1] != SHT_DYNAMIC:
+            continue
+        strtab = sections[sh[6]]  # sh_link: the string table
+        for off in range(sh[4], sh[4] + sh[5], 16):
+            tag, val = struct.unpack_from("<qQ", data, off)
+            if tag == 0:
+                break
+            if tag == DT_SONAME:
+                start = strtab[4] + val
+                return data[start:data.index(b"\0", start)].decode()
+    return None
+
+
+def test_extension_is_not_libnccl_so_2():
+    # Else the loader would use it for any later `libnccl.so.2` dependency
+    # (torch's CUDA library needs NVIDIA's), and fail on missing symbols.
+    assert elf_soname(nccl_rs.native_library_path()) != "libnccl.so.2"
+
+
+def test_torch_imports_after_nccl_rs():
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "import nccl_rs, torch; torch.zeros(1)"], check=True, timeout=300)
