@@ -463,3 +463,65 @@ fn async_collectives_take_shared_buffers() {
     );
     assert!(outs.iter().all(|&o| o == (true, true)), "{outs:?}");
 }
+
+#[test]
+fn raw_async_calls_hand_back_their_keep_with_the_result() {
+    use nccl_rs::comm::raw::{RawArgs, RawColl, RawP2p};
+    use nccl_rs::DataType;
+    on_threads(3, true, |mut comm| {
+        let (r, n) = (comm.rank(), comm.size());
+        // Out-of-place all-gather: the buffers live in `keep`.
+        let send = vec![r as u32 + 1; 2].into_boxed_slice();
+        let mut recv = vec![0u32; 2 * n].into_boxed_slice();
+        let a = RawArgs {
+            coll: RawColl::AllGather,
+            send: send.as_ptr().cast(),
+            recv: recv.as_mut_ptr().cast(),
+            count: 2,
+            dtype: DataType::Uint32,
+            op: RedOp::Sum,
+            root: 0,
+        };
+        // SAFETY: both boxes move into the operation and come back from wait.
+        let op = unsafe { comm.collective_raw_async(&a, (send, recv)) }.unwrap();
+        let ((_, recv), res) = op.wait().unwrap();
+        res.unwrap();
+        assert_eq!(
+            &*recv,
+            &(0..2 * n).map(|i| (i / 2) as u32 + 1).collect::<Vec<_>>()[..]
+        );
+        // A ring of sends and receives in the background.
+        let out = vec![r as u8; 4].into_boxed_slice();
+        let mut inp = vec![0u8; 4].into_boxed_slice();
+        let ops = [
+            RawP2p {
+                is_send: true,
+                peer: (r + 1) % n,
+                ptr: out.as_ptr() as *mut u8,
+                bytes: 4,
+            },
+            RawP2p {
+                is_send: false,
+                peer: (r + n - 1) % n,
+                ptr: inp.as_mut_ptr(),
+                bytes: 4,
+            },
+        ];
+        // SAFETY: as above.
+        let op = unsafe { comm.run_group_raw_async(&ops, (out, inp)) }.unwrap();
+        let ((_, inp), res) = op.wait().unwrap();
+        res.unwrap();
+        assert_eq!(&*inp, &[((r + n - 1) % n) as u8; 4]);
+        // A bad argument is refused before anything is queued.
+        let bad = RawArgs {
+            root: n,
+            coll: RawColl::Broadcast,
+            ..a
+        };
+        // SAFETY: refused before any pointer is used.
+        assert!(matches!(
+            unsafe { comm.collective_raw_async(&bad, ()) },
+            Err(Error::InvalidArgument(_))
+        ));
+    });
+}

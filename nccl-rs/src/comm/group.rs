@@ -6,7 +6,7 @@ use super::Communicator;
 use crate::datatype::Element;
 use crate::engine::{CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
-use crate::schedule::{p2p_group, P2pOp};
+use crate::schedule::{p2p_group, P2pOp, Schedule};
 use std::marker::PhantomData;
 
 /// A set of sends and receives that run together. The buffers stay
@@ -68,6 +68,12 @@ impl<'a> P2pGroup<'a> {
 impl Communicator {
     /// Runs a group of sends and receives; returns when all completed.
     pub fn run_group(&mut self, group: P2pGroup<'_>) -> Result<()> {
+        let (sched, what, bufs) = self.group_call(group)?;
+        self.idle_core()?.group(&sched, what, bufs)
+    }
+
+    /// Checks a group and turns it into its schedule and regions.
+    pub(super) fn group_call(&self, group: P2pGroup<'_>) -> Result<(Schedule, OpLabel, CallBufs)> {
         for op in &group.ops {
             let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
             if peer >= self.nranks {
@@ -87,7 +93,7 @@ impl Communicator {
         let what = OpLabel::Group {
             ops: group.ops.len(),
         };
-        self.idle_core()?.group(&sched, what, bufs)
+        Ok((sched, what, bufs))
     }
 
     /// Sends `buf` to `peer` (matched by `peer`'s `recv`).

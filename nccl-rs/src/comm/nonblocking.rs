@@ -12,6 +12,7 @@
 //! freed buffer.
 
 use super::core::Core;
+use super::raw::{RawArgs, RawP2p};
 use super::Communicator;
 use crate::datatype::{Element, RedOp};
 use crate::engine::{CallBufs, Region};
@@ -284,6 +285,79 @@ impl Communicator {
                     group: vec![],
                 },
             )
+        })
+    }
+}
+
+/// A call's regions, moved to the async worker. The caller of the
+/// `unsafe` raw async functions promised the memory stays valid until the
+/// operation finished; nothing else touches the pointers.
+struct SendBufs(CallBufs);
+
+// SAFETY: the regions are plain addresses; the raw async functions' safety
+// contract keeps the memory valid and unaliased until the worker is done.
+unsafe impl Send for SendBufs {}
+
+impl Communicator {
+    /// Queues `run` behind earlier async operations; `keep` comes back from
+    /// `wait` with the result, on failure too.
+    fn submit_keep<K: Send + 'static>(
+        &mut self,
+        keep: K,
+        run: impl FnOnce(&mut Core) -> Result<()> + Send + 'static,
+    ) -> Result<AsyncOp<(K, Result<()>)>> {
+        let slot = Arc::new(Slot {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        let theirs = slot.clone();
+        self.queue.push(Box::new(move |core: &mut Core| {
+            let res = run(core);
+            *theirs.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(Ok((keep, res)));
+            theirs.done.notify_all();
+        }))?;
+        Ok(AsyncOp { slot, taken: false })
+    }
+
+    /// [`Communicator::collective_raw`] in the background, after the async
+    /// operations issued before it. Arguments are checked now (an error
+    /// here means nothing was queued); the call's own result comes from
+    /// `wait` together with `keep`, which the operation holds until it ends
+    /// (for a binding: whatever owns the buffers), so `keep` is always
+    /// dropped by the thread that waits.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_raw`], for as long as the operation
+    /// runs: until `wait` returned or the [`AsyncOp`] was dropped.
+    pub unsafe fn collective_raw_async<K: Send + 'static>(
+        &mut self,
+        a: &RawArgs,
+        keep: K,
+    ) -> Result<AsyncOp<(K, Result<()>)>> {
+        let (coll, bufs) = self.raw_call(a)?;
+        let (dtype, op, bufs) = (a.dtype, a.op, SendBufs(bufs));
+        self.submit_keep(keep, move |core| {
+            let bufs = bufs;
+            core.collective(coll, dtype, op, bufs.0)
+        })
+    }
+
+    /// [`Communicator::run_group_raw`] in the background, as
+    /// [`Communicator::collective_raw_async`].
+    ///
+    /// # Safety
+    /// As [`Communicator::run_group_raw`], for as long as the operation
+    /// runs: until `wait` returned or the [`AsyncOp`] was dropped.
+    pub unsafe fn run_group_raw_async<K: Send + 'static>(
+        &mut self,
+        ops: &[RawP2p],
+        keep: K,
+    ) -> Result<AsyncOp<(K, Result<()>)>> {
+        let (sched, what, bufs) = self.group_call(super::raw::raw_group(ops)?)?;
+        let bufs = SendBufs(bufs);
+        self.submit_keep(keep, move |core| {
+            let bufs = bufs;
+            core.group(&sched, what, bufs.0)
         })
     }
 }

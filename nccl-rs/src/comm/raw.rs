@@ -93,6 +93,13 @@ impl Communicator {
     /// for `dtype`. Overlap other than NCCL's in-place layouts is not
     /// allowed.
     pub unsafe fn collective_raw(&mut self, a: &RawArgs) -> Result<()> {
+        let (coll, bufs) = self.raw_call(a)?;
+        self.collective(coll, a.dtype, a.op, bufs)
+    }
+
+    /// Checks a raw call and turns it into the engine's collective and
+    /// regions (nothing is read or written).
+    pub(super) fn raw_call(&self, a: &RawArgs) -> Result<(Coll, CallBufs)> {
         if a.root >= self.nranks
             && matches!(
                 a.coll,
@@ -147,16 +154,14 @@ impl Communicator {
             // In place, `Core` stages a copy of the input.
             RawColl::AllToAll => Coll::AllToAll { count: c },
         };
-        self.collective(
+        Ok((
             coll,
-            a.dtype,
-            a.op,
             CallBufs {
                 input,
                 output,
                 group: Vec::new(),
             },
-        )
+        ))
     }
 
     /// Runs a group of raw sends and receives (`ncclGroupStart` … `ncclGroupEnd`).
@@ -166,30 +171,36 @@ impl Communicator {
     /// writes for receives) for the whole call; receive buffers must not
     /// overlap each other or any send buffer.
     pub unsafe fn run_group_raw(&mut self, ops: &[RawP2p]) -> Result<()> {
-        let mut g = P2pGroup::new();
-        for op in ops {
-            if op.bytes > 0 && op.ptr.is_null() {
-                return Err(Error::invalid(format!(
-                    "NULL buffer for {} bytes with peer {}",
-                    op.bytes, op.peer
-                )));
-            }
-            let r = Region::new(op.ptr, op.bytes);
-            let idx = g.bufs.len();
-            g.ops.push(match op.is_send {
-                true => P2pOp::Send {
-                    peer: op.peer,
-                    buf: idx,
-                    count: op.bytes,
-                },
-                false => P2pOp::Recv {
-                    peer: op.peer,
-                    buf: idx,
-                    count: op.bytes,
-                },
-            });
-            g.bufs.push(r);
-        }
+        let g = raw_group(ops)?;
         self.run_group(g)
     }
+}
+
+/// The group of raw sends and receives `ops` (NULL buffers refused).
+pub(super) fn raw_group(ops: &[RawP2p]) -> Result<P2pGroup<'static>> {
+    let mut g = P2pGroup::new();
+    for op in ops {
+        if op.bytes > 0 && op.ptr.is_null() {
+            return Err(Error::invalid(format!(
+                "NULL buffer for {} bytes with peer {}",
+                op.bytes, op.peer
+            )));
+        }
+        let r = Region::new(op.ptr, op.bytes);
+        let idx = g.bufs.len();
+        g.ops.push(match op.is_send {
+            true => P2pOp::Send {
+                peer: op.peer,
+                buf: idx,
+                count: op.bytes,
+            },
+            false => P2pOp::Recv {
+                peer: op.peer,
+                buf: idx,
+                count: op.bytes,
+            },
+        });
+        g.bufs.push(r);
+    }
+    Ok(g)
 }

@@ -1,0 +1,89 @@
+"""all_reduce latency and bandwidth from Python (float32 numpy arrays, out
+of place), nccl-tests style: per size, the median over 5 runs of the mean
+time of a loop of calls; algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+
+    python python/bench/allreduce.py [--nranks 2] [--sizes 8,1M,64M]
+
+Without RANK in the environment it starts --nranks copies of itself on
+127.0.0.1 (torchrun's variables); under a launcher it runs as one rank.
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def parse_size(s: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
+
+
+def launch(args) -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(args.nranks):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.nranks), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(args.nranks))
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
+    deadline = time.monotonic() + args.timeout
+    rc = 0
+    for p in procs:
+        try:
+            rc |= p.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print("timed out", file=sys.stderr)
+            return 1
+    return rc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nranks", type=int, default=2)
+    ap.add_argument("--sizes", default="8,1M,64M")
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+    if "RANK" not in os.environ:
+        return launch(args)
+    import numpy as np
+
+    import nccl_rs
+
+    comm = nccl_rs.Communicator.from_env()
+    n = comm.size
+    if comm.rank == 0:
+        print(f"# nccl_rs all_reduce from Python, {n} ranks, float32, sum, out of place; transport {comm.transport}")
+        print(f"# {'bytes':>10} {'iters':>6} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
+    for size in [parse_size(s) for s in args.sizes.split(",")]:
+        x = np.ones(max(1, size // 4), np.float32)
+        y = np.empty_like(x)
+        iters = max(3, min(1000, (64 << 20) // max(size, 1) // 8))
+        for _ in range(max(2, iters // 10)):
+            comm.all_reduce(x, y)
+        runs = []
+        for _ in range(5):
+            comm.barrier()
+            t = time.perf_counter()
+            for _ in range(iters):
+                comm.all_reduce(x, y)
+            runs.append((time.perf_counter() - t) / iters)
+        sec = statistics.median(runs)
+        assert float(y[0]) == n
+        algbw = x.nbytes / sec / 1e9
+        if comm.rank == 0:
+            print(f"  {x.nbytes:>10} {iters:>6} {sec * 1e6:>10.1f} {algbw:>12.3f} {algbw * 2 * (n - 1) / n:>12.3f}")
+    comm.finalize()
+    comm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

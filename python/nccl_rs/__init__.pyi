@@ -1,0 +1,29 @@
+"""Type stubs of nccl_rs."""
+
+from typing import Any, Iterator, List, Optional, Tuple
+
+from ._errors import (
+    NcclAbortedError as NcclAbortedError,
+    NcclBootstrapError as NcclBootstrapError,
+    NcclError as NcclError,
+    NcclInternalError as NcclInternalError,
+    NcclInvalidArgumentError as NcclInvalidArgumentError,
+    NcclInvalidUsageError as NcclInvalidUsageError,
+    NcclRemoteError as NcclRemoteError,
+    NcclTimeoutError as NcclTimeoutError,
+)
+from ._native import Communicator as Communicator, UniqueId as UniqueId, Work as Work
+
+__version__: str
+
+def native_library_path() -> str: ...
+
+class P2pGroup:
+    def __init__(self, comm: Communicator) -> None: ...
+    def send(self, buf: Any, peer: int) -> "P2pGroup": ...
+    def recv(self, buf: Any, peer: int) -> "P2pGroup": ...
+    def run(self, *, async_op: bool = False) -> Optional[Work]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Tuple[str, Any, int]]: ...
+    def __enter__(self) -> "P2pGroup": ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
