@@ -66,6 +66,7 @@ measure() {
 }
 
 report() {
+  [ -x "$BIN/fabric_sim" ] || { echo "sim-validate: no $BIN/fabric_sim (cargo build --release -p fabric-sim)" >&2; exit 2; }
   printf '| rails | over | place | op | size | algo | measured ms | simulated ms | error | algorithm (run / sim) | sim bottleneck | load |\n'
   printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
   local errs=()
@@ -80,6 +81,7 @@ report() {
       --placement "$place" --op "$op" --sizes "$s" "${flags[@]}" $SIM_FLAGS --csv | tail -1)
     local sim_us sim_algo hot
     sim_us=$(echo "$row" | cut -d, -f7); sim_algo=$(echo "$row" | cut -d, -f6); hot=$(echo "$row" | cut -d, -f11)
+    [ -n "$sim_us" ] || { echo "sim-validate: fabric_sim gave no answer for $rails:$over:$map $op $s $algo" >&2; exit 2; }
     local err
     err=$(awk -v m="$us" -v p="$sim_us" 'BEGIN { if (m + 0 > 0) printf "%+.1f%%", (p - m) / m * 100; else print "—" }')
     errs+=("$(awk -v m="$us" -v p="$sim_us" 'BEGIN { if (m + 0 > 0) { e = (p - m) / m * 100; printf "%.3f", e < 0 ? -e : e } }')")
