@@ -53,6 +53,16 @@ pub enum Placement {
     Cyclic,
 }
 
+/// Which hosts of the fabric a job gets, in job host order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOrder {
+    /// The fabric's first hosts, in order (whole leaves).
+    Packed,
+    /// One host from each leaf in turn (a scheduler that scattered the
+    /// job): consecutive job hosts sit on different leaves.
+    Spread,
+}
+
 /// Which rails a message between hosts uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RailUse {
@@ -103,10 +113,22 @@ pub struct Job {
 impl Job {
     /// `local` ranks on each of the first `hosts` hosts of `cluster`.
     pub fn new(
+        cluster: Cluster,
+        hosts: usize,
+        local: usize,
+        placement: Placement,
+        costs: &Costs,
+    ) -> Result<Job, String> {
+        Job::with_order(cluster, hosts, local, placement, HostOrder::Packed, costs)
+    }
+
+    /// As [`Job::new`], taking the hosts in `order`.
+    pub fn with_order(
         mut cluster: Cluster,
         hosts: usize,
         local: usize,
         placement: Placement,
+        order: HostOrder,
         costs: &Costs,
     ) -> Result<Job, String> {
         if hosts == 0 || local == 0 || hosts > cluster.net.nhosts() {
@@ -116,13 +138,17 @@ impl Job {
             ));
         }
         let n = hosts * local;
+        let pick = match order {
+            HostOrder::Packed => (0..hosts).collect(),
+            HostOrder::Spread => spread(&cluster, hosts),
+        };
         let place: Vec<(usize, usize)> = (0..n)
             .map(|r| match placement {
-                Placement::Block => (r / local, r % local),
-                Placement::Cyclic => (r % hosts, r / hosts),
+                Placement::Block => (pick[r / local], r % local),
+                Placement::Cyclic => (pick[r % hosts], r / hosts),
             })
             .collect();
-        for h in 0..hosts {
+        for &h in &pick {
             cluster
                 .net
                 .add_memory(h, local, costs.intra_rate, costs.intra_latency);
@@ -146,6 +172,32 @@ impl Job {
     pub fn nranks(&self) -> usize {
         self.place.len()
     }
+}
+
+/// `hosts` hosts of `c`, one leaf after the other: the hosts grouped by the
+/// switch of their first NIC, taken round-robin over the groups.
+fn spread(c: &Cluster, hosts: usize) -> Vec<usize> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (h, ports) in c.net.ports.iter().enumerate() {
+        let s = ports.first().map_or(usize::MAX, |p| p.switch);
+        match groups.iter_mut().find(|g| g.0 == s) {
+            Some(g) => g.1.push(h),
+            None => groups.push((s, vec![h])),
+        }
+    }
+    let mut out = Vec::with_capacity(hosts);
+    let mut i = 0;
+    while out.len() < hosts {
+        for g in &groups {
+            if let Some(&h) = g.1.get(i) {
+                if out.len() < hosts {
+                    out.push(h);
+                }
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// The record a rank on host `h` would detect.

@@ -3,7 +3,7 @@
 
 use fabric_sim::gen::{self, Cluster, LeafSpine, Rails};
 use fabric_sim::net::Ecmp;
-use fabric_sim::sim::{self, Costs, Job, Outcome, Placement, RailUse, Setup};
+use fabric_sim::sim::{self, Costs, HostOrder, Job, Outcome, Placement, RailUse, Setup};
 use fabric_sim::svg::{self, Panel, Series, XUnit};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -16,7 +16,7 @@ Fabric (a generator, or --topo):
   --topo FILE            Slurm topology.conf (hosts are its nodes)
   --nic-gbps G           NIC speed, Gbit/s (400)
   --rails R              NICs per host (1)
-  --rails-layout L       shared | optimized (rail-optimized) | planes (1 network per rail) (shared)
+  --rails-layout L[,L..] shared | optimized (rail-optimized) | planes (1 network per rail); a list sweeps (shared)
   --hosts-per-leaf K     hosts per leaf (16)
   --spines S             spines per leaf, 0: NIC ports / oversub (0)
   --oversub O[,O..]      leaf uplink oversubscription; a list sweeps (1)
@@ -29,6 +29,7 @@ Job:
   --ranks N[,N..]        rank counts; a list sweeps (64)
   --ranks-per-host L     (8)
   --placement block|cyclic   (block)
+  --host-order packed|spread the job's hosts: whole leaves, or one leaf after the other (packed)
 Call:
   --op OP[,OP..]         allreduce allgather reducescatter broadcast reduce alltoall (allreduce)
   --sizes S[,S..]        bytes (K, M, G suffixes), nccl-tests' meaning (64M)
@@ -56,7 +57,7 @@ struct Args {
     topo: Option<String>,
     nic_gbps: f64,
     rails: usize,
-    layout: Rails,
+    layouts: Vec<Rails>,
     hpl: usize,
     spines: usize,
     oversub: Vec<f64>,
@@ -68,6 +69,7 @@ struct Args {
     ranks: Vec<usize>,
     local: usize,
     placement: Placement,
+    order: HostOrder,
     ops: Vec<String>,
     sizes: Vec<usize>,
     algos: Vec<String>,
@@ -105,7 +107,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         topo: None,
         nic_gbps: 400.0,
         rails: 1,
-        layout: Rails::Shared,
+        layouts: vec![Rails::Shared],
         hpl: 16,
         spines: 0,
         oversub: vec![1.0],
@@ -117,6 +119,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         ranks: vec![64],
         local: 8,
         placement: Placement::Block,
+        order: HostOrder::Packed,
         ops: vec!["allreduce".into()],
         sizes: vec![64 << 20],
         algos: vec!["planner".into()],
@@ -143,12 +146,12 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--nic-gbps" => a.nic_gbps = num(flag, &val()?)?,
             "--rails" => a.rails = num(flag, &val()?)?,
             "--rails-layout" => {
-                a.layout = match val()?.as_str() {
-                    "shared" => Rails::Shared,
-                    "optimized" | "rail" | "rail-optimized" => Rails::Optimized,
-                    "planes" => Rails::Planes,
-                    v => return Err(format!("--rails-layout: unknown {v:?}")),
-                }
+                a.layouts = list(&val()?, |v| match v {
+                    "shared" => Ok(Rails::Shared),
+                    "optimized" | "rail" | "rail-optimized" => Ok(Rails::Optimized),
+                    "planes" => Ok(Rails::Planes),
+                    v => Err(format!("--rails-layout: unknown {v:?}")),
+                })?
             }
             "--hosts-per-leaf" => a.hpl = num(flag, &val()?)?,
             "--spines" => a.spines = num(flag, &val()?)?,
@@ -165,6 +168,13 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     "block" | "slot" => Placement::Block,
                     "cyclic" | "node" => Placement::Cyclic,
                     v => return Err(format!("--placement: unknown {v:?}")),
+                }
+            }
+            "--host-order" => {
+                a.order = match val()?.as_str() {
+                    "packed" => HostOrder::Packed,
+                    "spread" => HostOrder::Spread,
+                    v => return Err(format!("--host-order: unknown {v:?}")),
                 }
             }
             "--op" => a.ops = list(&val()?, |s| Ok(s.to_string()))?,
@@ -228,7 +238,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-fn cluster(a: &Args, hosts: usize, oversub: f64) -> Result<Cluster, String> {
+fn cluster(a: &Args, hosts: usize, oversub: f64, layout: Rails) -> Result<Cluster, String> {
     if let Some(path) = &a.topo {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         let mut o = vec![oversub];
@@ -246,7 +256,7 @@ fn cluster(a: &Args, hosts: usize, oversub: f64) -> Result<Cluster, String> {
             hosts_per_leaf: a.hpl,
             spines: a.spines,
             oversub,
-            rails_layout: a.layout,
+            rails_layout: layout,
             leaves_per_pod: if a.fabric == "three-tier" { a.lpp } else { 0 },
             cores: a.cores,
             oversub2: a.oversub2,
@@ -258,6 +268,7 @@ fn cluster(a: &Args, hosts: usize, oversub: f64) -> Result<Cluster, String> {
 }
 
 struct Row {
+    layout: Rails,
     op: String,
     ranks: usize,
     oversub: f64,
@@ -286,10 +297,14 @@ fn run(a: &Args) -> Result<(), String> {
     let mut summaries = Vec::new();
     for &n in &a.ranks {
         let hosts = n / a.local;
-        for &o in &a.oversub {
-            let c = cluster(a, hosts, o)?;
+        for (&o, &layout) in a
+            .oversub
+            .iter()
+            .flat_map(|o| a.layouts.iter().map(move |l| (o, l)))
+        {
+            let c = cluster(a, hosts, o, layout)?;
             summaries.push(c.summary.clone());
-            let base = Job::new(c, hosts, a.local, a.placement, &a.setup.costs)?;
+            let base = Job::with_order(c, hosts, a.local, a.placement, a.order, &a.setup.costs)?;
             for op in &a.ops {
                 for &s in &a.sizes {
                     for algo in &a.algos {
@@ -301,6 +316,7 @@ fn run(a: &Args) -> Result<(), String> {
                         let coll = sim::collective(op, s, n)?;
                         let out = sim::simulate(&mut job, coll, &setup)?;
                         rows.push(Row {
+                            layout,
                             op: op.clone(),
                             ranks: n,
                             oversub: o,
@@ -332,7 +348,8 @@ fn run(a: &Args) -> Result<(), String> {
                 .collect();
             let _ = writeln!(
                 text,
-                "  {{\"op\":{},\"bytes\":{},\"ranks\":{},\"oversub\":{},\"algo\":{},\"algorithm\":{},\"time_us\":{:.3},\"algbw_gbs\":{:.6},\"busbw_gbs\":{:.6},\"planner_us\":{},\"levels\":{},\"patterns\":{},\"mode\":{},\"hot\":[{}]}}{}",
+                "  {{\"layout\":\"{:?}\",\"op\":{},\"bytes\":{},\"ranks\":{},\"oversub\":{},\"algo\":{},\"algorithm\":{},\"time_us\":{:.3},\"algbw_gbs\":{:.6},\"busbw_gbs\":{:.6},\"planner_us\":{},\"levels\":{},\"patterns\":{},\"mode\":{},\"hot\":[{}]}}{}",
+                r.layout,
                 json_str(&r.op),
                 r.out.bytes,
                 r.ranks,
@@ -352,12 +369,12 @@ fn run(a: &Args) -> Result<(), String> {
         }
         text.push_str("]\n");
     } else if a.csv {
-        text.push_str("op,bytes,ranks,oversub,algo,algorithm,time_us,algbw_gbs,busbw_gbs,planner_us,hot_link,hot_util\n");
+        text.push_str("op,bytes,ranks,oversub,algo,algorithm,time_us,algbw_gbs,busbw_gbs,planner_us,hot_link,hot_util,layout\n");
         for r in &rows {
             let h = r.out.hot.first();
             let _ = writeln!(
                 text,
-                "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{:.4}",
+                "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{:.4},{:?}",
                 r.op,
                 r.out.bytes,
                 r.ranks,
@@ -369,7 +386,8 @@ fn run(a: &Args) -> Result<(), String> {
                 r.out.busbw / 1e9,
                 r.out.planner.map_or(String::new(), |t| format!("{:.3}", t * 1e6)),
                 h.map_or("", |h| &h.link),
-                h.map_or(0.0, |h| h.utilisation)
+                h.map_or(0.0, |h| h.utilisation),
+                r.layout
             );
         }
     } else {
@@ -378,8 +396,8 @@ fn run(a: &Args) -> Result<(), String> {
         }
         let _ = writeln!(
             text,
-            "# {} ranks per host, {:?} placement, ECMP {:?}, rails {:?}, alpha {} us, goodput {}",
-            a.local, a.placement, a.setup.ecmp, a.setup.rails, a.setup.costs.alpha * 1e6, a.setup.costs.goodput
+            "# {} ranks per host, {:?} placement, {:?} hosts, ECMP {:?}, rails {:?}, alpha {} us, goodput {}",
+            a.local, a.placement, a.order, a.setup.ecmp, a.setup.rails, a.setup.costs.alpha * 1e6, a.setup.costs.goodput
         );
         let _ = writeln!(
             text,
@@ -429,6 +447,13 @@ fn plot(a: &Args, rows: &[Row]) -> String {
             l += &format!("{} ", r.op);
         }
         l += &r.algo;
+        if a.layouts.len() > 1 {
+            l += match r.layout {
+                Rails::Shared => "",
+                Rails::Optimized => " rail-opt",
+                Rails::Planes => " planes",
+            };
+        }
         if a.oversub.len() > 1 {
             l += &format!(" {}:1", r.oversub);
         }
