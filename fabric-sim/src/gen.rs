@@ -135,7 +135,11 @@ impl LeafSpine {
         if nleaves > 1 {
             if p.leaves_per_pod == 0 {
                 // Two tiers: spine planes per rail group, or one shared layer.
-                let planes = if p.rails_layout == Rails::Planes { groups } else { 1 };
+                let planes = if p.rails_layout == Rails::Planes {
+                    groups
+                } else {
+                    1
+                };
                 for plane in 0..planes {
                     let sp: Vec<usize> = (0..spines)
                         .map(|s| net.add_switch(format!("spine{}", plane * spines + s)))
@@ -195,8 +199,15 @@ impl LeafSpine {
         // its block).
         let mut conf = String::new();
         for b in 0..blocks {
-            let (lo, hi) = (b * p.hosts_per_leaf, ((b + 1) * p.hosts_per_leaf).min(p.hosts) - 1);
-            let nodes = if lo == hi { format!("h{lo}") } else { format!("h[{lo}-{hi}]") };
+            let (lo, hi) = (
+                b * p.hosts_per_leaf,
+                ((b + 1) * p.hosts_per_leaf).min(p.hosts) - 1,
+            );
+            let nodes = if lo == hi {
+                format!("h{lo}")
+            } else {
+                format!("h[{lo}-{hi}]")
+            };
             conf += &format!("SwitchName=leaf{b} Nodes={nodes}\n");
         }
         if blocks > 1 {
@@ -207,7 +218,11 @@ impl LeafSpine {
             Rails::Optimized => ", rail-optimized",
             Rails::Planes => ", rail planes",
         };
-        let tiers = if p.leaves_per_pod > 0 { "three-tier" } else { "two-tier" };
+        let tiers = if p.leaves_per_pod > 0 {
+            "three-tier"
+        } else {
+            "two-tier"
+        };
         let summary = format!(
             "{tiers} leaf-spine{layout}: {} hosts x {} NICs at {} Gbit/s, {} hosts per leaf, {} leaves, {} spines per leaf, {}:1",
             p.hosts, p.rails, p.nic_gbps, p.hosts_per_leaf, nleaves, spines, p.oversub
@@ -326,7 +341,10 @@ pub fn from_topology_conf(
     }
     if let Some(h) = hosts {
         if names.len() < h {
-            return Err(format!("topology.conf names {} nodes, not {h}", names.len()));
+            return Err(format!(
+                "topology.conf names {} nodes, not {h}",
+                names.len()
+            ));
         }
     }
     if names.is_empty() {

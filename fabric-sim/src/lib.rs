@@ -9,7 +9,7 @@
 //!   tree, Slurm `topology.conf`);
 //! - [`sim`]: schedules to levels of flows, the call's time, busbw and
 //!   bottleneck links;
-//! - [`svg`]: plots.
+//! - [`svg`] draws the plots.
 #![forbid(unsafe_code)]
 
 pub mod gen;

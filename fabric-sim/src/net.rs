@@ -85,7 +85,14 @@ impl Net {
 
     /// Cables switches `a` and `b`: `up` bytes/s from `a` to `b`, `down`
     /// back; returns the two links.
-    pub fn connect(&mut self, a: usize, b: usize, up: f64, down: f64, latency: f64) -> (usize, usize) {
+    pub fn connect(
+        &mut self,
+        a: usize,
+        b: usize,
+        up: f64,
+        down: f64,
+        latency: f64,
+    ) -> (usize, usize) {
         let (na, nb) = (self.switches[a].clone(), self.switches[b].clone());
         let ab = self.add_link(format!("{na}>{nb}"), up, latency);
         let ba = self.add_link(format!("{nb}>{na}"), down, latency);
@@ -103,7 +110,11 @@ impl Net {
             let sw = self.switches[s].clone();
             let up = self.add_link(format!("{name}.nic{k}>{sw}"), rate, latency);
             let down = self.add_link(format!("{sw}>{name}.nic{k}"), rate, latency);
-            ports.push(Port { switch: s, up, down });
+            ports.push(Port {
+                switch: s,
+                up,
+                down,
+            });
         }
         self.ports.push(ports);
         self.mem.push(Vec::new());

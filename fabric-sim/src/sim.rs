@@ -153,10 +153,7 @@ impl Job {
                 .net
                 .add_memory(h, local, costs.intra_rate, costs.intra_latency);
         }
-        let records: Vec<HostRecord> = place
-            .iter()
-            .map(|&(h, _)| record(&cluster, h))
-            .collect();
+        let records: Vec<HostRecord> = place.iter().map(|&(h, _)| record(&cluster, h)).collect();
         let tree = SwitchTree::parse(&cluster.topology_conf)
             .map_err(|e| format!("the fabric's topology.conf: {e}"))?;
         let fabric = Fabric::build(&records, Some(&tree), &cluster.oversub);
@@ -317,19 +314,36 @@ pub const DTYPE: DataType = DataType::Float32;
 pub fn collective(name: &str, bytes: usize, n: usize) -> Result<Collective, String> {
     let e = DTYPE.size();
     let per = |total: usize| (total / e / n.max(1)).max(1);
-    Ok(match name.to_ascii_lowercase().replace(['_', '-'], "").as_str() {
-        "allreduce" => Collective::AllReduce { count: (bytes / e).max(1) },
-        "allgather" => Collective::AllGather { send_count: per(bytes) },
-        "reducescatter" => Collective::ReduceScatter { recv_count: per(bytes) },
-        "broadcast" => Collective::Broadcast { count: (bytes / e).max(1), root: 0 },
-        "reduce" => Collective::Reduce { count: (bytes / e).max(1), root: 0 },
-        "alltoall" => Collective::AllToAll { count: per(bytes) },
-        _ => return Err(format!("unknown collective {name:?}")),
-    })
+    Ok(
+        match name.to_ascii_lowercase().replace(['_', '-'], "").as_str() {
+            "allreduce" => Collective::AllReduce {
+                count: (bytes / e).max(1),
+            },
+            "allgather" => Collective::AllGather {
+                send_count: per(bytes),
+            },
+            "reducescatter" => Collective::ReduceScatter {
+                recv_count: per(bytes),
+            },
+            "broadcast" => Collective::Broadcast {
+                count: (bytes / e).max(1),
+                root: 0,
+            },
+            "reduce" => Collective::Reduce {
+                count: (bytes / e).max(1),
+                root: 0,
+            },
+            "alltoall" => Collective::AllToAll { count: per(bytes) },
+            _ => return Err(format!("unknown collective {name:?}")),
+        },
+    )
 }
 
 /// One message: (sender, receiver, bytes).
 type Msg = (usize, usize, u64);
+
+/// A solved pattern: duration, bytes per link, levels that had it.
+type Solved = (f64, Vec<(usize, f64)>, u64);
 
 /// How ranks' schedules map onto rank 0's.
 enum Symmetry {
@@ -508,7 +522,9 @@ impl Wire<'_> {
                         .cluster
                         .net
                         .path((ha, k), (hb, k), key, self.setup.ecmp)
-                        .ok_or_else(|| format!("no path from host {ha} to host {hb} on rail {k}"))?;
+                        .ok_or_else(|| {
+                            format!("no path from host {ha} to host {hb} on rail {k}")
+                        })?;
                     let p = std::rc::Rc::new(p);
                     self.paths.insert((a, b, k), p.clone());
                     p
@@ -586,7 +602,10 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
     // Per level: rank 0's messages (symmetric) or every rank's (full).
     let mut levels: Option<Vec<Vec<Msg>>> = None;
     let mut mode = "full";
-    let rooted = matches!(coll, Collective::Broadcast { .. } | Collective::Reduce { .. });
+    let rooted = matches!(
+        coll,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
     if let (true, Some(sym), false) = (setup.symmetric, &sym, rooted) {
         let base = planner.schedule(coll, DTYPE, 0);
         let samples = 12.min(n - 1);
@@ -603,7 +622,11 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
     let levels: Vec<Vec<Msg>> = match levels {
         Some(l) => l,
         None => {
-            let steps_est = planner.schedule(coll, DTYPE, 0).steps.len().saturating_mul(n);
+            let steps_est = planner
+                .schedule(coll, DTYPE, 0)
+                .steps
+                .len()
+                .saturating_mul(n);
             if steps_est > setup.max_steps {
                 return Err(format!(
                     "{algorithm} over {n} ranks is about {steps_est} steps: too many to expand every rank (no symmetric shortcut applies)"
@@ -636,7 +659,8 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
         capacity,
     };
     let mut memo: HashMap<Vec<Msg>, usize> = HashMap::new();
-    let mut solved: Vec<(f64, Vec<(usize, f64)>, u64)> = Vec::new();
+    // Per pattern: its duration, the bytes it puts on each link, its levels.
+    let mut solved: Vec<Solved> = Vec::new();
     let mut time = 0.0;
     for msgs in &levels {
         let i = match memo.get(msgs) {
@@ -662,11 +686,19 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
         .into_iter()
         .map(|(l, b)| Hot {
             link: links[l].name.clone(),
-            utilisation: if time > 0.0 { b / (wire.capacity[l] * time) } else { 0.0 },
+            utilisation: if time > 0.0 {
+                b / (wire.capacity[l] * time)
+            } else {
+                0.0
+            },
             bytes: b,
         })
         .collect();
-    hot.sort_by(|a, b| b.utilisation.total_cmp(&a.utilisation).then(a.link.cmp(&b.link)));
+    hot.sort_by(|a, b| {
+        b.utilisation
+            .total_cmp(&a.utilisation)
+            .then(a.link.cmp(&b.link))
+    });
     hot.truncate(5);
     let bytes = coll.bytes(n, DTYPE);
     let algbw = if time > 0.0 { bytes as f64 / time } else { 0.0 };
@@ -683,4 +715,3 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
         planner: planner.predict(coll, DTYPE),
     })
 }
-

@@ -63,7 +63,9 @@ fn tick(x: f64, unit: XUnit) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The panels side by side, as an SVG document.
@@ -92,7 +94,10 @@ pub fn render(panels: &[Panel]) -> String {
         if !xmin.is_finite() {
             continue;
         }
-        let (lx0, lx1) = (xmin.log2().floor(), xmax.log2().ceil().max(xmin.log2().floor() + 1.0));
+        let (lx0, lx1) = (
+            xmin.log2().floor(),
+            xmax.log2().ceil().max(xmin.log2().floor() + 1.0),
+        );
         let ymax = nice(ymax);
         let px = |x: f64| x0 + (x.log2() - lx0) / (lx1 - lx0) * iw;
         let py = |y: f64| y0 + ih - y / ymax * ih;
@@ -168,7 +173,10 @@ pub fn render(panels: &[Panel]) -> String {
                     py(y)
                 );
             }
-            let (lx, ly) = (x0 + (j % 2) as f64 * iw / 2.0, y0 + ih + 48.0 + (j / 2) as f64 * 14.0);
+            let (lx, ly) = (
+                x0 + (j % 2) as f64 * iw / 2.0,
+                y0 + ih + 48.0 + (j / 2) as f64 * 14.0,
+            );
             let _ = writeln!(
                 out,
                 r#"<line x1="{lx}" x2="{}" y1="{}" y2="{}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{}">{}</text>"#,

@@ -38,7 +38,14 @@ fn fabric(hosts: usize, hpl: usize, oversub: f64, spines: usize) -> LeafSpine {
     }
 }
 
-fn run(ls: LeafSpine, local: usize, placement: Placement, op: &str, bytes: usize, setup: &Setup) -> Outcome {
+fn run(
+    ls: LeafSpine,
+    local: usize,
+    placement: Placement,
+    op: &str,
+    bytes: usize,
+    setup: &Setup,
+) -> Outcome {
     let costs = setup.costs;
     let mut job = Job::new(ls.build().unwrap(), ls.hosts, local, placement, &costs).unwrap();
     let n = job.nranks();
@@ -59,9 +66,21 @@ fn ring_busbw_on_a_non_blocking_fabric_is_the_link_rate() {
     // 8 hosts on 2 leaves, 1:1; the ring crosses the spine twice, each
     // leaf's uplinks carry one flow.
     for op in ["allreduce", "allgather", "reducescatter"] {
-        let o = run(fabric(8, 4, 1.0, 0), 1, Placement::Block, op, 64 << 20, &flat_ring());
+        let o = run(
+            fabric(8, 4, 1.0, 0),
+            1,
+            Placement::Block,
+            op,
+            64 << 20,
+            &flat_ring(),
+        );
         assert_eq!(o.algorithm, "Ring");
-        assert!(close(o.busbw, gbps(RATE_GBPS)), "{op}: {} vs {}", o.busbw, gbps(RATE_GBPS));
+        assert!(
+            close(o.busbw, gbps(RATE_GBPS)),
+            "{op}: {} vs {}",
+            o.busbw,
+            gbps(RATE_GBPS)
+        );
     }
 }
 
@@ -69,8 +88,22 @@ fn ring_busbw_on_a_non_blocking_fabric_is_the_link_rate() {
 fn two_to_one_oversubscription_halves_a_spine_crossing_flat_ring() {
     // One host per leaf: every ring edge crosses an uplink of half the
     // NIC's rate.
-    let full = run(fabric(8, 1, 1.0, 0), 1, Placement::Block, "allreduce", 64 << 20, &flat_ring());
-    let half = run(fabric(8, 1, 2.0, 0), 1, Placement::Block, "allreduce", 64 << 20, &flat_ring());
+    let full = run(
+        fabric(8, 1, 1.0, 0),
+        1,
+        Placement::Block,
+        "allreduce",
+        64 << 20,
+        &flat_ring(),
+    );
+    let half = run(
+        fabric(8, 1, 2.0, 0),
+        1,
+        Placement::Block,
+        "allreduce",
+        64 << 20,
+        &flat_ring(),
+    );
     assert!(close(full.busbw, gbps(RATE_GBPS)));
     assert!(close(half.busbw, gbps(RATE_GBPS) / 2.0), "{}", half.busbw);
     assert!(half.hot[0].link.starts_with("leaf") && half.hot[0].link.contains(">spine"));
@@ -86,7 +119,14 @@ fn a_topology_ordered_ring_does_not_feel_the_oversubscription() {
         costs: ideal(),
         ..Setup::default()
     };
-    let o = run(fabric(8, 4, 2.0, 1), 1, Placement::Block, "allreduce", 64 << 20, &setup);
+    let o = run(
+        fabric(8, 4, 2.0, 1),
+        1,
+        Placement::Block,
+        "allreduce",
+        64 << 20,
+        &setup,
+    );
     assert!(close(o.busbw, gbps(RATE_GBPS)), "{}", o.busbw);
 }
 
@@ -120,7 +160,14 @@ fn two_flows_share_one_uplink() {
     // 2 ranks per host placed round-robin, the ring in rank order: hosts
     // 0,1,2,3,0,1,2,3, so two ring edges leave each leaf, sharing its
     // uplink: each gets a quarter of the NIC's rate.
-    let o = run(fabric(4, 2, 4.0, 1), 2, Placement::Cyclic, "allreduce", 64 << 20, &flat_ring());
+    let o = run(
+        fabric(4, 2, 4.0, 1),
+        2,
+        Placement::Cyclic,
+        "allreduce",
+        64 << 20,
+        &flat_ring(),
+    );
     assert!(close(o.busbw, gbps(RATE_GBPS) / 4.0), "{}", o.busbw);
 }
 
@@ -135,7 +182,14 @@ fn ecmp_collisions_cost_what_an_even_spread_avoids() {
         ecmp: Ecmp::Spread,
         ..flat_ring()
     };
-    let ideal = run(fabric(8, 1, 1.0, 4), 4, Placement::Cyclic, "allreduce", 64 << 20, &spread);
+    let ideal = run(
+        fabric(8, 1, 1.0, 4),
+        4,
+        Placement::Cyclic,
+        "allreduce",
+        64 << 20,
+        &spread,
+    );
     assert!(close(ideal.busbw, gbps(RATE_GBPS) / 4.0), "{}", ideal.busbw);
     let mut worse = 0;
     for seed in 1..=4 {
@@ -143,11 +197,21 @@ fn ecmp_collisions_cost_what_an_even_spread_avoids() {
             ecmp: Ecmp::Hash { seed },
             ..flat_ring()
         };
-        let o = run(fabric(8, 1, 1.0, 4), 4, Placement::Cyclic, "allreduce", 64 << 20, &hashed);
+        let o = run(
+            fabric(8, 1, 1.0, 4),
+            4,
+            Placement::Cyclic,
+            "allreduce",
+            64 << 20,
+            &hashed,
+        );
         assert!(o.busbw <= ideal.busbw * (1.0 + 1e-9));
         worse += (o.busbw < ideal.busbw * 0.99) as usize;
     }
-    assert!(worse > 0, "hashing 32 flows onto 4 uplinks per leaf never collided");
+    assert!(
+        worse > 0,
+        "hashing 32 flows onto 4 uplinks per leaf never collided"
+    );
 }
 
 /// The symmetric shortcut gives the same answer as expanding every rank.
@@ -181,12 +245,27 @@ fn symmetric_shortcut_equals_full_expansion() {
                         ..base.clone()
                     };
                     let sym = run(ls.clone(), 4, placement, op, 3 << 20, &s);
-                    let full = run(ls.clone(), 4, placement, op, 3 << 20, &Setup { symmetric: false, ..s });
+                    let full = run(
+                        ls.clone(),
+                        4,
+                        placement,
+                        op,
+                        3 << 20,
+                        &Setup {
+                            symmetric: false,
+                            ..s
+                        },
+                    );
                     let what = format!("{placement:?} {algo} {op} {rails:?}");
                     assert_eq!(sym.mode, "symmetric", "{what}");
                     assert_eq!(full.mode, "full", "{what}");
                     assert_eq!(sym.levels, full.levels, "{what}");
-                    assert!(close(sym.time, full.time), "{what}: {} vs {}", sym.time, full.time);
+                    assert!(
+                        close(sym.time, full.time),
+                        "{what}: {} vs {}",
+                        sym.time,
+                        full.time
+                    );
                 }
             }
         }
@@ -202,11 +281,25 @@ fn every_algorithm_runs_on_the_full_expansion() {
             symmetric: false,
             ..Setup::default()
         };
-        let o = run(fabric(4, 2, 2.0, 0), 2, Placement::Block, "allreduce", 1 << 20, &s);
+        let o = run(
+            fabric(4, 2, 2.0, 0),
+            2,
+            Placement::Block,
+            "allreduce",
+            1 << 20,
+            &s,
+        );
         assert!(o.time > 0.0 && o.time.is_finite(), "{algo}");
     }
     for op in ["broadcast", "reduce", "alltoall"] {
-        let o = run(fabric(4, 2, 2.0, 0), 2, Placement::Block, op, 1 << 20, &flat_ring());
+        let o = run(
+            fabric(4, 2, 2.0, 0),
+            2,
+            Placement::Block,
+            op,
+            1 << 20,
+            &flat_ring(),
+        );
         assert!(o.time > 0.0 && o.time.is_finite(), "{op}");
     }
 }
@@ -220,6 +313,11 @@ fn too_many_ranks_without_symmetry_is_an_error_not_a_hang() {
         max_steps: 1000,
         ..Setup::default()
     };
-    let e = simulate(&mut job, collective("allreduce", 1 << 30, 4096).unwrap(), &s).unwrap_err();
+    let e = simulate(
+        &mut job,
+        collective("allreduce", 1 << 30, 4096).unwrap(),
+        &s,
+    )
+    .unwrap_err();
     assert!(e.contains("too many"), "{e}");
 }

@@ -98,7 +98,8 @@ fn list<T>(s: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, Str
 }
 
 fn num<T: std::str::FromStr>(flag: &str, s: &str) -> Result<T, String> {
-    s.parse().map_err(|_| format!("{flag}: not a number: {s:?}"))
+    s.parse()
+        .map_err(|_| format!("{flag}: not a number: {s:?}"))
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
@@ -138,7 +139,11 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let (mut b, mut e, mut f) = (None, None, 2usize);
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
-        let mut val = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
         match flag.as_str() {
             "-h" | "--help" => return Err(String::new()),
             "--fabric" => a.fabric = val()?,
@@ -245,7 +250,14 @@ fn cluster(a: &Args, hosts: usize, oversub: f64, layout: Rails) -> Result<Cluste
         if a.oversub2 != 1.0 {
             o.push(a.oversub2);
         }
-        return gen::from_topology_conf(&text, Some(hosts), a.rails, a.nic_gbps, &o, a.link_latency);
+        return gen::from_topology_conf(
+            &text,
+            Some(hosts),
+            a.rails,
+            a.nic_gbps,
+            &o,
+            a.link_latency,
+        );
     }
     match a.fabric.as_str() {
         "fat-tree" => gen::fat_tree(a.k, a.nic_gbps, a.link_latency),
@@ -384,7 +396,9 @@ fn run(a: &Args) -> Result<(), String> {
                 r.out.time * 1e6,
                 r.out.algbw / 1e9,
                 r.out.busbw / 1e9,
-                r.out.planner.map_or(String::new(), |t| format!("{:.3}", t * 1e6)),
+                r.out
+                    .planner
+                    .map_or(String::new(), |t| format!("{:.3}", t * 1e6)),
                 h.map_or("", |h| &h.link),
                 h.map_or(0.0, |h| h.utilisation),
                 r.layout
@@ -424,7 +438,9 @@ fn run(a: &Args) -> Result<(), String> {
                 r.out.time * 1e6,
                 r.out.algbw / 1e9,
                 r.out.busbw / 1e9,
-                r.out.planner.map_or("-".into(), |t| format!("{:.1}", t * 1e6)),
+                r.out
+                    .planner
+                    .map_or("-".into(), |t| format!("{:.1}", t * 1e6)),
                 hot.join(", ")
             );
         }
@@ -490,7 +506,10 @@ fn plot(a: &Args, rows: &[Row]) -> String {
             y_label: "busbw (GB/s)".into(),
             x_unit: XUnit::Count,
             series: series(
-                &|r: &Row| sim::collective(&r.op, smax, r.ranks).map(|c| c.bytes(r.ranks, sim::DTYPE)) == Ok(r.out.bytes),
+                &|r: &Row| {
+                    sim::collective(&r.op, smax, r.ranks).map(|c| c.bytes(r.ranks, sim::DTYPE))
+                        == Ok(r.out.bytes)
+                },
                 &|r: &Row| r.ranks as f64,
             ),
         });
