@@ -73,7 +73,8 @@ report() {
   while IFS=$'\t' read -r rails over map op s algo us chosen load; do
     local place=block; [ "$map" = node ] && place=cyclic
     local flags=(--algo planner --ring-order topo)
-    [ "$algo" = flat ] && flags=(--algo ring --ring-order rank)
+    # NCCL_ALGO=ring: INFO named the ring at the first (1-byte) call already.
+    [ "$algo" = flat ] && { flags=(--algo ring --ring-order rank); [ "$chosen" = "?" ] && chosen=Ring; }
     local row
     # shellcheck disable=SC2086
     row=$("$BIN/fabric_sim" --fabric two-tier --rails "$rails" --rails-layout planes --hosts-per-leaf "$HOSTS_PER_LEAF" \
