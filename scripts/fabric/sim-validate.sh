@@ -67,10 +67,15 @@ measure() {
 
 report() {
   [ -x "$BIN/fabric_sim" ] || { echo "sim-validate: no $BIN/fabric_sim (cargo build --release -p fabric-sim)" >&2; exit 2; }
-  printf '| rails | over | place | op | size | algo | measured ms | simulated ms | error | algorithm (run / sim) | sim bottleneck | load |\n'
-  printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
-  local errs=()
+  local errs=() prev=""
   while IFS=$'\t' read -r rails over map op s algo us chosen load; do
+    # One table per fabric configuration.
+    if [ "$rails:$over:$map" != "$prev" ]; then
+      prev=$rails:$over:$map
+      printf '\n#### %s rail(s), %s:1 uplinks, --map-by %s\n\n' "$rails" "$over" "$map"
+      printf '| op | size | algo | measured ms | simulated ms | error | algorithm (run / sim) | sim bottleneck | load |\n'
+      printf '|---|---|---|---|---|---|---|---|---|\n'
+    fi
     local place=block; [ "$map" = node ] && place=cyclic
     local flags=(--algo planner --ring-order topo)
     # NCCL_ALGO=ring: INFO named the ring at the first (1-byte) call already.
@@ -86,7 +91,7 @@ report() {
     local err
     err=$(awk -v m="$us" -v p="$sim_us" 'BEGIN { if (m + 0 > 0) printf "%+.1f%%", (p - m) / m * 100; else print "—" }')
     errs+=("$(awk -v m="$us" -v p="$sim_us" 'BEGIN { if (m + 0 > 0) { e = (p - m) / m * 100; printf "%.3f", e < 0 ? -e : e } }')")
-    printf '| %s | %s:1 | %s | %s | %s | %s | %.1f | %.1f | %s | %s / %s | %s | %s |\n' "$rails" "$over" "$map" "$op" \
+    printf '| %s | %s | %s | %.1f | %.1f | %s | %s / %s | %s | %s |\n' "$op" \
       "$(numfmt --to=iec "$s")" "$algo" "$(awk -v u="$us" 'BEGIN{print u/1e3}')" "$(awk -v u="$sim_us" 'BEGIN{print u/1e3}')" \
       "$err" "$chosen" "$sim_algo" "$hot" "$load"
   done <"$DATA"
@@ -103,7 +108,7 @@ perfdoc() {
       printf "2\t2\tnode\t%s\t%s\tflat\t%s\tRing\tdoc\n", $2, $3, $4 * 1000
       printf "2\t2\tnode\t%s\t%s\ttopo\t%s\t%s\tdoc\n", $2, $3, t[1] * 1000, substr(t[2], 2, length(t[2]) - 2)
       printf "1\t2\tnode\t%s\t%s\ttopo\t%s\t?\tdoc\n", $2, $3, $7 * 1000
-    }' "$repo/docs/performance.md"
+    }' "$repo/docs/performance.md" | sort -s -k1,3
 }
 
 case ${1:-all} in
