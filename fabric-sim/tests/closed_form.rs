@@ -321,3 +321,85 @@ fn too_many_ranks_without_symmetry_is_an_error_not_a_hang() {
     .unwrap_err();
     assert!(e.contains("too many"), "{e}");
 }
+
+#[test]
+fn a_fat_tree_is_non_blocking() {
+    // k = 4: 16 hosts, every link at the NIC's rate. A rank-order ring
+    // spread evenly over the equal-cost paths runs at the link rate.
+    let c = fabric_sim::gen::fat_tree(4, RATE_GBPS, 0.0).unwrap();
+    assert_eq!(c.hosts.len(), 16);
+    let mut job = Job::new(c, 16, 1, Placement::Block, &ideal()).unwrap();
+    let s = Setup {
+        ecmp: Ecmp::Spread,
+        ..flat_ring()
+    };
+    let o = simulate(&mut job, collective("allreduce", 64 << 20, 16).unwrap(), &s).unwrap();
+    assert!(close(o.busbw, gbps(RATE_GBPS)), "{}", o.busbw);
+}
+
+#[test]
+fn topology_conf_oversubscription_halves_a_spine_crossing_ring() {
+    // One host per leaf under one spine, as Slurm writes it; the uplinks
+    // carry half a NIC at 2:1.
+    let conf = "SwitchName=l0 Nodes=n0\nSwitchName=l1 Nodes=n1\nSwitchName=l2 Nodes=n2\n\
+                SwitchName=l3 Nodes=n3\nSwitchName=top Switches=l[0-3]\n";
+    for (over, want) in [(1.0, 1.0), (2.0, 0.5)] {
+        let c =
+            fabric_sim::gen::from_topology_conf(conf, None, 1, RATE_GBPS, &[over], 0.0).unwrap();
+        assert_eq!(c.hosts, ["n0", "n1", "n2", "n3"]);
+        let mut job = Job::new(c, 4, 1, Placement::Block, &ideal()).unwrap();
+        let o = simulate(
+            &mut job,
+            collective("allreduce", 64 << 20, 4).unwrap(),
+            &flat_ring(),
+        )
+        .unwrap();
+        assert!(
+            close(o.busbw, want * gbps(RATE_GBPS)),
+            "{over}: {}",
+            o.busbw
+        );
+    }
+}
+
+#[test]
+fn three_tiers_cost_what_their_pod_uplinks_allow() {
+    // 4 hosts, one per leaf, 2 leaves per pod, pods under one core at
+    // 4:1: a pod's uplink carries its 2 NICs' worth over 4, half a NIC;
+    // the ring's edges between pods (2 of 4, one per pod and direction)
+    // get half the rate, and the ring waits for them.
+    let ls = LeafSpine {
+        leaves_per_pod: 2,
+        cores: 1,
+        oversub2: 4.0,
+        spines: 1,
+        ..fabric(4, 1, 1.0, 1)
+    };
+    let o = run(ls, 1, Placement::Block, "allreduce", 64 << 20, &flat_ring());
+    assert!(close(o.busbw, gbps(RATE_GBPS) / 2.0), "{}", o.busbw);
+    assert!(o.hot[0].link.contains("core0") && close(o.hot[0].utilisation, 1.0));
+}
+
+#[test]
+fn bad_fabrics_are_errors() {
+    assert!(fabric_sim::gen::fat_tree(3, 100.0, 0.0).is_err());
+    assert!(LeafSpine {
+        hosts: 0,
+        ..LeafSpine::default()
+    }
+    .build()
+    .is_err());
+    assert!(LeafSpine {
+        oversub: 0.5,
+        ..LeafSpine::default()
+    }
+    .build()
+    .is_err());
+    assert!(
+        fabric_sim::gen::from_topology_conf("SwitchName=x Bogus=1\n", None, 1, 1.0, &[], 0.0)
+            .is_err()
+    );
+    let c = fabric(2, 2, 1.0, 0).build().unwrap();
+    assert!(Job::new(c, 3, 1, Placement::Block, &ideal()).is_err());
+    assert!(collective("allfoo", 1, 2).is_err());
+}

@@ -105,9 +105,9 @@ perfdoc() {
   awk -F'|' '/^\| (allreduce|allgather|reduce_scatter) \| [0-9]/ {
       gsub(/ /, "", $2); gsub(/ /, "", $3); split($5, t, " ")
       if ($3 + 0 < 1048576) next
-      printf "2\t2\tnode\t%s\t%s\tflat\t%s\tRing\tdoc\n", $2, $3, $4 * 1000
-      printf "2\t2\tnode\t%s\t%s\ttopo\t%s\t%s\tdoc\n", $2, $3, t[1] * 1000, substr(t[2], 2, length(t[2]) - 2)
-      printf "1\t2\tnode\t%s\t%s\ttopo\t%s\t?\tdoc\n", $2, $3, $7 * 1000
+      printf "2\t2\tnode\t%s\t%s\tflat\t%s\tRing\t—\n", $2, $3, $4 * 1000
+      printf "2\t2\tnode\t%s\t%s\ttopo\t%s\t%s\t—\n", $2, $3, t[1] * 1000, substr(t[2], 2, length(t[2]) - 2)
+      printf "1\t2\tnode\t%s\t%s\ttopo\t%s\t?\t—\n", $2, $3, $7 * 1000
     }' "$repo/docs/performance.md" | sort -s -k1,3
 }
 
