@@ -9,6 +9,7 @@
 # uplinks RATE*HOSTS_PER_LEAF/OVERSUB per rail).
 #
 #   sim-validate.sh measure   runs the measurements, appends to $DATA
+#                             (RATE: the links' Mbit/s, 500)
 #   sim-validate.sh report    prints the markdown tables of $DATA with the
 #                             simulator's predictions and the errors
 #   sim-validate.sh perfdoc   prints docs/performance.md's fabric table as
@@ -25,7 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 BIN=${FABRIC_BIN_DIR:-${CARGO_TARGET_DIR:-$repo/target}/release}
 export FAB_PREFIX=sim-h FAB_SWNS=sim-sw FAB_RUN_DIR=/run/simfab
-export HOSTS=4 HOSTS_PER_LEAF=2 RATE=500
+export HOSTS=4 HOSTS_PER_LEAF=2 RATE=${RATE:-500}
 RANKS=2
 CONFIGS=${CONFIGS:-"1:1:slot 1:2:node 2:1:node 2:2:slot 1:1:node 1:2:slot 2:1:slot 2:2:node"}
 OPS=${OPS:-allreduce allgather reduce_scatter}
@@ -57,8 +58,8 @@ measure() {
           local us chosen
           us=$(grep -E '^ +[0-9]' "$work/last.log" | awk '{print $6}' | head -1)
           chosen=$(grep -o "algorithm [A-Za-z]*.*for $s B" "$work/last.log" | head -1 | awk '{print $2}' | tr -d ,)
-          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rails" "$over" "$map" "$op" "$s" "$algo" "${us:-nan}" "${chosen:-?}" \
-            "$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$DATA"
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rails" "$over" "$map" "$op" "$s" "$algo" "${us:-nan}" "${chosen:-?}" \
+            "$(cut -d' ' -f1 /proc/loadavg)" "$RATE" | tee -a "$DATA"
         done
       done
     done
@@ -68,11 +69,12 @@ measure() {
 report() {
   [ -x "$BIN/fabric_sim" ] || { echo "sim-validate: no $BIN/fabric_sim (cargo build --release -p fabric-sim)" >&2; exit 2; }
   local errs=() prev=""
-  while IFS=$'\t' read -r rails over map op s algo us chosen load; do
+  while IFS=$'\t' read -r rails over map op s algo us chosen load rate; do
+    rate=${rate:-500}
     # One table per fabric configuration.
-    if [ "$rails:$over:$map" != "$prev" ]; then
-      prev=$rails:$over:$map
-      printf '\n#### %s rail(s), %s:1 uplinks, --map-by %s\n\n' "$rails" "$over" "$map"
+    if [ "$rails:$over:$map:$rate" != "$prev" ]; then
+      prev=$rails:$over:$map:$rate
+      printf '\n#### %s rail(s) at %s Mbit/s, %s:1 uplinks, --map-by %s\n\n' "$rails" "$rate" "$over" "$map"
       printf '| op | size | algo | measured ms | simulated ms | error | algorithm (run / sim) | sim bottleneck | load |\n'
       printf '|---|---|---|---|---|---|---|---|---|\n'
     fi
@@ -83,7 +85,7 @@ report() {
     local row
     # shellcheck disable=SC2086
     row=$("$BIN/fabric_sim" --fabric two-tier --rails "$rails" --rails-layout planes --hosts-per-leaf "$HOSTS_PER_LEAF" \
-      --spines 1 --oversub "$over" --nic-gbps 0.5 --ranks $((HOSTS * RANKS)) --ranks-per-host "$RANKS" \
+      --spines 1 --oversub "$over" --nic-gbps "$(awk -v r="$rate" 'BEGIN{print r/1000}')" --ranks $((HOSTS * RANKS)) --ranks-per-host "$RANKS" \
       --placement "$place" --op "$op" --sizes "$s" "${flags[@]}" $SIM_FLAGS --csv | tail -1)
     local sim_us sim_algo hot
     sim_us=$(echo "$row" | cut -d, -f7); sim_algo=$(echo "$row" | cut -d, -f6); hot=$(echo "$row" | cut -d, -f11)

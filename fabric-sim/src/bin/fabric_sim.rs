@@ -19,6 +19,8 @@ Fabric (a generator, or --topo):
   --rails-layout L[,L..] shared | optimized (rail-optimized) | planes (1 network per rail); a list sweeps (shared)
   --hosts-per-leaf K     hosts per leaf (16)
   --spines S             spines per leaf, 0: NIC ports / oversub (0)
+  --radix K              leaf ports: split into NIC ports and uplinks by the oversubscription
+                         (sets --hosts-per-leaf and --spines; one uplink per spine)
   --oversub O[,O..]      leaf uplink oversubscription; a list sweeps (1)
   --leaves-per-pod P     three-tier: leaves per pod (8)
   --cores C              three-tier: core switches (8)
@@ -60,6 +62,7 @@ struct Args {
     layouts: Vec<Rails>,
     hpl: usize,
     spines: usize,
+    radix: Option<usize>,
     oversub: Vec<f64>,
     lpp: usize,
     cores: usize,
@@ -111,6 +114,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         layouts: vec![Rails::Shared],
         hpl: 16,
         spines: 0,
+        radix: None,
         oversub: vec![1.0],
         lpp: 8,
         cores: 8,
@@ -160,6 +164,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             }
             "--hosts-per-leaf" => a.hpl = num(flag, &val()?)?,
             "--spines" => a.spines = num(flag, &val()?)?,
+            "--radix" => a.radix = Some(num(flag, &val()?)?),
             "--oversub" => a.oversub = list(&val()?, |s| num(flag, s))?,
             "--leaves-per-pod" => a.lpp = num(flag, &val()?)?,
             "--cores" => a.cores = num(flag, &val()?)?,
@@ -265,8 +270,14 @@ fn cluster(a: &Args, hosts: usize, oversub: f64, layout: Rails) -> Result<Cluste
             hosts,
             rails: a.rails,
             nic_gbps: a.nic_gbps,
-            hosts_per_leaf: a.hpl,
-            spines: a.spines,
+            hosts_per_leaf: match a.radix {
+                Some(k) => radix_split(k, oversub, a.rails, layout)?.0,
+                None => a.hpl,
+            },
+            spines: match a.radix {
+                Some(k) => radix_split(k, oversub, a.rails, layout)?.1,
+                None => a.spines,
+            },
             oversub,
             rails_layout: layout,
             leaves_per_pod: if a.fabric == "three-tier" { a.lpp } else { 0 },
@@ -277,6 +288,28 @@ fn cluster(a: &Args, hosts: usize, oversub: f64, layout: Rails) -> Result<Cluste
         .build(),
         f => Err(format!("--fabric: unknown {f:?}")),
     }
+}
+
+/// A leaf of `k` ports at `oversub`: (hosts per leaf, uplinks). NIC
+/// ports are `k · o / (1 + o)` rounded down to whole hosts (a host's
+/// `rails` NICs, or one NIC per host on rail-optimized leaves); the rest
+/// go up.
+fn radix_split(
+    k: usize,
+    oversub: f64,
+    rails: usize,
+    layout: Rails,
+) -> Result<(usize, usize), String> {
+    let per_host = if layout == Rails::Shared { rails } else { 1 };
+    let nic_ports = (k as f64 * oversub / (1.0 + oversub)).floor() as usize;
+    let hosts = nic_ports / per_host.max(1);
+    let up = k.saturating_sub(hosts * per_host);
+    if hosts == 0 || up == 0 {
+        return Err(format!(
+            "--radix {k} leaves no room for hosts and uplinks at {oversub}:1"
+        ));
+    }
+    Ok((hosts, up))
 }
 
 struct Row {
