@@ -32,7 +32,7 @@ pub struct Panel {
 pub enum XUnit {
     /// Bytes (1K, 1M, 1G).
     Bytes,
-    /// Plain counts (1k for thousands).
+    /// Plain counts (4k for 4096).
     Count,
 }
 
@@ -41,11 +41,10 @@ const COLORS: [&str; 8] = [
 ];
 const DASHES: [&str; 3] = ["", "6,3", "2,3"];
 
-fn tick(x: f64, unit: XUnit) -> String {
-    let (k, m, g) = match unit {
-        XUnit::Bytes => (1024.0, 1024.0 * 1024.0, 1024.0 * 1024.0 * 1024.0),
-        XUnit::Count => (1000.0, 1e6, 1e9),
-    };
+/// A tick label: bytes in K/M/G of 1024, counts in k of 1024 (the axes
+/// are powers of two).
+pub fn tick(x: f64, unit: XUnit) -> String {
+    let (k, m, g) = (1024.0, 1024.0 * 1024.0, 1024.0 * 1024.0 * 1024.0);
     let (v, s) = if x >= g {
         (x / g, "G")
     } else if x >= m {
@@ -222,7 +221,9 @@ mod tests {
     #[test]
     fn ticks_and_axis_maxima() {
         assert_eq!(tick(1048576.0, XUnit::Bytes), "1M");
-        assert_eq!(tick(4096.0, XUnit::Count), "4.1k");
+        assert_eq!(tick(4096.0, XUnit::Count), "4k");
+        assert_eq!(tick(1536.0, XUnit::Bytes), "1.5K");
+        assert_eq!(tick(512.0, XUnit::Count), "512");
         assert_eq!(tick(16384.0, XUnit::Bytes), "16K");
         assert_eq!(nice(42.0), 50.0);
         assert_eq!(nice(0.0), 1.0);

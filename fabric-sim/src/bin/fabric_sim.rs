@@ -534,7 +534,7 @@ fn plot(a: &Args, rows: &[Row]) -> String {
     }
     if a.ranks.len() > 1 || panels.is_empty() {
         panels.push(Panel {
-            title: format!("busbw vs ranks, {} B", smax),
+            title: format!("busbw vs ranks, {}B", svg::tick(smax as f64, XUnit::Bytes)),
             x_label: "ranks".into(),
             y_label: "busbw (GB/s)".into(),
             x_unit: XUnit::Count,
