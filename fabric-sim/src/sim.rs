@@ -20,7 +20,7 @@
 //! [`RailUse::Affinity`]); inside a host it crosses the sender's and the
 //! receiver's shared-memory links.
 //!
-//! # Exact shortcuts
+//! # Shortcuts
 //! - **Patterns repeat.** A level's flows are summed up as a pattern (the
 //!   list of `(sender, receiver, bytes)`); the network's answer for a
 //!   pattern is computed once and reused for every level with the same
@@ -31,8 +31,9 @@
 //!   is expanded; every other rank's level `i` sends are the image of rank
 //!   0's. This is checked against the real schedules of sampled ranks
 //!   before it is used (peers equal, counts within one element); the
-//!   counts are rank 0's (nearly-equal parts differ by at most one
-//!   element). Elsewhere every rank's schedule is expanded.
+//!   counts are rank 0's, so the result is exact when the buffer splits
+//!   into equal parts and otherwise off by at most one element per
+//!   message. Elsewhere every rank's schedule is expanded.
 
 use crate::gen::Cluster;
 use crate::maxmin::{self, Flow};
