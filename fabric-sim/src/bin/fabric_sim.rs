@@ -239,6 +239,16 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             s = s.saturating_mul(f);
         }
     }
+    let c = &a.setup.costs;
+    if !(c.goodput > 0.0 && c.goodput <= 1.0) {
+        return Err("--goodput must be in (0, 1]".into());
+    }
+    if !(a.nic_gbps > 0.0 && c.intra_rate > 0.0 && c.alpha >= 0.0 && a.link_latency >= 0.0) {
+        return Err("rates must be positive, --alpha-us and --link-latency-us not negative".into());
+    }
+    if a.oversub.iter().any(|&o| !(o >= 1.0)) || a.oversub.is_empty() {
+        return Err("--oversub values must be >= 1".into());
+    }
     if a.ranks.iter().any(|&n| n == 0 || n % a.local.max(1) != 0) || a.local == 0 {
         return Err(format!(
             "--ranks must be multiples of --ranks-per-host ({})",
