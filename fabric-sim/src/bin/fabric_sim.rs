@@ -246,7 +246,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     if !(a.nic_gbps > 0.0 && c.intra_rate > 0.0 && c.alpha >= 0.0 && a.link_latency >= 0.0) {
         return Err("rates must be positive, --alpha-us and --link-latency-us not negative".into());
     }
-    if a.oversub.iter().any(|&o| !(o >= 1.0)) || a.oversub.is_empty() {
+    // NaN is not >= 1 either.
+    if a.oversub.is_empty() || !a.oversub.iter().all(|o| *o >= 1.0) {
         return Err("--oversub values must be >= 1".into());
     }
     if a.ranks.iter().any(|&n| n == 0 || n % a.local.max(1) != 0) || a.local == 0 {
