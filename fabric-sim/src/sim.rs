@@ -716,3 +716,70 @@ pub fn simulate(job: &mut Job, coll: Collective, setup: &Setup) -> Result<Outcom
         planner: planner.predict(coll, DTYPE),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nccl_rs::schedule::{all_reduce, all_reduce_on, RingOrder};
+
+    fn ring(order: Vec<usize>) -> Symmetry {
+        let mut pos = vec![0; order.len()];
+        for (i, &r) in order.iter().enumerate() {
+            pos[r] = i;
+        }
+        Symmetry::Ring { order, pos }
+    }
+
+    #[test]
+    fn ring_images_and_preimages_invert() {
+        let sym = ring(vec![0, 2, 4, 1, 3, 5]);
+        for r in 0..6 {
+            for q in 0..6 {
+                assert_eq!(sym.preimage(r, sym.image(r, q)), q);
+            }
+        }
+        // Rank 0's next (2) is rank 4's next (1) in rank 4's frame.
+        assert_eq!(sym.image(4, 2), 1);
+    }
+
+    #[test]
+    fn the_check_catches_a_schedule_that_is_not_an_image() {
+        let sym = ring((0..8).collect());
+        let base = all_reduce(8, 0, 1024, 64);
+        assert!(is_image(&sym, 3, &base, &all_reduce(8, 3, 1024, 64)));
+        // Rank 3 on another ring is not rank 0's image on this one.
+        let other = RingOrder::new(vec![0, 3, 1, 2, 4, 5, 6, 7]).unwrap();
+        assert!(!is_image(
+            &sym,
+            3,
+            &base,
+            &all_reduce_on(&other, 3, 1024, 64)
+        ));
+        // Nor is a schedule of another size.
+        assert!(!is_image(&sym, 3, &base, &all_reduce(8, 3, 2048, 64)));
+    }
+
+    #[test]
+    fn symmetric_levels_match_the_full_expansion() {
+        let sym = ring((0..5).collect());
+        let scheds: Vec<Schedule> = (0..5).map(|r| all_reduce(5, r, 1000, 40)).collect();
+        let sym_levels = levels_symmetric(&sym, &scheds[0], 4).unwrap();
+        let full = levels_full(&scheds, 4).unwrap();
+        assert_eq!(sym_levels.len(), full.len());
+        for (s, f) in sym_levels.iter().zip(&full) {
+            // Rank 0's share of each level is the same.
+            let mine: Vec<Msg> = f.iter().copied().filter(|m| m.0 == 0).collect();
+            assert_eq!(merge(s.clone()), merge(mine));
+        }
+    }
+
+    #[test]
+    fn unmatched_schedules_are_an_error() {
+        let mut scheds: Vec<Schedule> = (0..3).map(|r| all_reduce(3, r, 30, 10)).collect();
+        scheds[2].steps.pop();
+        scheds[1].steps.truncate(1);
+        assert!(levels_full(&scheds, 4)
+            .unwrap_err()
+            .contains("do not match"));
+    }
+}
