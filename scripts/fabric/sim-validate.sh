@@ -18,7 +18,7 @@
 #
 # Environment: CONFIGS ("RAILS:OVERSUB:MAP ...", MAP slot|node), OPS, SIZES,
 # ALGOS (topo: the planner's choice over the fabric; flat: NCCL_ALGO=ring
-# NCCL_RS_RING_ORDER=rank), DATA (/tmp/sim-validate.tsv), SIM_FLAGS (extra
+# NCCL_RS_RING_ORDER=rank; any other word: that NCCL_ALGO), DATA (/tmp/sim-validate.tsv), SIM_FLAGS (extra
 # fabric_sim flags: the calibrated costs, see docs/simulation.md). Needs root
 # and a release build (ncclrun, the perf tools, fabric_sim).
 set -uo pipefail
@@ -51,7 +51,11 @@ measure() {
       for s in $SIZES; do
         for algo in $ALGOS; do
           local extra=()
-          [ "$algo" = flat ] && extra=(-x NCCL_ALGO=ring -x NCCL_RS_RING_ORDER=rank)
+          case $algo in
+            topo) ;;
+            flat) extra=(-x NCCL_ALGO=ring -x NCCL_RS_RING_ORDER=rank) ;;
+            *) extra=(-x NCCL_ALGO="$algo") ;;
+          esac
           timeout -k 5 300 "$BIN/ncclrun" -H "$hosts" --map-by "$map" --rsh "ip netns exec" --master-addr "$FAB_MASTER_ADDR" \
             -x NCCL_SOCKET_IFNAME="$FAB_IFNAME" -x NCCL_RS_TOPO_FILE="$FAB_TOPO" -x NCCL_RS_TOPO_OVERSUB="$over" \
             -x NCCL_DEBUG=INFO "${extra[@]}" "$BIN/$(tool "$op")" -b "$s" -e "$s" -n "$(iters "$s")" -w 1 -c 0 -P out >"$work/last.log" 2>&1
@@ -81,7 +85,11 @@ report() {
     local place=block; [ "$map" = node ] && place=cyclic
     local flags=(--algo planner --ring-order topo)
     # NCCL_ALGO=ring: INFO named the ring at the first (1-byte) call already.
-    [ "$algo" = flat ] && { flags=(--algo ring --ring-order rank); [ "$chosen" = "?" ] && chosen=Ring; }
+    case $algo in
+      topo) ;;
+      flat) flags=(--algo ring --ring-order rank); [ "$chosen" = "?" ] && chosen=Ring ;;
+      *) flags=(--algo "$algo" --ring-order topo) ;;
+    esac
     local row
     # shellcheck disable=SC2086
     row=$("$BIN/fabric_sim" --fabric two-tier --rails "$rails" --rails-layout planes --hosts-per-leaf "$HOSTS_PER_LEAF" \
