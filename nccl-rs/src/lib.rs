@@ -48,6 +48,7 @@ mod logging;
 /// Seeing inside a running job: per-peer telemetry and its Prometheus file.
 pub mod observe;
 mod plan;
+pub mod planning;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]
