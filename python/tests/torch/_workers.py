@@ -240,13 +240,18 @@ def s_all_to_all(c: Ctx):
     dist.all_to_all_single(a, x, ins, ins)
     dist.all_to_all_single(b, x, ins, ins, group=c.gloo)
     same(a, b, "all_to_all_single zero splits")
-    la = [torch.empty(p + 1) for p in range(n)]
-    lb = [torch.empty(p + 1) for p in range(n)]
-    xs = [torch.full((c.rank + 1,), float(10 * c.rank + p)) for p in range(n)]
+    xs = [torch.full((3,), float(10 * c.rank + p)) for p in range(n)]
+    la = [torch.empty(3) for _ in range(n)]
+    lb = [torch.empty(3) for _ in range(n)]
     dist.all_to_all(la, xs)
     dist.all_to_all(lb, xs, group=c.gloo)
     for i in range(n):
         same(la[i], lb[i], f"all_to_all list [{i}]")
+    # uneven list form (Gloo's needs equal sizes): from rank q, q + 1 elements
+    la = [torch.empty(q + 1) for q in range(n)]
+    dist.all_to_all(la, [torch.full((c.rank + 1,), float(10 * c.rank + p)) for p in range(n)])
+    for q in range(n):
+        same(la[q], torch.full((q + 1,), float(10 * q + c.rank)), f"all_to_all uneven [{q}]")
 
 
 def s_gather_scatter(c: Ctx):
