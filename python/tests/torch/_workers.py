@@ -402,6 +402,30 @@ def s_ddp_matches_gloo(c: Ctx):
     assert torch.allclose(p_ours, p_theirs, rtol=1e-5, atol=1e-6), "DDP parameters differ from gloo's"
 
 
+def s_fsdp_matches_gloo(c: Ctx):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def train(group):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        model = FSDP(m, process_group=group, device_id=torch.device("cpu"))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(c.rank)
+        losses = []
+        for _ in range(4):
+            loss = model(torch.randn(4, 8, generator=g)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    ours = train(dist.group.WORLD)
+    theirs = train(c.gloo)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"FSDP step {i}: loss {a} (nccl_rs) vs {b} (gloo)"
+
+
 SCENARIOS = {name[2:]: fn for name, fn in globals().items() if name.startswith("s_")}
 
 
