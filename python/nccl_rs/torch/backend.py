@@ -70,13 +70,18 @@ _REDUCE_OPS = {
 }
 
 
+def _kind(op) -> object:
+    """The RedOpType of a ReduceOp (or of a RedOpType)."""
+    return op if isinstance(op, _RED) else getattr(op, "op", op)
+
+
 def nccl_reduce_op(op: dist.ReduceOp, dtype: torch.dtype) -> int:
     """The ncclRedOp_t for ``op`` on ``dtype``; ValueError where none maps.
 
     Bool tensors reduce as bytes: SUM is a logical or (MAX), PRODUCT a
     logical and (MIN), as in PyTorch's NCCL backend.
     """
-    kind = op.op if isinstance(op, dist.ReduceOp) else op
+    kind = _kind(op)
     if not isinstance(kind, _RED):
         raise TypeError(f"nccl_rs: expected a ReduceOp, got {type(op).__name__}")
     if kind not in _REDUCE_OPS:
@@ -451,7 +456,7 @@ class NcclRsBackend(_C10dBackend):
     @staticmethod
     def _premul(t: torch.Tensor, op) -> torch.Tensor | None:
         """For PREMUL_SUM: a contiguous copy of ``t`` times the op's factor."""
-        if not isinstance(op, dist.ReduceOp) or op.op != _RED.PREMUL_SUM:
+        if _kind(op) != _RED.PREMUL_SUM:
             return None
         factor = op.factor
         return (t * factor).contiguous()
