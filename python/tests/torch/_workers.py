@@ -426,6 +426,40 @@ def s_fsdp_matches_gloo(c: Ctx):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"FSDP step {i}: loss {a} (nccl_rs) vs {b} (gloo)"
 
 
+def s_mismatch_raises_library_message(c: Ctx):
+    """Different counts on different ranks: every rank raises, with our message."""
+    g = dist.new_group(timeout=timedelta(seconds=30))
+    for attempt in ("first", "later"):
+        try:
+            dist.all_reduce(torch.ones(10 + c.rank), group=g)
+        except RuntimeError as e:
+            msg = str(e)
+            assert "mismatched collectives" in msg, f"{attempt}: {msg}"
+            if attempt == "later":
+                assert "failed earlier" in msg, msg
+        else:
+            raise AssertionError(f"{attempt} mismatched all_reduce returned normally")
+    dist.destroy_process_group(g)
+
+
+def s_timeout_aborts(c: Ctx):
+    """Rank 0 calls alone: its wait ends after the group's timeout and raises."""
+    g = dist.new_group(timeout=timedelta(seconds=3))
+    if c.rank == 0:
+        import time
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(10), group=g)
+        except RuntimeError as e:
+            assert "did not finish within 3 s" in str(e), str(e)
+        else:
+            raise AssertionError("a collective no peer joined returned normally")
+        took = time.monotonic() - t0
+        assert 2.5 <= took <= 30, f"the wait took {took:.1f} s"
+    dist.barrier()
+    dist.destroy_process_group(g)
+
+
 SCENARIOS = {name[2:]: fn for name, fn in globals().items() if name.startswith("s_")}
 
 

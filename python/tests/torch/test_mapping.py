@@ -76,3 +76,18 @@ def test_reduce_dtype_refused():
 def test_backend_registered():
     assert "nccl_rs" in dist.Backend.backend_list
     assert dist.Backend.backend_capability["nccl_rs"] == ["cpu", "cuda"]
+
+
+def test_calls_resolve_into_nccl_rs():
+    """Every entry point comes from our library, even with NVIDIA's loaded."""
+    from nccl_rs.torch import _lib
+
+    lib = _lib.load()
+    assert lib.resolved_from == lib.path
+    maps = open("/proc/self/maps").read()
+    others = {line.split()[-1] for line in maps.splitlines()
+              if "libnccl" in line and lib.path not in line}
+    # torch's CUDA wheels load NVIDIA's libnccl.so.2: still, ncclGetVersion is ours
+    for other in others:
+        assert lib._owner_of("ncclGetVersion") != other
+    assert lib.version() == 23007
