@@ -313,9 +313,11 @@ class NcclRsBackend(_C10dBackend):
     def _uid_exchange(self, key: str, creator: bool) -> Callable[[], bytes]:
         """A job step that publishes (creator) or fetches the id under ``key``.
 
-        The store's client is shared by every group and thread of the
-        process, so each access holds ``_STORE_LOCK`` briefly, and a fetch
-        polls ``check`` rather than blocking in ``get`` while holding it.
+        The store's client is one connection shared by every group and
+        thread of the process: a ``get`` blocked on a missing key stalls the
+        other threads' store calls (a peer's id may be what they would
+        publish). So a fetch polls ``check`` and reads only a present key,
+        each access under ``_STORE_LOCK``.
         """
         store, lib = self._store, self._lib
         deadline = time.monotonic() + self._timeout.total_seconds()
