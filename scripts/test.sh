@@ -18,9 +18,19 @@ echo "== C ABI test programs under valgrind"
 bash scripts/valgrind-ffi.sh
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
+echo "== fabric simulator: 16k-rank scale and validation against the fabric table"
+bash scripts/sim-check.sh
+echo "== candle example: candle_ddp at 1, 2 and 4 ranks through ncclrun (examples-candle, its own workspace)"
+bash scripts/candle-test.sh
+echo "== Python package: pip install ./python, pytest"
+bash scripts/python-test.sh
+echo "== torch backend: python/tests/torch against Gloo at 2 and 4 ranks, DDP on digits"
+bash scripts/torch-test.sh
 if [ "$(id -u)" = 0 ]; then
   echo "== emulated fabric: the exact matrix at 4 hosts x 2 ranks, 2 rails, 2 leaves, through ncclrun -H --rsh 'ip netns exec'"
   bash scripts/fabric/matrix.sh
+  echo "== emulated fabric: fabric_check names a NIC at 1/4 rate and a host losing 5%, passes 5 clean runs"
+  bash scripts/fabric/check-test.sh
 else
   echo "== emulated fabric stage skipped (needs root for network namespaces)"
 fi
