@@ -45,7 +45,9 @@ pub mod hostmem;
 pub mod kernels;
 pub mod launch;
 mod logging;
+pub mod observe;
 mod plan;
+pub mod ras;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]

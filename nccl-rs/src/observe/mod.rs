@@ -1,0 +1,3 @@
+//! What a running job exposes about itself.
+
+pub mod progress;
