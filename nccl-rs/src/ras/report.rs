@@ -560,8 +560,15 @@ impl Report {
             for st in &c.stuck {
                 let r = c.ranks.iter().find(|r| r.rank == st.rank);
                 let at = r.map_or(String::new(), |r| {
+                    // A silent process's numbers are from its last heartbeat.
+                    let heard = match r.state {
+                        RankState::Unresponsive | RankState::Dead | RankState::Exited => {
+                            "last heard: "
+                        }
+                        _ => "",
+                    };
                     format!(
-                        " ({} pid {}; last started #{}, completed #{})",
+                        " ({} pid {}; {heard}started #{}, completed #{})",
                         r.host, r.pid, r.progress.coll_started, r.progress.coll_done
                     )
                 });

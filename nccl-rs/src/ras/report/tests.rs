@@ -112,7 +112,7 @@ fn a_stopped_rank_is_named_with_its_op_and_waiters() {
         "\"stuck\":[{\"rank\":3,\"reason\":\"unresponsive\",\"op\":41,\"waited_on_by\":[{\"rank\":2,\"what\":\"send\"},{\"rank\":4,\"what\":\"recv\"}],\"blocked\":[0,1,2,4,5,6,7]}]"
     ), "{json}");
     let text = r.to_text(false);
-    assert!(text.contains("    rank 3 UNRESPONSIVE (h1 pid 103; last started #41, completed #40): holds up op #41\n      waited on by ranks 2 (send), 4 (recv)\n"), "{text}");
+    assert!(text.contains("    rank 3 UNRESPONSIVE (h1 pid 103; last heard: started #41, completed #40): holds up op #41\n      waited on by ranks 2 (send), 4 (recv)\n"), "{text}");
 }
 
 #[test]
