@@ -34,6 +34,7 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
         ..testing::loopback(Duration::from_secs(60))
     };
     let go = AtomicBool::new(false);
+    let release = AtomicBool::new(false);
     let pid = std::process::id();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap()
@@ -57,9 +58,15 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
                     comm.all_reduce(&send, &mut recv, RedOp::Sum).unwrap();
                     assert_eq!(recv, vec![4.0f32; 256]);
                 }
+                // Alive, with op 3 complete, until the last query.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !release.load(Ordering::Acquire) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             })
         });
         let text = query_until(&addr, true, false, |t| t.contains(&held));
+        let json = query_until(&addr, false, true, |j| j.contains("\"stuck\":[{\"rank\":2,"));
         go.store(true, Ordering::Release);
         assert!(text.contains(&held), "{text}");
         assert!(text.contains("\n  1 hosts, 1 processes, 4 ranks\n"), "{text}");
@@ -69,15 +76,16 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
             .find_map(|l| l.strip_prefix("      waited on by ranks "))
             .unwrap_or_else(|| panic!("no waiters: {text}"));
         assert!(!waiters.is_empty() && !waiters.contains("2 ("), "{text}");
-        let json = query_until(&addr, false, true, |j| j.contains("\"stuck\":[{\"rank\":2,"));
         assert!(
             json.contains("\"stuck\":[{\"rank\":2,\"reason\":\"behind\",\"op\":3,"),
             "{json}"
         );
+        // Everyone completed op 3: nothing is stuck.
+        let done = format!("{:>5}  {:<13}  {:>13}  {:>15}\n", "4/4", "OK", 3, 3);
+        let after = query_until(&addr, false, false, |t| t.contains(&done));
+        release.store(true, Ordering::Release);
         job.join().unwrap();
-        // Everyone completed op 3: nothing is stuck (the records live as
-        // long as the communicators; on_threads dropped them).
-        let after = query_until(&addr, false, false, |t| t.contains("Communicators"));
+        assert!(after.contains(&done), "{after}");
         assert!(!after.contains("BEHIND"), "{after}");
         assert!(after.contains("\nDead peers: none\nLink errors: none\n"), "{after}");
     });
