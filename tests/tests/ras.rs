@@ -40,9 +40,8 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
         .unwrap()
         .trim()
         .to_string();
-    let held = format!(
-        "    rank 2 BEHIND ({host} pid {pid}; started #2, completed #2): holds up op #3\n"
-    );
+    let held =
+        format!("    rank 2 BEHIND ({host} pid {pid}; started #2, completed #2): holds up op #3\n");
     std::thread::scope(|s| {
         let job = s.spawn(|| {
             testing::on_threads(4, &config, Over::Mem, |rank, mut comm| {
@@ -66,10 +65,15 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
             })
         });
         let text = query_until(&addr, true, false, |t| t.contains(&held));
-        let json = query_until(&addr, false, true, |j| j.contains("\"stuck\":[{\"rank\":2,"));
+        let json = query_until(&addr, false, true, |j| {
+            j.contains("\"stuck\":[{\"rank\":2,")
+        });
         go.store(true, Ordering::Release);
         assert!(text.contains(&held), "{text}");
-        assert!(text.contains("\n  1 hosts, 1 processes, 4 ranks\n"), "{text}");
+        assert!(
+            text.contains("\n  1 hosts, 1 processes, 4 ranks\n"),
+            "{text}"
+        );
         assert!(text.contains("    4/4  RANKS BEHIND   "), "{text}");
         let waiters = text
             .lines()
@@ -87,6 +91,9 @@ fn a_rank_that_holds_back_is_named_with_its_waiters() {
         job.join().unwrap();
         assert!(after.contains(&done), "{after}");
         assert!(!after.contains("BEHIND"), "{after}");
-        assert!(after.contains("\nDead peers: none\nLink errors: none\n"), "{after}");
+        assert!(
+            after.contains("\nDead peers: none\nLink errors: none\n"),
+            "{after}"
+        );
     });
 }

@@ -227,7 +227,8 @@ impl Core {
         let _rank = crate::logging::OpRank::enter(self.rank);
         self.check_usable()?;
         self.seq += 1;
-        self.progress.coll_started(self.seq, progress::coll_code(&coll));
+        self.progress
+            .coll_started(self.seq, progress::coll_code(&coll));
         let label = OpLabel::Coll {
             coll,
             dtype,

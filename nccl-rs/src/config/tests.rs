@@ -280,9 +280,18 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_RAS_ENABLE", flag()),
         (
             "NCCL_RAS_ADDR",
-            vec!["localhost", "localhost:0", "localhost:65536", ":28028", "a b:1"],
+            vec![
+                "localhost",
+                "localhost:0",
+                "localhost:65536",
+                ":28028",
+                "a b:1",
+            ],
         ),
-        ("NCCL_RAS_TIMEOUT_FACTOR", vec!["0", "1001", "x", "-1", "1.5"]),
+        (
+            "NCCL_RAS_TIMEOUT_FACTOR",
+            vec!["0", "1001", "x", "-1", "1.5"],
+        ),
     ]
 }
 
@@ -576,7 +585,10 @@ fn every_variable_nccl_lacks_is_named_ours() {
 fn ras_settings_parse() {
     let d = cfg(&[]).unwrap();
     assert!(d.ras_enable);
-    assert_eq!((d.ras_addr.as_str(), d.ras_timeout_factor), ("localhost:28028", 1));
+    assert_eq!(
+        (d.ras_addr.as_str(), d.ras_timeout_factor),
+        ("localhost:28028", 1)
+    );
     let c = cfg(&[
         ("NCCL_RAS_ENABLE", "0"),
         ("NCCL_RAS_ADDR", "10.0.0.1:29000"),
@@ -584,7 +596,10 @@ fn ras_settings_parse() {
     ])
     .unwrap();
     assert!(!c.ras_enable);
-    assert_eq!((c.ras_addr.as_str(), c.ras_timeout_factor), ("10.0.0.1:29000", 3));
+    assert_eq!(
+        (c.ras_addr.as_str(), c.ras_timeout_factor),
+        ("10.0.0.1:29000", 3)
+    );
 }
 
 #[test]

@@ -301,9 +301,15 @@ mod tests {
             on: Some((2, WaitKind::Recv)),
         });
         let s = p.snapshot();
-        assert_eq!((s.coll_started, s.coll_done, s.op.as_str()), (1, 0, "AllReduce"));
+        assert_eq!(
+            (s.coll_started, s.coll_done, s.op.as_str()),
+            (1, 0, "AllReduce")
+        );
         let w = s.wait.unwrap();
-        assert_eq!((w.peer, w.kind, w.step, w.steps), (2, WaitKind::Recv, 3, 12));
+        assert_eq!(
+            (w.peer, w.kind, w.step, w.steps),
+            (2, WaitKind::Recv, 3, 12)
+        );
         p.coll_done(1);
         assert_eq!(p.snapshot().wait, None);
         assert_eq!(p.snapshot().coll_done, 1);

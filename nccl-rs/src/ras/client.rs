@@ -57,7 +57,10 @@ pub fn query(addr: &str, verbose: bool, json: bool, timeout: Duration) -> Result
         r.read_line(&mut line).map_err(|e| io(cmd, e))?;
         Ok(line.trim_end().to_string())
     };
-    let hello = ask(&format!("CLIENT PROTOCOL {}", super::CLIENT_PROTOCOL), &mut r)?;
+    let hello = ask(
+        &format!("CLIENT PROTOCOL {}", super::CLIENT_PROTOCOL),
+        &mut r,
+    )?;
     if !hello.to_ascii_uppercase().starts_with("SERVER PROTOCOL ") {
         return Err(format!("unexpected answer from {addr}: {hello:?}"));
     }

@@ -57,11 +57,9 @@ impl Timing {
 /// A 64-bit identity of the communicator of `id`, the same on all ranks.
 pub(crate) fn comm_id(id: &UniqueId) -> u64 {
     // FNV-1a over the id's bytes (its address and secret).
-    id.to_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+    id.to_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// At a communicator's init, on every rank (one bootstrap all-gather): the
@@ -80,7 +78,10 @@ pub(crate) fn join(
         (true, Some(ip)) => service::start(ip, config),
         _ => None,
     };
-    let mine = svc.as_ref().map(|s| s.addr().to_string()).unwrap_or_default();
+    let mine = svc
+        .as_ref()
+        .map(|s| s.addr().to_string())
+        .unwrap_or_default();
     let all = boot
         .all_gather(mine.as_bytes())
         .map_err(|source| Error::Bootstrap { rank, source })?;

@@ -639,12 +639,20 @@ impl Report {
         let _ = writeln!(
             o,
             "\nDead peers: {}",
-            if dead.is_empty() { "none".into() } else { dead.join("; ") }
+            if dead.is_empty() {
+                "none".into()
+            } else {
+                dead.join("; ")
+            }
         );
         let _ = writeln!(
             o,
             "Link errors: {}",
-            if self.link_errors.is_empty() { "none" } else { "" }
+            if self.link_errors.is_empty() {
+                "none"
+            } else {
+                ""
+            }
         );
         for e in &self.link_errors {
             let _ = writeln!(o, "  {e}");

@@ -336,7 +336,8 @@ impl Thread {
                         }
                     }
                     Err(e) => {
-                        self.shared.link_error(format!("connecting to peer {a}: {e}"));
+                        self.shared
+                            .link_error(format!("connecting to peer {a}: {e}"));
                         continue;
                     }
                 }

@@ -71,7 +71,10 @@ impl R<'_> {
     fn count(&mut self, min: usize) -> Result<usize, String> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min) > self.0.len() {
-            return Err(format!("heartbeat claims {n} items in {} bytes", self.0.len()));
+            return Err(format!(
+                "heartbeat claims {n} items in {} bytes",
+                self.0.len()
+            ));
         }
         Ok(n)
     }

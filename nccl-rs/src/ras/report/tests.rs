@@ -1,9 +1,12 @@
 use super::*;
 use crate::observe::progress::WaitKind;
 
+/// A recorded wait: (peer, kind, ms).
+type Wait = Option<(u32, WaitKind, u64)>;
+
 /// Rank `rank` of an 8-rank communicator 0xc0, at `started`/`done`,
-/// waiting on `wait` (peer, kind, ms).
-fn rank(rank: u32, started: u64, done: u64, wait: Option<(u32, WaitKind, u64)>) -> ProgressSnapshot {
+/// waiting on `wait`.
+fn rank(rank: u32, started: u64, done: u64, wait: Wait) -> ProgressSnapshot {
     ProgressSnapshot {
         comm_id: 0xc0,
         rank,
@@ -42,9 +45,10 @@ fn peer(state: ProcState, status: PeerStatus, silent_ms: u64) -> PeerView {
     }
 }
 
-/// Eight single-rank processes; rank 3's process is `status`; ranks in
-/// op 41 except as `tweak` says.
-fn ring_view(status3: PeerStatus, waits: &[(u32, Option<(u32, WaitKind, u64)>)]) -> JobView {
+/// Eight single-rank processes, two per host, every rank in op 41 (40
+/// completed), rank 3's process `status3`, rank `r` waiting as `waits`
+/// says; served by rank 0's process.
+fn ring_view(status3: PeerStatus, waits: &[(u32, Wait)]) -> JobView {
     let mut procs: Vec<ProcState> = (0..8)
         .map(|r| proc(r, vec![rank(r, 41, 40, None)]))
         .collect();
@@ -166,9 +170,16 @@ fn dead_and_missing_ranks() {
     assert_eq!(c.status, "errors");
     assert_eq!(c.missing, vec![7]);
     assert_eq!(c.stuck.len(), 1);
-    assert_eq!((c.stuck[0].rank, c.stuck[0].reason, c.stuck[0].op), (3, "dead", 41));
-    assert!(r.to_json().contains("\"dead_peers\":[{\"host\":\"h1\",\"pid\":103,"));
-    assert!(r.to_text(false).contains("Dead peers: h1 pid 103 ranks [3]\n"));
+    assert_eq!(
+        (c.stuck[0].rank, c.stuck[0].reason, c.stuck[0].op),
+        (3, "dead", 41)
+    );
+    assert!(r
+        .to_json()
+        .contains("\"dead_peers\":[{\"host\":\"h1\",\"pid\":103,"));
+    assert!(r
+        .to_text(false)
+        .contains("Dead peers: h1 pid 103 ranks [3]\n"));
 }
 
 #[test]
@@ -192,7 +203,10 @@ fn errors_and_link_errors_are_reported() {
         vec!["h1 pid 102: connecting to peer 10.77.0.2:4000: refused".to_string()]
     );
     let t = r.to_text(true);
-    assert!(t.contains("    rank 2 error: rank 2: peer 3: connection reset\n"), "{t}");
+    assert!(
+        t.contains("    rank 2 error: rank 2: peer 3: connection reset\n"),
+        "{t}"
+    );
 }
 
 #[test]
