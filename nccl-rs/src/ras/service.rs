@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::observe::progress::snapshot_all;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -92,6 +92,9 @@ fn host_name() -> String {
 }
 
 fn spawn(ip: IpAddr, config: &Config) -> std::io::Result<Arc<Shared>> {
+    // Resolved here, once: name lookups on the RAS thread would keep
+    // resolver state in a thread that never exits.
+    let client_addr: Vec<SocketAddr> = config.ras_addr.to_socket_addrs()?.collect();
     let listener = TcpListener::bind((ip, 0))?;
     listener.set_nonblocking(true)?;
     let shared = Arc::new(Shared {
@@ -106,7 +109,7 @@ fn spawn(ip: IpAddr, config: &Config) -> std::io::Result<Arc<Shared>> {
         listener,
         inbound: Vec::new(),
         out: BTreeMap::new(),
-        client_addr: config.ras_addr.clone(),
+        client_addr,
         client: None,
         last_bind: None,
         last_beat: None,
@@ -195,7 +198,7 @@ struct Thread {
     listener: TcpListener,
     inbound: Vec<Inbound>,
     out: BTreeMap<SocketAddr, Outbound>,
-    client_addr: String,
+    client_addr: Vec<SocketAddr>,
     client: Option<TcpListener>,
     last_bind: Option<Instant>,
     last_beat: Option<Instant>,
@@ -375,14 +378,14 @@ impl Thread {
     fn serve_clients(&mut self, now: Instant) {
         if self.client.is_none() && self.last_bind.is_none_or(|t| now - t >= REBIND_EVERY) {
             self.last_bind = Some(now);
-            match TcpListener::bind(self.client_addr.as_str()) {
+            match TcpListener::bind(&self.client_addr[..]) {
                 Ok(l) if l.set_nonblocking(true).is_ok() => {
-                    tracing::debug!("RAS: serving queries on {}", self.client_addr);
+                    tracing::debug!("RAS: serving queries on {:?}", self.client_addr);
                     self.client = Some(l);
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::trace!("RAS: query port {}: {e}", self.client_addr)
+                    tracing::trace!("RAS: query port {:?}: {e}", self.client_addr)
                 }
             }
         }
