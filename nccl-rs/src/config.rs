@@ -81,6 +81,9 @@ pub const VARS: &[&str] = &[
     "NCCL_RS_CUDA_ASYNC",
     "NCCL_RS_CUDA_REDUCE",
     "NCCL_RS_NVRTC_LIBRARY",
+    "NCCL_RAS_ENABLE",
+    "NCCL_RAS_ADDR",
+    "NCCL_RAS_TIMEOUT_FACTOR",
 ];
 
 /// All `NCCL_*` settings, parsed once.
@@ -196,6 +199,13 @@ pub struct Config {
     pub ib: transport_verbs::VerbsOptions,
     /// The settings of device buffers (the `cuda` feature).
     pub cuda: CudaConfig,
+    /// `NCCL_RAS_ENABLE`: a RAS thread per process and the query port.
+    pub ras_enable: bool,
+    /// `NCCL_RAS_ADDR`: `host:port` of the RAS query port.
+    pub ras_addr: String,
+    /// `NCCL_RAS_TIMEOUT_FACTOR`: multiplies the RAS heartbeat interval
+    /// and deadlines.
+    pub ras_timeout_factor: u32,
 }
 
 impl Default for Config {
@@ -242,6 +252,9 @@ impl Default for Config {
             prom_interval: Duration::from_secs(10),
             ib: transport_verbs::VerbsOptions::default(),
             cuda: CudaConfig::default(),
+            ras_enable: true,
+            ras_addr: format!("localhost:{}", crate::ras::DEFAULT_PORT),
+            ras_timeout_factor: 1,
         }
     }
 }
@@ -548,6 +561,22 @@ impl Config {
                     .map_err(|e| Error::InvalidArgument(format!("NCCL_IB_* settings: {e}")))?
             },
             cuda: CudaConfig::from_text(&text)?,
+            ras_enable: text("NCCL_RAS_ENABLE").is_none() || flag(&text, "NCCL_RAS_ENABLE")?,
+            ras_addr: match text("NCCL_RAS_ADDR") {
+                None => d.ras_addr,
+                Some(v) => {
+                    check_host_port(&v).map_err(|_| {
+                        bad("NCCL_RAS_ADDR", &v, "host:port or [IPv6]:port with a port in 1..=65535")
+                    })?;
+                    v
+                }
+            },
+            ras_timeout_factor: num(
+                &text,
+                "NCCL_RAS_TIMEOUT_FACTOR",
+                d.ras_timeout_factor as usize,
+                1..=1000,
+            )? as u32,
         })
     }
 

@@ -45,10 +45,12 @@ pub mod hostmem;
 pub mod kernels;
 pub mod launch;
 mod logging;
-/// Seeing inside a running job: per-peer telemetry and its Prometheus file.
+/// Seeing inside a running job: per-peer telemetry and its Prometheus file,
+/// per-rank progress for the RAS service.
 pub mod observe;
 mod plan;
 pub mod planning;
+pub mod ras;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]

@@ -153,6 +153,12 @@ impl Bootstrap {
         Ok(None)
     }
 
+    /// The local address of the connection to the root: an interface of
+    /// the bootstrap network.
+    pub(crate) fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.stream.local_addr().ok().map(|a| a.ip())
+    }
+
     /// Out-of-band all-gather: every rank's bytes, in rank order.
     pub(crate) fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
         self.send(&frame(msg::GATHER, mine))?;

@@ -15,6 +15,7 @@ use crate::bootstrap::{Bootstrap, Event};
 use crate::datatype::{DataType, RedOp};
 use crate::engine::{Call, CallBufs, Engine, Hints, OpLabel, Region, SendStaging};
 use crate::error::{Error, Result};
+use crate::observe::progress::{self, Progress};
 use crate::plan::call::Shaped;
 use crate::plan::call::{self, placement_matters, plan_call};
 use crate::plan::{
@@ -65,6 +66,8 @@ pub(crate) struct Core {
     pub(super) staging: SendStaging,
     /// The (collective, algorithm) pairs already named at INFO.
     logged: Vec<(&'static str, Choice)>,
+    /// What RAS reports of this rank (see `observe::progress`).
+    pub(crate) progress: Arc<Progress>,
 }
 
 impl Core {
@@ -95,6 +98,7 @@ impl Core {
             zero_copy: None,
             staging: SendStaging::default(),
             logged: Vec::new(),
+            progress: Arc::new(Progress::new(0, rank, nranks)),
         }
     }
 
@@ -209,6 +213,7 @@ impl Core {
         let res = self.run_collective(coll, dtype, op, bufs);
         if res.is_ok() {
             self.engine.telemetry.observe(coll.index(), start.elapsed());
+            self.progress.coll_done(self.seq);
         }
         res
     }
@@ -224,6 +229,8 @@ impl Core {
         let _rank = crate::logging::OpRank::enter(self.rank);
         self.check_usable()?;
         self.seq += 1;
+        self.progress
+            .coll_started(self.seq, progress::coll_code(&coll));
         let label = OpLabel::Coll {
             coll,
             dtype,
@@ -313,6 +320,7 @@ impl Core {
             &mut |_| shaped,
         );
         let hints = hints_of(&plan, &bufs);
+        self.progress.p2p_started();
         let res = self.execute(
             sched,
             DataType::Uint8,
@@ -325,6 +333,7 @@ impl Core {
         if res.is_ok() {
             let kind = crate::observe::telemetry::SEND_RECV;
             self.engine.telemetry.observe(kind, start.elapsed());
+            self.progress.p2p_done();
         }
         res
     }
@@ -349,6 +358,7 @@ impl Core {
             boot,
             history,
             seq,
+            progress,
             ..
         } = self;
         let (rank, seq) = (*rank, *seq);
@@ -372,7 +382,10 @@ impl Core {
             what,
             hints,
         };
-        let mut health = || boot.check(&describe).map(to_error);
+        let mut health = |at| {
+            progress.set_wait(at);
+            boot.check(&describe).map(to_error)
+        };
         let mut res = engine.run(call, bufs, &mut health);
         if let Err(e) = &res {
             let mismatch = matches!(
@@ -402,6 +415,7 @@ impl Core {
         if let Err(e) = &res {
             tracing::warn!(rank = self.rank, "{e}");
             self.failed = Some(e.to_string());
+            self.progress.set_error(&e.to_string());
         }
         res
     }

@@ -260,6 +260,7 @@ impl Communicator {
             topo,
             config.placement.source(),
         );
+        core.progress = crate::ras::join(&mut core.boot, id, rank, nranks, config)?;
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }

@@ -278,6 +278,21 @@ fn rejected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("NCCL_IB_TC", vec!["256", "x", "-1"]),
         ("NCCL_IB_SL", vec!["16", "x"]),
         ("NCCL_IB_QPS_PER_CONNECTION", vec!["0", "129", "x"]),
+        ("NCCL_RAS_ENABLE", flag()),
+        (
+            "NCCL_RAS_ADDR",
+            vec![
+                "localhost",
+                "localhost:0",
+                "localhost:65536",
+                ":28028",
+                "a b:1",
+            ],
+        ),
+        (
+            "NCCL_RAS_TIMEOUT_FACTOR",
+            vec!["0", "1001", "x", "-1", "1.5"],
+        ),
     ]
 }
 
@@ -488,6 +503,9 @@ fn logging_settings_come_with_the_config() {
 /// The variables that are NCCL's own (checked against NCCL's documentation
 /// and source): they keep NCCL's names and meanings.
 const NCCL_OWN: &[&str] = &[
+    "NCCL_RAS_ENABLE",
+    "NCCL_RAS_ADDR",
+    "NCCL_RAS_TIMEOUT_FACTOR",
     "NCCL_HOSTID",
     "NCCL_TOPO_DUMP_FILE",
     "NCCL_DEBUG",
@@ -566,6 +584,27 @@ fn every_variable_nccl_lacks_is_named_ours() {
     for var in NCCL_OWN {
         assert!(VARS.contains(var), "{var} is not read any more");
     }
+}
+
+#[test]
+fn ras_settings_parse() {
+    let d = cfg(&[]).unwrap();
+    assert!(d.ras_enable);
+    assert_eq!(
+        (d.ras_addr.as_str(), d.ras_timeout_factor),
+        ("localhost:28028", 1)
+    );
+    let c = cfg(&[
+        ("NCCL_RAS_ENABLE", "0"),
+        ("NCCL_RAS_ADDR", "10.0.0.1:29000"),
+        ("NCCL_RAS_TIMEOUT_FACTOR", "3"),
+    ])
+    .unwrap();
+    assert!(!c.ras_enable);
+    assert_eq!(
+        (c.ras_addr.as_str(), c.ras_timeout_factor),
+        ("10.0.0.1:29000", 3)
+    );
 }
 
 #[test]

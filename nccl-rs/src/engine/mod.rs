@@ -219,13 +219,13 @@ impl Engine {
     }
 
     /// Runs one operation to completion or to the deadline. While idle it
-    /// calls `health` about once a millisecond; an error from it (another
-    /// rank failed) ends the operation.
+    /// calls `health` about once a millisecond with where the operation
+    /// stands; an error from it (another rank failed) ends the operation.
     pub(crate) fn run(
         &mut self,
         call: Call<'_>,
         bufs: CallBufs,
-        health: &mut dyn FnMut() -> Option<Error>,
+        health: &mut dyn FnMut(crate::observe::progress::WaitPoint) -> Option<Error>,
     ) -> Result<()> {
         let (rank, timeout, what) = (self.rank, self.timeout, call.what);
         if self.abort.is_aborted() {
@@ -290,7 +290,7 @@ impl Engine {
             }
             if idle >= HEALTH_EVERY && now - *last_health >= HEALTH_EVERY {
                 *last_health = now;
-                if let Some(e) = health() {
+                if let Some(e) = health(run.wait_point()) {
                     return Err(e);
                 }
             }

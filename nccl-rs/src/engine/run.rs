@@ -232,6 +232,26 @@ impl<'a> Run<'a> {
         parts.join(" and ")
     }
 
+    /// Where this operation stands: its step, and the peer it waits on
+    /// (the current step's data, else a parked send, else sends in flight).
+    pub(crate) fn wait_point(&self) -> crate::observe::progress::WaitPoint {
+        use crate::observe::progress::WaitKind;
+        let steps = &self.call.sched.steps;
+        let on = match steps.get(self.cur).and_then(Step::recv_peer) {
+            Some(from) => Some((from, WaitKind::Recv)),
+            None => self
+                .blocked
+                .map(|b| b.0)
+                .or_else(|| self.sends.front().map(|s| s.0))
+                .map(|to| (to, WaitKind::Send)),
+        };
+        crate::observe::progress::WaitPoint {
+            step: self.cur,
+            steps: steps.len(),
+            on,
+        }
+    }
+
     /// Makes as much progress as possible without blocking. Returns
     /// `(done, moved)`.
     pub(crate) fn poll(&mut self) -> Result<(bool, bool)> {

@@ -1,2 +1,5 @@
+//! What a running job exposes about itself.
+
+pub mod progress;
 pub mod prom;
 pub mod telemetry;
