@@ -46,6 +46,7 @@ pub mod kernels;
 pub mod launch;
 mod logging;
 mod plan;
+mod profiler;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]

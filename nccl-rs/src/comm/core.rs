@@ -21,6 +21,7 @@ use crate::plan::{
     CallFacts, CallPlan, Choice, Coll, Placement, PlacementSource, Planner, SchedFacts, Shape,
     Stores, Topology,
 };
+use crate::profiler::CollInfo;
 use crate::schedule::{self, Schedule};
 use crate::transport::{CopyHint, NetError, RecvHint};
 use std::collections::VecDeque;
@@ -65,6 +66,8 @@ pub(crate) struct Core {
     pub(super) staging: SendStaging,
     /// The (collective, algorithm) pairs already named at INFO.
     logged: Vec<(&'static str, Choice)>,
+    /// The profiler plugin's context (`NCCL_PROFILER_PLUGIN`; `None`: none).
+    pub(crate) profiler: Option<Box<crate::profiler::CommProfiler>>,
 }
 
 impl Core {
@@ -95,6 +98,7 @@ impl Core {
             zero_copy: None,
             staging: SendStaging::default(),
             logged: Vec::new(),
+            profiler: None,
         }
     }
 
@@ -266,15 +270,28 @@ impl Core {
             );
         }
         let entry = self.cache.pop_back().expect("just cached");
+        if let Some(p) = self.profiler.as_deref_mut() {
+            self.engine.trace = p.coll(&CollInfo::of(coll, dtype, &bufs, &plan), &entry.1);
+        }
         let bufs = self.stage(plan.staging, plan.staging_plain_for, bufs);
         let hints = hints_of(&plan, &bufs);
         let res = self.execute(&entry.1, dtype, op, tag, label, bufs, hints);
+        if let Some(p) = self.profiler.as_deref_mut() {
+            p.finish(self.engine.trace.take());
+        }
         self.cache.push_back(entry);
         res
     }
 
-    /// Plans and runs a group of sends and receives.
-    pub(crate) fn group(&mut self, sched: &Schedule, what: OpLabel, bufs: CallBufs) -> Result<()> {
+    /// Plans and runs a group of sends and receives (`ops`, of element
+    /// types `dtypes`, for the profiler).
+    pub(crate) fn group(
+        &mut self,
+        sched: &Schedule,
+        what: OpLabel,
+        bufs: CallBufs,
+        (ops, dtypes): (&[schedule::P2pOp], &[DataType]),
+    ) -> Result<()> {
         let mut facts = self.facts(None, DataType::Uint8, &bufs);
         facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
             let r = match loc {
@@ -297,7 +314,10 @@ impl Core {
             &mut |_| shaped,
         );
         let hints = hints_of(&plan, &bufs);
-        self.execute(
+        if let Some(p) = self.profiler.as_deref_mut() {
+            self.engine.trace = p.p2p(ops, dtypes, &bufs.group, sched);
+        }
+        let res = self.execute(
             sched,
             DataType::Uint8,
             RedOp::Sum,
@@ -305,7 +325,11 @@ impl Core {
             what,
             bufs,
             hints,
-        )
+        );
+        if let Some(p) = self.profiler.as_deref_mut() {
+            p.finish(self.engine.trace.take());
+        }
+        res
     }
 
     /// Runs `sched` as operation `what` with the transports told `hints`.

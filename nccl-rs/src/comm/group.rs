@@ -3,7 +3,7 @@
 //! `ncclSend` / `ncclRecv`).
 
 use super::Communicator;
-use crate::datatype::Element;
+use crate::datatype::{DataType, Element};
 use crate::engine::{CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::schedule::{p2p_group, P2pOp};
@@ -26,6 +26,8 @@ use std::marker::PhantomData;
 pub struct P2pGroup<'a> {
     pub(super) ops: Vec<P2pOp>,
     pub(super) bufs: Vec<Region>,
+    /// The element type of each typed op (for the profiler).
+    pub(super) dtypes: Vec<DataType>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -44,6 +46,7 @@ impl<'a> P2pGroup<'a> {
             count: r.len,
         });
         self.bufs.push(r);
+        self.dtypes.push(T::DTYPE);
         self
     }
 
@@ -56,6 +59,7 @@ impl<'a> P2pGroup<'a> {
             count: r.len,
         });
         self.bufs.push(r);
+        self.dtypes.push(T::DTYPE);
         self
     }
 
@@ -87,7 +91,8 @@ impl Communicator {
         let what = OpLabel::Group {
             ops: group.ops.len(),
         };
-        self.idle_core()?.group(&sched, what, bufs)
+        let ops = (&group.ops[..], &group.dtypes[..]);
+        self.idle_core()?.group(&sched, what, bufs, ops)
     }
 
     /// Sends `buf` to `peer` (matched by `peer`'s `recv`).

@@ -253,6 +253,12 @@ impl Communicator {
             topo,
             config.placement.source(),
         );
+        core.profiler = crate::profiler::CommProfiler::init(
+            config.profiler_plugin.as_deref(),
+            crate::profiler::comm_hash(&id.to_bytes()),
+            fabric.nhosts(),
+            (nranks, rank),
+        );
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }

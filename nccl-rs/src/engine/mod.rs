@@ -69,6 +69,8 @@ pub(crate) struct Engine {
     /// it, and from it, takes (0: none, or no connection); see
     /// [`Engine::eager`].
     eager_max: Vec<(usize, usize)>,
+    /// The profiler's events of the call in flight (`None`: no plugin).
+    pub(crate) trace: Option<Box<crate::profiler::Trace>>,
 }
 
 /// The staging slots' memory, computed once.
@@ -136,6 +138,7 @@ impl Engine {
             abort: AbortHandle::default(),
             oversubscribed: false,
             eager_max,
+            trace: None,
         }
     }
 
@@ -184,6 +187,7 @@ impl Engine {
             &mut self.book,
             &self.abort,
             eager,
+            self.trace.as_deref_mut(),
         )
     }
 
