@@ -303,3 +303,219 @@ impl Trace {
         api.stop(std::mem::replace(&mut self.group, null_mut()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The trace against a plugin written here: every callback appends a
+    //! line naming the event (by the order it started) to a per-thread log.
+
+    use super::*;
+    use crate::schedule::{Loc, Step};
+    use std::cell::RefCell;
+
+    thread_local! {
+        static LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn push(s: String) {
+        LOG.with(|l| l.borrow_mut().push(s));
+    }
+
+    fn take() -> Vec<String> {
+        LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
+    }
+
+    /// Handles are event numbers from 1 (the pointer's address).
+    fn id(h: *mut c_void) -> usize {
+        h as usize
+    }
+
+    unsafe extern "C" fn start(_: *mut c_void, h: *mut *mut c_void, d: *mut Descr) -> c_int {
+        // SAFETY: the trace passes valid pointers.
+        let (h, d) = unsafe { (&mut *h, &*d) };
+        let n = LOG.with(|l| l.borrow().iter().filter(|s| s.starts_with("start")).count()) + 1;
+        *h = n as *mut c_void;
+        let what = match d.ty {
+            // SAFETY: the union member of the event's type.
+            bits::PROXY_OP => unsafe {
+                let o = d.u.proxy_op;
+                format!(
+                    "op peer={} send={} steps={} chunk={}",
+                    o.peer, o.is_send, o.n_steps, o.chunk_size
+                )
+            },
+            // SAFETY: as above.
+            bits::PROXY_STEP => unsafe { format!("step {}", d.u.proxy_step.step) },
+            t => format!("type {t}"),
+        };
+        push(format!("start {n} parent={} {what}", id(d.parent)));
+        0
+    }
+
+    unsafe extern "C" fn stop(h: *mut c_void) -> c_int {
+        push(format!("stop {}", id(h)));
+        0
+    }
+
+    unsafe extern "C" fn record(h: *mut c_void, s: c_int, a: *mut StateArgs) -> c_int {
+        let size = match a.is_null() {
+            true => String::new(),
+            // SAFETY: non-null arguments live across the call.
+            false => format!(" size={}", unsafe { (*a).trans_size }),
+        };
+        push(format!("state {} {s}{size}", id(h)));
+        0
+    }
+
+    fn trace(mask: u64, steps: Vec<Step>) -> Trace {
+        let api = Api {
+            ctx: null_mut(),
+            start,
+            stop,
+            record,
+            rank: 0,
+        };
+        let mut t = Trace::new(api);
+        let sched = Schedule { steps, scratch: 0 };
+        // The parent: event 99.
+        t.start_ops(mask, &sched, 4, 3, |_, _| 99 as *mut c_void);
+        t
+    }
+
+    fn send(to: usize, count: usize) -> Step {
+        Step::Send {
+            to,
+            src: Loc::In(0),
+            count,
+        }
+    }
+
+    fn recv(from: usize, count: usize) -> Step {
+        Step::Recv {
+            from,
+            dst: Loc::Out(0),
+            count,
+        }
+    }
+
+    const ALL: u64 = bits::PROXY_OP | bits::PROXY_STEP;
+
+    #[test]
+    fn a_send_waits_on_a_full_transport_then_completes_by_request() {
+        let mut t = trace(ALL, vec![send(2, 3), send(2, 5)]);
+        t.send(2, 12, Sent::Full);
+        t.send(2, 12, Sent::Full);
+        t.send(2, 12, Sent::Posted(Request(7)));
+        t.send(2, 20, Sent::Posted(Request(8)));
+        t.send_done(2, Request(8));
+        t.send_done(2, Request(7));
+        t.send_done(2, Request(7));
+        t.stop_all();
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=2 send=1 steps=2 chunk=20",
+                "state 1 19",
+                "start 2 parent=1 step 0",
+                "state 2 20",
+                "state 2 9 size=12",
+                "start 3 parent=1 step 1",
+                "state 3 9 size=20",
+                "stop 3",
+                "stop 2",
+                "stop 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn receives_posted_ahead_complete_in_order_and_eager_ones_start_once() {
+        let mut t = trace(ALL, vec![recv(1, 2), recv(1, 2), send(1, 2)]);
+        t.recv_posted(1, 8);
+        t.recv_posted(1, 8);
+        t.recv_arrived(1);
+        t.recv_done(1);
+        t.recv_arrived(1);
+        t.recv_done(1);
+        t.send(1, 8, Sent::Done);
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=1 send=1 steps=1 chunk=8",
+                "start 2 parent=99 op peer=1 send=0 steps=2 chunk=8",
+                "state 2 19",
+                "start 3 parent=2 step 0",
+                "state 3 10 size=8",
+                "start 4 parent=2 step 1",
+                "state 4 10 size=8",
+                "state 3 12",
+                "stop 3",
+                "state 4 12",
+                "stop 4",
+                "state 1 19",
+                "start 5 parent=1 step 0",
+                "state 5 9 size=8",
+                "stop 5",
+            ]
+        );
+        t.stop_all();
+        assert_eq!(take(), ["stop 1", "stop 2"]);
+        // The eager path asks at every poll; one step starts.
+        let mut t = trace(ALL, vec![recv(0, 1)]);
+        t.recv_waiting(0, 4);
+        t.recv_waiting(0, 4);
+        t.recv_arrived(0);
+        t.recv_done(0);
+        t.stop_all();
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=0 send=0 steps=1 chunk=4",
+                "state 1 19",
+                "start 2 parent=1 step 0",
+                "state 2 10 size=4",
+                "state 2 12",
+                "stop 2",
+                "stop 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_call_stops_what_it_left_open() {
+        let mut t = trace(ALL, vec![recv(1, 1), send(2, 1), send(2, 1)]);
+        t.recv_posted(1, 4);
+        t.send(2, 4, Sent::Posted(Request(1)));
+        t.send(2, 4, Sent::Full);
+        take();
+        t.stop_all();
+        let mut got = take();
+        got.sort();
+        // Steps 3 (receive), 4 and 5 (sends), then the ops 1 and 2.
+        assert_eq!(got, ["stop 1", "stop 2", "stop 3", "stop 4", "stop 5"]);
+    }
+
+    #[test]
+    fn the_mask_decides_ops_and_steps() {
+        // ProxyOp only: ops progress, no steps.
+        let mut t = trace(bits::PROXY_OP, vec![send(1, 1)]);
+        t.send(1, 4, Sent::Posted(Request(3)));
+        t.send_done(1, Request(3));
+        t.stop_all();
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=1 send=1 steps=1 chunk=4",
+                "state 1 19",
+                "stop 1",
+            ]
+        );
+        // Neither: nothing at all.
+        let mut t = trace(bits::COLL, vec![send(1, 1), recv(2, 1)]);
+        t.send(1, 4, Sent::Done);
+        t.recv_posted(2, 4);
+        t.recv_done(2);
+        t.stop_all();
+        assert_eq!(take(), Vec::<String>::new());
+    }
+}
