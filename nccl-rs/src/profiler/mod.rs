@@ -78,6 +78,9 @@ pub(crate) struct CommProfiler {
     seq: Vec<(&'static str, u64)>,
     /// The trace of the next call (its buffers reused).
     spare: Option<Box<Trace>>,
+    /// Algorithm and protocol names as C strings, by the address of the
+    /// name (a few static names).
+    names: Vec<((usize, usize), *const c_char)>,
     api: trace::Api,
 }
 
@@ -126,6 +129,7 @@ impl CommProfiler {
             nranks,
             seq: Vec::new(),
             spare: None,
+            names: Vec::new(),
             api,
         }))
     }
@@ -180,7 +184,7 @@ impl CommProfiler {
             let mut d = self.api.descr(bits::COLL, self.task_parent(t.group));
             d.u.coll = ffi::CollDescr {
                 seq_number: seq,
-                func: cstr(func),
+                func: self.name(func),
                 send_buff: c.send.cast(),
                 recv_buff: c.recv.cast(),
                 count,
@@ -189,8 +193,8 @@ impl CommProfiler {
                 n_channels: u8::try_from(c.channels).unwrap_or(u8::MAX),
                 // One thread drives a call.
                 n_warps: 1,
-                algo: cstr(c.algo),
-                proto: cstr(c.proto),
+                algo: self.name(c.algo),
+                proto: self.name(c.proto),
                 parent_group: t.group,
             };
             let h = self.api.start(d);
@@ -251,6 +255,17 @@ impl CommProfiler {
                 .map_or(null_mut(), |f| f[usize::from(!is_send)])
         });
         Some(t)
+    }
+
+    /// `s` as a C string, kept for the process.
+    fn name(&mut self, s: &'static str) -> *const c_char {
+        let key = (s.as_ptr() as usize, s.len());
+        if let Some(&(_, c)) = self.names.iter().find(|(k, _)| *k == key) {
+            return c;
+        }
+        let c = cstr(s);
+        self.names.push((key, c));
+        c
     }
 
     /// Stops the events of a call that ended (well or not).

@@ -103,7 +103,13 @@ pub(crate) struct Trace {
     /// The Group event and the Coll or P2p events under it.
     pub(crate) group: *mut c_void,
     pub(crate) parents: Vec<*mut c_void>,
+    /// The call's ProxyOps: the first `live` of `ops` (the rest keep their
+    /// memory for later calls).
     ops: Vec<Op>,
+    live: usize,
+    /// Per peer and direction: steps and the largest message.
+    tally: Vec<[(i64, usize); 2]>,
+    pid: libc::pid_t,
     /// Per peer, the index in `ops` of its send and receive ProxyOps.
     index: Vec<[u32; 2]>,
     /// Posted sends: peer, request, step.
@@ -122,6 +128,10 @@ impl Trace {
             group: null_mut(),
             parents: Vec::new(),
             ops: Vec::new(),
+            live: 0,
+            tally: Vec::new(),
+            // SAFETY: `getpid` has no preconditions.
+            pid: unsafe { libc::getpid() },
             index: Vec::new(),
             pending: Vec::new(),
         }
@@ -139,15 +149,16 @@ impl Trace {
         parent_of: impl Fn(usize, bool) -> *mut c_void,
     ) {
         self.steps = mask & (bits::PROXY_STEP | bits::NET_PLUGIN) != 0;
-        self.ops.clear();
+        self.live = 0;
         self.pending.clear();
         self.index.clear();
         self.index.resize(nranks, [NONE; 2]);
         if mask & (bits::PROXY_OP | bits::PROXY_STEP | bits::NET_PLUGIN) == 0 {
             return;
         }
-        // Per peer and direction: steps and the largest message.
-        let mut tally = vec![[(0i64, 0usize); 2]; nranks];
+        let mut tally = std::mem::take(&mut self.tally);
+        tally.clear();
+        tally.resize(nranks, [(0, 0); 2]);
         for s in &sched.steps {
             let bytes = s.count() * elem;
             let dirs = [(s.send_peer(), 0), (s.recv_peer(), 1)];
@@ -158,8 +169,7 @@ impl Trace {
                 }
             }
         }
-        // SAFETY: `getpid` has no preconditions.
-        let pid = unsafe { libc::getpid() };
+        let pid = self.pid;
         for (peer, t) in tally.iter().enumerate() {
             for (d, &(n, max)) in t.iter().enumerate() {
                 if n == 0 {
@@ -176,22 +186,35 @@ impl Trace {
                     chunk_size: c_int::try_from(max).unwrap_or(c_int::MAX),
                     is_send: c_int::from(is_send),
                 };
-                self.index[peer][d] = self.ops.len() as u32;
-                self.ops.push(Op {
-                    handle: self.api.start(descr),
-                    next: 0,
-                    progressing: false,
-                    cur: null_mut(),
-                    waited: false,
-                    queue: VecDeque::new(),
-                });
+                self.index[peer][d] = self.live as u32;
+                let handle = self.api.start(descr);
+                match self.ops.get_mut(self.live) {
+                    Some(op) => {
+                        op.handle = handle;
+                        op.next = 0;
+                        op.progressing = false;
+                        op.cur = null_mut();
+                        op.waited = false;
+                        op.queue.clear();
+                    }
+                    None => self.ops.push(Op {
+                        handle,
+                        next: 0,
+                        progressing: false,
+                        cur: null_mut(),
+                        waited: false,
+                        queue: VecDeque::new(),
+                    }),
+                }
+                self.live += 1;
             }
         }
+        self.tally = tally;
     }
 
     fn op(&mut self, peer: usize, d: usize) -> Option<&mut Op> {
-        let i = *self.index.get(peer)?.get(d)?;
-        self.ops.get_mut(i as usize)
+        let i = *self.index.get(peer)?.get(d)? as usize;
+        self.ops[..self.live].get_mut(i)
     }
 
     /// Starts the op's next ProxyStep (the op progresses from its first).
@@ -289,14 +312,14 @@ impl Trace {
         for (.., h) in self.pending.drain(..) {
             api.stop(h);
         }
-        for op in &mut self.ops {
+        for op in &mut self.ops[..self.live] {
             api.stop(std::mem::replace(&mut op.cur, null_mut()));
             for h in op.queue.drain(..) {
                 api.stop(h);
             }
             api.stop(op.handle);
         }
-        self.ops.clear();
+        self.live = 0;
         for h in self.parents.drain(..) {
             api.stop(h);
         }
