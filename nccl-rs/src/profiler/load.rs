@@ -301,3 +301,23 @@ fn library_names_follow_nccl() {
         assert_eq!(candidates(*value), *want, "{value:?}");
     }
 }
+
+/// A plugin of the given entry points, for tests (never unloaded).
+#[cfg(test)]
+pub(crate) fn fake(
+    start: StartFn,
+    stop: StopFn,
+    record: RecordFn,
+    finalize: FinalizeFn,
+) -> &'static Plugin {
+    Box::leak(Box::new(Plugin {
+        version: 5,
+        name: "fake".into(),
+        init_v5: None,
+        init_v4: None,
+        start,
+        stop,
+        record,
+        finalize,
+    }))
+}

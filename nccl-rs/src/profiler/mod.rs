@@ -335,3 +335,132 @@ fn comm_hash_is_fnv1a() {
     assert_eq!(comm_hash(b""), 0xcbf2_9ce4_8422_2325);
     assert_eq!(comm_hash(b"a"), 0xaf63_dc4c_8601_ec8c);
 }
+
+#[cfg(test)]
+mod cost {
+    //! The cost of a plugin that does nothing, per 8 B all-reduce of two
+    //! ranks driven in one thread over the in-memory transport's eager
+    //! path (no waiting on another thread or process): the engine's run
+    //! and the profiler's calls only, so the ratio is an upper bound of
+    //! the share in a whole call. A measurement, not a check:
+    //! `cargo test --release -p nccl-rs --lib profiler::cost -- --ignored --nocapture`.
+
+    use super::*;
+    use crate::engine::Engine;
+    use crate::testing::{drive_engines, engine_mesh};
+    use crate::transport::mem::MemNet;
+    use crate::RedOp;
+    use std::time::Instant;
+
+    static HANDLE: u8 = 0;
+
+    unsafe extern "C" fn start(_: *mut c_void, h: *mut *mut c_void, _: *mut ffi::Descr) -> c_int {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { *h = std::ptr::addr_of!(HANDLE).cast_mut().cast() };
+        0
+    }
+    unsafe extern "C" fn stop(_: *mut c_void) -> c_int {
+        0
+    }
+    unsafe extern "C" fn record(_: *mut c_void, _: c_int, _: *mut ffi::StateArgs) -> c_int {
+        0
+    }
+    unsafe extern "C" fn finalize(_: *mut c_void) -> c_int {
+        0
+    }
+
+    fn profiler(mask: u64) -> CommProfiler {
+        let plugin = load::fake(start, stop, record, finalize);
+        CommProfiler {
+            plugin,
+            mask,
+            nranks: 2,
+            seq: Vec::new(),
+            spare: None,
+            names: Vec::new(),
+            api: trace::Api {
+                ctx: null_mut(),
+                start,
+                stop,
+                record,
+                rank: 0,
+            },
+        }
+    }
+
+    /// Nanoseconds per call (the best of `rounds` of `calls`).
+    fn time(profs: &mut [Option<CommProfiler>], rounds: usize, calls: usize) -> f64 {
+        let n = 2;
+        let mut engines: Vec<Engine> = engine_mesh(&MemNet::with_eager(4096), n, 4096);
+        let scheds: Vec<Schedule> = (0..n)
+            .map(|r| crate::schedule::all_reduce_direct(n, r, 2))
+            .collect();
+        let input = [1.0f32; 2];
+        let mut out = vec![[0.0f32; 2]; n];
+        let mut best = f64::MAX;
+        for _ in 0..rounds {
+            let t = Instant::now();
+            for _ in 0..calls {
+                for (r, e) in engines.iter_mut().enumerate() {
+                    if let Some(p) = profs[r].as_mut() {
+                        let info = CollInfo {
+                            coll: Coll::AllReduce { count: 2 },
+                            dtype: DataType::Float32,
+                            send: input.as_ptr().cast(),
+                            recv: out[r].as_mut_ptr().cast(),
+                            algo: "Direct",
+                            proto: "LL",
+                            channels: 1,
+                        };
+                        e.trace = p.coll(&info, &scheds[r]);
+                    }
+                }
+                let bufs = (0..n)
+                    .map(|r| {
+                        (
+                            Region::read_only(input.as_ptr().cast(), 8),
+                            Region::new(out[r].as_mut_ptr().cast(), 8),
+                        )
+                    })
+                    .collect();
+                drive_engines(
+                    &mut engines,
+                    &scheds,
+                    DataType::Float32,
+                    RedOp::Sum,
+                    bufs,
+                    "cost",
+                );
+                for (r, e) in engines.iter_mut().enumerate() {
+                    if let Some(p) = profs[r].as_mut() {
+                        p.finish(e.trace.take());
+                    }
+                }
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / calls as f64);
+        }
+        assert_eq!(out, vec![[2.0f32; 2]; n]);
+        best
+    }
+
+    #[test]
+    #[ignore = "a measurement"]
+    fn cost_of_a_do_nothing_plugin() {
+        let (rounds, calls) = (15, 20_000);
+        for _ in 0..2 {
+            let none = time(&mut [None, None], rounds, calls);
+            let zero = time(&mut [Some(profiler(0)), Some(profiler(0))], rounds, calls);
+            let all = time(
+                &mut [Some(profiler(0xfff)), Some(profiler(0xfff))],
+                rounds,
+                calls,
+            );
+            let pct = |t: f64| (t / none - 1.0) * 100.0;
+            println!(
+                "8 B all-reduce, 2 ranks in one thread: no plugin {none:.0} ns, mask 0 {zero:.0} ns ({:+.1}%), every event {all:.0} ns ({:+.1}%)",
+                pct(zero),
+                pct(all)
+            );
+        }
+    }
+}
