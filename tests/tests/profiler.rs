@@ -589,3 +589,28 @@ fn the_activation_mask_is_honoured() {
     }
     clean(&[dir]);
 }
+
+/// `none` loads nothing; a plugin that cannot be opened is a warning, and
+/// the job runs as without one.
+#[test]
+fn none_or_a_missing_plugin_leaves_the_job_unprofiled() {
+    for (name, var) in [
+        ("none", "none"),
+        ("missing", "/nonexistent/libnccl-profiler-x.so"),
+    ] {
+        let (logdir, outs) = run(2, name, var, &[]);
+        let written: Vec<_> = std::fs::read_dir(&logdir).unwrap().collect();
+        assert!(written.is_empty(), "{var}: the plugin ran");
+        if name == "missing" {
+            for o in &outs {
+                assert!(
+                    o.stderr.contains("could not open NCCL_PROFILER_PLUGIN"),
+                    "rank {}: no warning:\n{}",
+                    o.rank,
+                    o.stderr
+                );
+            }
+        }
+        clean(&[logdir]);
+    }
+}
