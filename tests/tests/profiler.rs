@@ -208,11 +208,14 @@ fn logs(dir: &Path, n: usize) -> Vec<RankLog> {
 }
 
 /// The calls the worker makes.
-const CALLS: usize = 9;
+const CALLS: usize = 10;
 /// The send/recv group among them.
 const P2P_CALL: usize = 7;
+/// The all-reduce on shared buffers (the zero-copy path where every rank
+/// shares the host over shared memory).
+const ZC_CALL: usize = 8;
 /// The large all-reduce.
-const BIG_CALL: usize = 8;
+const BIG_CALL: usize = 9;
 
 /// The collectives the worker runs, by call: (func, count, root,
 /// datatype, seqNumber); `None` for the send/recv group.
@@ -226,7 +229,8 @@ fn expected_coll(n: usize, call: usize) -> Option<(&'static str, i64, i64, &'sta
         Some(("ReduceScatter", 3, 0, "ncclFloat32", 0)),
         Some(("AllToAll", 2, 0, "ncclInt64", 0)),
         None,
-        Some(("AllReduce", 1 << 16, 0, "ncclFloat32", 2)),
+        Some(("AllReduce", 1 << 14, 0, "ncclFloat32", 2)),
+        Some(("AllReduce", 1 << 16, 0, "ncclFloat32", 3)),
     ][call]
 }
 
@@ -235,7 +239,12 @@ fn expected_coll(n: usize, call: usize) -> Option<(&'static str, i64, i64, &'sta
 type Traffic = Vec<(i64, i64, usize, usize)>;
 
 /// Checks one rank's whole record; returns the per-call traffic.
-fn check_rank(log: &RankLog, out: &RankOutput, n: usize, version: i64) -> Vec<Traffic> {
+fn check_rank(
+    log: &RankLog,
+    out: &RankOutput,
+    n: usize,
+    (version, zc): (i64, bool),
+) -> Vec<Traffic> {
     let r = out.rank;
     let (pid, ops) = worker_facts(out);
     assert_eq!(ops.len(), CALLS, "worker output:\n{}", out.stdout);
@@ -307,6 +316,7 @@ fn check_rank(log: &RankLog, out: &RankOutput, n: usize, version: i64) -> Vec<Tr
             let logged = logged_choices(&out.stderr, func);
             let ran = (c.get("algo").to_string(), c.get("proto").to_string());
             let (algo, proto) = match seq {
+                _ if k == ZC_CALL && zc => ("ZeroCopy".into(), "Simple".into()),
                 0 => logged.first().cloned().unwrap_or_default(),
                 _ if logged.contains(&ran) => ran,
                 _ => Default::default(),
@@ -437,7 +447,7 @@ fn check_rank(log: &RankLog, out: &RankOutput, n: usize, version: i64) -> Vec<Tr
 /// Checks every rank of a full-mask run, and the traffic across ranks.
 // The loops' indices are ranks and calls, named in the messages.
 #[allow(clippy::needless_range_loop)]
-fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64) {
+fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64, zc: bool) {
     let logs = logs(dir, n);
     let hash = &logs[0].init["hash"];
     assert!(
@@ -447,7 +457,7 @@ fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64) {
     let traffic: Vec<Vec<Traffic>> = logs
         .iter()
         .zip(outs)
-        .map(|(l, o)| check_rank(l, o, n, version))
+        .map(|(l, o)| check_rank(l, o, n, (version, zc)))
         .collect();
     let most_steps = (0..n)
         .flat_map(|r| traffic[r][BIG_CALL].iter().map(|t| t.2))
@@ -486,6 +496,10 @@ fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64) {
                     "all-to-all at rank {r}"
                 ),
                 P2P_CALL => assert_eq!((sent(r), received(r)), (28, 28), "send/recv at rank {r}"),
+                // Zero copy: no messages, no ProxyOps.
+                ZC_CALL if zc => {
+                    assert_eq!((sent(r), received(r)), (0, 0), "zero copy at rank {r}")
+                }
                 // Reduce: the root receives; the others may only send.
                 3 if r == 0 => assert!(received(r) > 0, "reduce at the root"),
                 3 => assert!(sent(r) > 0, "reduce at rank {r}"),
@@ -500,7 +514,7 @@ fn every_collective_at_2_ranks() {
     let dir = scratch("build2");
     let plugin = build_plugin(&dir, "librecord.so", false);
     let (logdir, outs) = run(2, "all2", &plugin.display().to_string(), &[]);
-    check_all(2, &logdir, &outs, 5);
+    check_all(2, &logdir, &outs, 5, true);
     clean(&[dir, logdir]);
 }
 
@@ -515,7 +529,7 @@ fn every_collective_at_4_ranks() {
     let dir = scratch("build4");
     let plugin = build_plugin(&dir, "librecord.so", false);
     let (logdir, outs) = run(4, "all4", &plugin.display().to_string(), &[]);
-    check_all(4, &logdir, &outs, 5);
+    check_all(4, &logdir, &outs, 5, true);
     clean(&[dir, logdir]);
 }
 
@@ -527,7 +541,7 @@ fn every_collective_over_tcp_at_2_ranks() {
     let plugin = build_plugin(&dir, "librecord.so", false);
     let env = [("NCCL_SHM_DISABLE", "1".to_string())];
     let (logdir, outs) = run(2, "tcp2", &plugin.display().to_string(), &env);
-    check_all(2, &logdir, &outs, 5);
+    check_all(2, &logdir, &outs, 5, false);
     clean(&[dir, logdir]);
 }
 
@@ -540,7 +554,7 @@ fn a_v4_plugin_found_by_name() {
     build_plugin(&dir, "libnccl-profiler-rec4.so", true);
     let path = dir.display().to_string();
     let (logdir, outs) = run(2, "v4", "rec4", &[("LD_LIBRARY_PATH", path)]);
-    check_all(2, &logdir, &outs, 4);
+    check_all(2, &logdir, &outs, 4, true);
     clean(&[dir, logdir]);
 }
 
@@ -576,16 +590,16 @@ fn the_activation_mask_is_honoured() {
     let s = |t: &str, c: usize| (t.to_string(), c);
     // Coll: the seven collectives, and the Groups (their parents, started
     // for every call as NCCL does; the send/recv group has no P2p).
-    assert_eq!(types("2"), vec![vec![s("Coll", 8), s("Group", 9)]; 2]);
+    assert_eq!(types("2"), vec![vec![s("Coll", 9), s("Group", 10)]; 2]);
     // Group only: one per call.
-    assert_eq!(types("1"), vec![vec![s("Group", 9)]; 2]);
+    assert_eq!(types("1"), vec![vec![s("Group", 10)]; 2]);
     // Nothing: init and finalize only.
     assert_eq!(types("0"), vec![Vec::<(String, usize)>::new(); 2]);
     // ProxyOp: with its parents (Group, Coll, P2p) and no steps.
     for rank in types("8") {
         let names: Vec<&str> = rank.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(names, ["Coll", "Group", "P2p", "ProxyOp"]);
-        assert_eq!((rank[0].1, rank[1].1, rank[2].1), (8, 9, 2));
+        assert_eq!((rank[0].1, rank[1].1, rank[2].1), (9, 10, 2));
     }
     clean(&[dir]);
 }

@@ -68,6 +68,26 @@ impl CollInfo {
     }
 }
 
+impl CollInfo {
+    /// The Coll event's facts of a call on the zero-copy path (ranks copy
+    /// straight between each other's buffers: algorithm `ZeroCopy`).
+    pub(crate) fn zero_copy(
+        coll: Coll,
+        dtype: DataType,
+        bufs: &crate::engine::CallBufs,
+    ) -> CollInfo {
+        CollInfo {
+            coll,
+            dtype,
+            send: bufs.input.ptr.cast_const(),
+            recv: bufs.output.ptr,
+            algo: "ZeroCopy",
+            proto: "Simple",
+            channels: 1,
+        }
+    }
+}
+
 /// One communicator's profiler context; finalized when dropped.
 pub(crate) struct CommProfiler {
     plugin: &'static load::Plugin,
@@ -202,6 +222,17 @@ impl CommProfiler {
             t.start_ops(self.mask, sched, c.dtype.size(), self.nranks, |_, _| h);
         }
         Some(t)
+    }
+
+    /// Starts the events of a collective on the zero-copy path: Group and
+    /// Coll, and no ProxyOps (no messages: the ranks read and write each
+    /// other's buffers).
+    pub(crate) fn zero_copy(&mut self, c: &CollInfo) -> Option<Box<Trace>> {
+        static NO_STEPS: Schedule = Schedule {
+            steps: Vec::new(),
+            scratch: 0,
+        };
+        self.coll(c, &NO_STEPS)
     }
 
     /// Starts a send/recv group's events (Group, a P2p per send or

@@ -1,5 +1,6 @@
 //! One rank of the profiler plugin test (`tests/profiler.rs`): runs every
-//! collective once, a send/recv group and a large all-reduce, printing its
+//! collective once, a send/recv group, an all-reduce on shared buffers and
+//! a large all-reduce, printing its
 //! pid and each call's buffer addresses for the test to match against the
 //! plugin's record. Exit code 0 on success.
 
@@ -7,6 +8,8 @@ use nccl_rs::{Communicator, Config, P2pGroup, RedOp};
 
 /// Elements of the last, large all-reduce.
 const BIG: usize = 1 << 16;
+/// Elements of the all-reduce on shared buffers (64 KiB).
+const ZC: usize = 1 << 14;
 
 fn main() {
     if let Err(e) = run() {
@@ -76,11 +79,24 @@ fn run() -> nccl_rs::Result<()> {
         return Err(nccl_rs::Error::InvalidArgument(format!("recv gave {q:?}")));
     }
 
+    // Shared buffers, large enough for the zero-copy path where every
+    // rank shares the host over shared memory.
+    let mut zs = nccl_rs::ShmBuffer::<f32>::zeroed(ZC)?;
+    zs.fill(1.0);
+    let mut zr = nccl_rs::ShmBuffer::<f32>::zeroed(ZC)?;
+    addrs(8, &zs, &zr);
+    comm.all_reduce(&zs, &mut zr, RedOp::Sum)?;
+    if zr.iter().any(|&v| v != n as f32) {
+        return Err(nccl_rs::Error::InvalidArgument(
+            "zero-copy all_reduce gave a wrong sum".into(),
+        ));
+    }
+
     // Large enough for several steps per peer (the test sets a small
     // NCCL_BUFFSIZE).
     let s = vec![1.0f32; BIG];
     let mut t = vec![0.0f32; BIG];
-    addrs(8, &s, &t);
+    addrs(9, &s, &t);
     comm.all_reduce(&s, &mut t, RedOp::Sum)?;
     if t.iter().any(|&v| v != n as f32) {
         return Err(nccl_rs::Error::InvalidArgument(
