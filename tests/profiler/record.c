@@ -1,7 +1,8 @@
 /*
  * A test profiler plugin: writes every callback it gets, with the fields
  * of each event, to $PROF_DIR/rank-RANK.log, one line each. Returns
- * $PROF_MASK (default: every type) as its activation mask. Built by
+ * $PROF_MASK (default: every type) as its activation mask, and sets it to
+ * $PROF_MASK_LATER (if set) when its first Group stops. Built by
  * tests/tests/profiler.rs against nccl-rs's header; with -DRECORD_V4 it
  * exports only ncclProfiler_v4.
  */
@@ -16,10 +17,13 @@
 struct ctx {
   FILE* out;
   int next;
+  int* mask;
+  int changed;
 };
 
 struct ev {
   int id;
+  uint64_t type;
   struct ctx* ctx;
 };
 
@@ -47,6 +51,7 @@ static ncclResult_t init_common(void** context, int* mask, const char* name, uin
   if (!c->out) return 1;
   c->next = 1;
   *mask = m ? (int)strtol(m, NULL, 0) : 0xfff;
+  c->mask = mask;
   fprintf(c->out, "init v=%d rank=%d nranks=%d nnodes=%d hash=%016llx name=%s mask=%d\n", version,
           rank, nranks, nNodes, (unsigned long long)hash, s(name), *mask);
   *context = c;
@@ -57,6 +62,11 @@ static ncclResult_t rec_stop(void* h) {
   struct ev* e = h;
   pthread_mutex_lock(&lock);
   fprintf(e->ctx->out, "stop id=%d t=%lld\n", e->id, now());
+  const char* later = getenv("PROF_MASK_LATER");
+  if (later && e->type == ncclProfileGroup && !e->ctx->changed) {
+    e->ctx->changed = 1;
+    __atomic_store_n(e->ctx->mask, (int)strtol(later, NULL, 0), __ATOMIC_RELAXED);
+  }
   pthread_mutex_unlock(&lock);
   return 0;
 }
@@ -93,6 +103,7 @@ static ncclResult_t rec_start(void* context, void** h, descr_t* d) {
   if (!e) return 1;
   pthread_mutex_lock(&lock);
   e->id = c->next++;
+  e->type = d->type;
   e->ctx = c;
   FILE* o = c->out;
   fprintf(o, "start id=%d parent=%d rank=%d ", e->id, id_of(d->parentObj), d->rank);

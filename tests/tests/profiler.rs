@@ -595,6 +595,15 @@ fn the_activation_mask_is_honoured() {
     assert_eq!(types("1"), vec![vec![s("Group", 10)]; 2]);
     // Nothing: init and finalize only.
     assert_eq!(types("0"), vec![Vec::<(String, usize)>::new(); 2]);
+    // The mask is read again for every call: set to 0 when the first
+    // Group stops, nothing after the first call.
+    let (logdir, _) = run(2, "masklater", &plugin, &[("PROF_MASK_LATER", "0".into())]);
+    for l in logs(&logdir, 2) {
+        let groups = l.events.iter().filter(|e| e.ty == "Group").count();
+        let colls = l.events.iter().filter(|e| e.ty == "Coll").count();
+        assert_eq!((groups, colls), (1, 1));
+    }
+    clean(&[logdir]);
     // ProxyOp: with its parents (Group, Coll, P2p) and no steps.
     for rank in types("8") {
         let names: Vec<&str> = rank.iter().map(|(t, _)| t.as_str()).collect();

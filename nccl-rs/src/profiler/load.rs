@@ -206,12 +206,13 @@ unsafe fn table(
 
 impl Plugin {
     /// Calls the plugin's `init` for one communicator: its context, or
-    /// `None` where init failed; `mask` receives the activation mask.
+    /// `None` where init failed; `mask` receives the activation mask (and
+    /// stays valid for the plugin to change it later, as NCCL's does).
     pub(crate) fn init(
         &self,
         comm_hash: u64,
         (nnodes, nranks, rank): (usize, usize, usize),
-        mask: &mut c_int,
+        mask: *mut c_int,
     ) -> Option<*mut c_void> {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         let int = |v: usize| c_int::try_from(v).unwrap_or(c_int::MAX);

@@ -23,6 +23,7 @@ use crate::schedule::{P2pOp, Schedule};
 use ffi::bits;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
 /// The types a Group event is started for: itself and every type below
@@ -91,7 +92,11 @@ impl CollInfo {
 /// One communicator's profiler context; finalized when dropped.
 pub(crate) struct CommProfiler {
     plugin: &'static load::Plugin,
+    /// The activation mask of the call in progress (read from `cell`).
     mask: u64,
+    /// The mask the plugin set in init and may change at any time (NCCL
+    /// reads it again for every call).
+    cell: Box<AtomicI32>,
     nranks: usize,
     /// Per collective name, the next Coll `seqNumber` (NCCL counts per
     /// function, from 0).
@@ -128,8 +133,9 @@ impl CommProfiler {
         (nranks, rank): (usize, usize),
     ) -> Option<Box<CommProfiler>> {
         let plugin = load::plugin(plugin_var)?;
-        let mut mask: c_int = 0;
-        let ctx = plugin.init(comm_hash, (nnodes, nranks, rank), &mut mask)?;
+        let cell = Box::new(AtomicI32::new(0));
+        let ctx = plugin.init(comm_hash, (nnodes, nranks, rank), cell.as_ptr())?;
+        let mask = cell.load(Ordering::Relaxed);
         tracing::info!(
             rank,
             "PROFILER/Plugin: {} v{}, event mask {mask:#x}",
@@ -146,12 +152,18 @@ impl CommProfiler {
         Some(Box::new(CommProfiler {
             plugin,
             mask: mask as u32 as u64,
+            cell,
             nranks,
             seq: Vec::new(),
             spare: None,
             names: Vec::new(),
             api,
         }))
+    }
+
+    /// Reads the plugin's current mask for a new call.
+    fn refresh(&mut self) {
+        self.mask = self.cell.load(Ordering::Relaxed) as u32 as u64;
     }
 
     fn active(&self, any: u64) -> bool {
@@ -182,6 +194,7 @@ impl CommProfiler {
     /// to the engine for its steps and then to [`CommProfiler::finish`];
     /// `None` where the mask asks for none of them.
     pub(crate) fn coll(&mut self, c: &CollInfo, sched: &Schedule) -> Option<Box<Trace>> {
+        self.refresh();
         if !self.active(GROUP_AND_BELOW) {
             return None;
         }
@@ -244,6 +257,7 @@ impl CommProfiler {
         bufs: &[Region],
         sched: &Schedule,
     ) -> Option<Box<Trace>> {
+        self.refresh();
         if !self.active(GROUP_AND_BELOW) {
             return None;
         }
@@ -405,6 +419,7 @@ mod cost {
         CommProfiler {
             plugin,
             mask,
+            cell: Box::new(AtomicI32::new(mask as i32)),
             nranks: 2,
             seq: Vec::new(),
             spare: None,
