@@ -84,6 +84,7 @@ pub const VARS: &[&str] = &[
     "NCCL_RAS_ENABLE",
     "NCCL_RAS_ADDR",
     "NCCL_RAS_TIMEOUT_FACTOR",
+    "NCCL_PROFILER_PLUGIN",
 ];
 
 /// All `NCCL_*` settings, parsed once.
@@ -161,6 +162,10 @@ pub struct Config {
     /// `NCCL_LOCAL_REGISTER`: zero-copy collectives over shared host
     /// buffers of co-located ranks.
     pub local_register: bool,
+    /// `NCCL_PROFILER_PLUGIN`: the profiler plugin library (a path or a
+    /// name; `none` disables; unset: `libnccl-profiler.so` if present).
+    /// Read by the first communicator of a process.
+    pub profiler_plugin: Option<String>,
     /// `NCCL_RS_ZERO_COPY_MIN_BYTES`: smallest collective that tries it.
     pub zero_copy_min_bytes: usize,
     /// `NCCL_RS_SOCKET_BUF_BYTES`: kernel socket buffer size (`SO_SNDBUF`
@@ -239,6 +244,7 @@ impl Default for Config {
             shm_stream_bytes: None,
             placement: crate::plan::PlacementMode::Adaptive,
             local_register: true,
+            profiler_plugin: None,
             zero_copy_min_bytes: 32 << 10,
             socket_buf_bytes: 4 << 20,
             socket_splice_min_bytes: transport_tcp::DEFAULT_SPLICE_MIN_BYTES,
@@ -503,6 +509,7 @@ impl Config {
             },
             local_register: text("NCCL_LOCAL_REGISTER").is_none()
                 || flag(&text, "NCCL_LOCAL_REGISTER")?,
+            profiler_plugin: text("NCCL_PROFILER_PLUGIN"),
             zero_copy_min_bytes: num(
                 &text,
                 "NCCL_RS_ZERO_COPY_MIN_BYTES",

@@ -51,6 +51,7 @@ pub mod observe;
 mod plan;
 pub mod planning;
 pub mod ras;
+mod profiler;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]

@@ -22,6 +22,7 @@ use crate::plan::{
     CallFacts, CallPlan, Choice, Coll, Placement, PlacementSource, Planner, SchedFacts, Shape,
     Stores, Topology,
 };
+use crate::profiler::CollInfo;
 use crate::schedule::{self, Schedule};
 use crate::transport::{CopyHint, NetError, RecvHint};
 use std::collections::VecDeque;
@@ -68,6 +69,8 @@ pub(crate) struct Core {
     logged: Vec<(&'static str, Choice)>,
     /// What RAS reports of this rank (see `observe::progress`).
     pub(crate) progress: Arc<Progress>,
+    /// The profiler plugin's context (`NCCL_PROFILER_PLUGIN`; `None`: none).
+    pub(crate) profiler: Option<Box<crate::profiler::CommProfiler>>,
 }
 
 impl Core {
@@ -99,6 +102,7 @@ impl Core {
             staging: SendStaging::default(),
             logged: Vec::new(),
             progress: Arc::new(Progress::new(0, rank, nranks)),
+            profiler: None,
         }
     }
 
@@ -288,15 +292,28 @@ impl Core {
             );
         }
         let entry = self.cache.pop_back().expect("just cached");
+        if let Some(p) = self.profiler.as_deref_mut() {
+            self.engine.trace = p.coll(&CollInfo::of(coll, dtype, &bufs, &plan), &entry.1);
+        }
         let bufs = self.stage(plan.staging, plan.staging_plain_for, bufs);
         let hints = hints_of(&plan, &bufs);
         let res = self.execute(&entry.1, dtype, op, tag, label, bufs, hints);
+        if let Some(p) = self.profiler.as_deref_mut() {
+            p.finish(self.engine.trace.take());
+        }
         self.cache.push_back(entry);
         res
     }
 
-    /// Plans and runs a group of sends and receives.
-    pub(crate) fn group(&mut self, sched: &Schedule, what: OpLabel, bufs: CallBufs) -> Result<()> {
+    /// Plans and runs a group of sends and receives (`ops`, of element
+    /// types `dtypes`, for the profiler).
+    pub(crate) fn group(
+        &mut self,
+        sched: &Schedule,
+        what: OpLabel,
+        bufs: CallBufs,
+        (ops, dtypes): (&[schedule::P2pOp], &[DataType]),
+    ) -> Result<()> {
         let start = std::time::Instant::now();
         let mut facts = self.facts(None, DataType::Uint8, &bufs);
         facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
@@ -321,6 +338,9 @@ impl Core {
         );
         let hints = hints_of(&plan, &bufs);
         self.progress.p2p_started();
+        if let Some(p) = self.profiler.as_deref_mut() {
+            self.engine.trace = p.p2p(ops, dtypes, &bufs.group, sched);
+        }
         let res = self.execute(
             sched,
             DataType::Uint8,
@@ -334,6 +354,9 @@ impl Core {
             let kind = crate::observe::telemetry::SEND_RECV;
             self.engine.telemetry.observe(kind, start.elapsed());
             self.progress.p2p_done();
+        }
+        if let Some(p) = self.profiler.as_deref_mut() {
+            p.finish(self.engine.trace.take());
         }
         res
     }

@@ -3,7 +3,7 @@
 //! `ncclSend` / `ncclRecv`).
 
 use super::Communicator;
-use crate::datatype::Element;
+use crate::datatype::{DataType, Element};
 use crate::engine::{CallBufs, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::schedule::{p2p_group, P2pOp, Schedule};
@@ -26,6 +26,8 @@ use std::marker::PhantomData;
 pub struct P2pGroup<'a> {
     pub(super) ops: Vec<P2pOp>,
     pub(super) bufs: Vec<Region>,
+    /// The element type of each typed op (for the profiler).
+    pub(super) dtypes: Vec<DataType>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -44,6 +46,7 @@ impl<'a> P2pGroup<'a> {
             count: r.len,
         });
         self.bufs.push(r);
+        self.dtypes.push(T::DTYPE);
         self
     }
 
@@ -56,6 +59,7 @@ impl<'a> P2pGroup<'a> {
             count: r.len,
         });
         self.bufs.push(r);
+        self.dtypes.push(T::DTYPE);
         self
     }
 
@@ -65,15 +69,20 @@ impl<'a> P2pGroup<'a> {
     }
 }
 
+/// A checked group: its schedule, label, regions, operations and their
+/// element types.
+pub(super) type GroupCall = (Schedule, OpLabel, CallBufs, (Vec<P2pOp>, Vec<DataType>));
+
 impl Communicator {
     /// Runs a group of sends and receives; returns when all completed.
     pub fn run_group(&mut self, group: P2pGroup<'_>) -> Result<()> {
-        let (sched, what, bufs) = self.group_call(group)?;
-        self.idle_core()?.group(&sched, what, bufs)
+        let (sched, what, bufs, (ops, dtypes)) = self.group_call(group)?;
+        self.idle_core()?.group(&sched, what, bufs, (&ops, &dtypes))
     }
 
-    /// Checks a group and turns it into its schedule and regions.
-    pub(super) fn group_call(&self, group: P2pGroup<'_>) -> Result<(Schedule, OpLabel, CallBufs)> {
+    /// Checks a group and turns it into its schedule and regions, with its
+    /// operations and their element types (for the profiler).
+    pub(super) fn group_call(&self, group: P2pGroup<'_>) -> Result<GroupCall> {
         for op in &group.ops {
             let (P2pOp::Send { peer, .. } | P2pOp::Recv { peer, .. }) = *op;
             if peer >= self.nranks {
@@ -93,7 +102,7 @@ impl Communicator {
         let what = OpLabel::Group {
             ops: group.ops.len(),
         };
-        Ok((sched, what, bufs))
+        Ok((sched, what, bufs, (group.ops, group.dtypes)))
     }
 
     /// Sends `buf` to `peer` (matched by `peer`'s `recv`).

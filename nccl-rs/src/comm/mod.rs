@@ -261,6 +261,12 @@ impl Communicator {
             config.placement.source(),
         );
         core.progress = crate::ras::join(&mut core.boot, id, rank, nranks, config)?;
+        core.profiler = crate::profiler::CommProfiler::init(
+            config.profiler_plugin.as_deref(),
+            crate::profiler::comm_hash(&id.to_bytes()),
+            fabric.nhosts(),
+            (nranks, rank),
+        );
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));
         }

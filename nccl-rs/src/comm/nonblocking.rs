@@ -353,11 +353,11 @@ impl Communicator {
         ops: &[RawP2p],
         keep: K,
     ) -> Result<AsyncOp<(K, Result<()>)>> {
-        let (sched, what, bufs) = self.group_call(super::raw::raw_group(ops)?)?;
+        let (sched, what, bufs, (ops, dtypes)) = self.group_call(super::raw::raw_group(ops)?)?;
         let bufs = SendBufs(bufs);
         self.submit_keep(keep, move |core| {
             let bufs = bufs;
-            core.group(&sched, what, bufs.0)
+            core.group(&sched, what, bufs.0, (&ops, &dtypes))
         })
     }
 }

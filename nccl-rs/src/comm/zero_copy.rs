@@ -40,6 +40,7 @@ use crate::engine::{AlignedBuf, CallBufs, Hints, OpLabel, Region};
 use crate::error::{Error, Result};
 use crate::hostmem::{BufferDesc, PeerMaps, DESC_WORDS};
 use crate::plan::Coll;
+use crate::profiler::CollInfo;
 use crate::schedule::{all_gather_direct, zero_copy, Schedule, ZcColl};
 use std::sync::Arc;
 
@@ -242,6 +243,9 @@ impl Core {
         // 3. The plan (not where this rank could not map a peer: a resource
         // failure once mapping is known to work; every rank then fails the
         // call at the exit barrier).
+        if let Some(p) = self.profiler.as_deref_mut() {
+            self.engine.trace = p.zero_copy(&CollInfo::zero_copy(coll, dtype, bufs));
+        }
         let zc = self.zero_copy.as_mut().expect("checked");
         let ran = match refused {
             Some(why) => Err(format!("cannot map a peer's buffer: {why}")),
@@ -267,14 +271,18 @@ impl Core {
         };
         // 4. Exit barrier, which also tells every rank whether all parts ran.
         let mut failed = [u64::from(ran.is_err())];
-        self.tiny(
+        let barrier = self.tiny(
             Coll::AllReduce { count: 1 },
             RedOp::Max,
             &mut failed,
             0,
             tag,
             what,
-        )?;
+        );
+        if let Some(p) = self.profiler.as_deref_mut() {
+            p.finish(self.engine.trace.take());
+        }
+        barrier?;
         let fail = |msg: String| Error::Internal {
             rank: r,
             msg: format!("{}: zero copy: {msg}", what.call()),

@@ -318,6 +318,11 @@ fn lenient() -> Vec<Lenient> {
         ("NCCL_PROTO", "^LL128", |c| {
             c.proto.as_deref() == Some("^LL128")
         }),
+        // Any plugin name or path is taken as it is; `none` disables (at
+        // init, as NCCL).
+        ("NCCL_PROFILER_PLUGIN", "none", |c| {
+            c.profiler_plugin.as_deref() == Some("none")
+        }),
         // An `NCCL_IB_HCA` name that no device has selects nothing, at init.
         ("NCCL_IB_HCA", "nosuchdev", |c| {
             c.ib.hca.as_deref() == Some("nosuchdev")
@@ -507,6 +512,7 @@ const NCCL_OWN: &[&str] = &[
     "NCCL_RAS_ADDR",
     "NCCL_RAS_TIMEOUT_FACTOR",
     "NCCL_HOSTID",
+    "NCCL_PROFILER_PLUGIN",
     "NCCL_TOPO_DUMP_FILE",
     "NCCL_DEBUG",
     "NCCL_DEBUG_FILE",

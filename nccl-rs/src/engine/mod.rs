@@ -75,6 +75,8 @@ pub(crate) struct Engine {
     /// The operations now run are the library's own exchanges (counted as
     /// control traffic, not payload).
     pub(crate) control: bool,
+    /// The profiler's events of the call in flight (`None`: no plugin).
+    pub(crate) trace: Option<Box<crate::profiler::Trace>>,
 }
 
 /// The staging slots' memory, computed once.
@@ -144,6 +146,7 @@ impl Engine {
             eager_max,
             telemetry: Arc::new(Telemetry::new(0, rank, nranks)),
             control: false,
+            trace: None,
         }
     }
 
@@ -193,6 +196,7 @@ impl Engine {
             &self.abort,
             eager,
             (&self.telemetry, self.control),
+            self.trace.as_deref_mut(),
         )
     }
 

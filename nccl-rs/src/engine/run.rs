@@ -14,6 +14,7 @@ use super::{CallBufs, Region};
 use crate::datatype::{DataType, RedOp};
 use crate::error::{Error, Result};
 use crate::observe::telemetry::{ErrorKind, Telemetry, Wait};
+use crate::profiler::{Sent, Trace};
 use crate::reduce;
 use crate::schedule::{Loc, Schedule, Step};
 use crate::transport::{NetError, RecvComm, Request, SendComm};
@@ -83,6 +84,8 @@ pub(crate) struct Run<'a> {
     /// Per-peer counters, and whether this run is control traffic.
     tel: &'a Telemetry,
     control: bool,
+    /// The profiler's events of this call (`None`: no plugin).
+    trace: Option<&'a mut Trace>,
 }
 
 impl<'a> Run<'a> {
@@ -101,6 +104,7 @@ impl<'a> Run<'a> {
         abort: &'a super::AbortHandle,
         eager: bool,
         (tel, control): (&'a Telemetry, bool),
+        trace: Option<&'a mut Trace>,
     ) -> Run<'a> {
         let n = call.sched.steps.len();
         let window = 2 * slots.len().max(1);
@@ -133,6 +137,7 @@ impl<'a> Run<'a> {
             eager,
             tel,
             control,
+            trace,
         }
     }
 
@@ -308,6 +313,9 @@ impl<'a> Run<'a> {
                     self.free_slots.pop();
                 }
                 self.posted[self.next_post] = Some(Posted { req, slot });
+                if let Some(t) = self.trace.as_deref_mut() {
+                    t.recv_posted(from, bytes);
+                }
             }
             self.next_post += 1;
             moved = true;
@@ -325,6 +333,9 @@ impl<'a> Run<'a> {
                 .expect("sends are only posted on open connections");
             if comm.test(req).map_err(|e| self.net_err(peer, e))? {
                 self.sends.remove(i);
+                if let Some(t) = self.trace.as_deref_mut() {
+                    t.send_done(peer, req);
+                }
             } else {
                 i += 1;
             }
@@ -366,12 +377,19 @@ impl<'a> Run<'a> {
             if sent {
                 self.tel.sent(self.control, to, src.len);
             }
+            if let Some(t) = self.trace.as_deref_mut() {
+                t.send(to, src.len, if sent { Sent::Done } else { Sent::Full });
+            }
             return Ok(sent);
         }
         // SAFETY: `src` is a checked range of a buffer that stays valid for
         // the whole run; `Run` only finishes once every send completed.
         let req = unsafe { comm.isend(src.ptr, src.len, tag, None) };
-        match req.map_err(|e| self.net_err(to, e))? {
+        let req = req.map_err(|e| self.net_err(to, e))?;
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.send(to, src.len, req.map_or(Sent::Full, Sent::Posted));
+        }
+        match req {
             Some(r) => {
                 self.sends.push_back((to, r));
                 self.tel.sent(self.control, to, src.len);
@@ -427,6 +445,9 @@ impl<'a> Run<'a> {
                 self.posted[self.cur] = None;
                 slot = s;
             }
+            if let (Some(t), Some(from)) = (self.trace.as_deref_mut(), step.recv_peer()) {
+                t.recv_arrived(from);
+            }
             let result = self.exec_step(step, slot, lent.map(|l| l.2));
             if let Some((from, req, _)) = lent {
                 let comm = self.recv[from]
@@ -435,6 +456,9 @@ impl<'a> Run<'a> {
                 comm.release(req).map_err(|e| self.net_err(from, e))?;
             }
             result?;
+            if let (Some(t), Some(from)) = (self.trace.as_deref_mut(), step.recv_peer()) {
+                t.recv_done(from);
+            }
             if let (Some(s), false) = (slot, self.eager) {
                 self.free_slots.push(s);
             }
@@ -459,6 +483,9 @@ impl<'a> Run<'a> {
             // `Engine::eager` checked that a slot holds it.
             _ => Region::new(self.slots[0].ptr, bytes),
         };
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.recv_waiting(from, bytes);
+        }
         let tag = self.call.tag;
         let Some(comm) = self.recv.get_mut(from).and_then(Option::as_mut) else {
             return Err(self.internal(format!("no connection from rank {from}")));
