@@ -18,6 +18,8 @@ echo "== C ABI test programs under valgrind"
 bash scripts/valgrind-ffi.sh
 echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
+echo "== RAS: a stopped rank named by ncclras within 2 s (loopback text form; as root 8 ranks on 4 namespaces, JSON)"
+bash scripts/ras-test.sh
 echo "== fabric simulator: 16k-rank scale and validation against the fabric table"
 bash scripts/sim-check.sh
 echo "== candle example: candle_ddp at 1, 2 and 4 ranks through ncclrun (examples-candle, its own workspace)"
