@@ -172,25 +172,25 @@ fn round_trip_swaps_the_inputs() {
     }
 }
 
+/// Runs an all-to-all schedule symbolically: block q of rank r's output is
+/// block r of rank q's input.
+fn moves_every_block(n: usize, c: usize, ch: usize, sched: impl Fn(usize) -> Schedule) {
+    let b = super::run(n, sched, |r| (0..n * c).map(|i| super::v(r, i)).collect(), n * c);
+    for r in 0..n {
+        let want = |i: usize| Val {
+            ranks: 1 << (i / c.max(1)),
+            index: (r * c + i % c.max(1)) as u64,
+        };
+        super::expect(&b[r].output, want, &format!("n={n} c={c} ch={ch} rank {r}"));
+    }
+}
+
 #[test]
 fn paced_all_to_all_moves_the_same_blocks_one_peer_at_a_time() {
     for &n in &[2usize, 3, 4, 8] {
         for &c in &[0usize, 1, 7, 64] {
             for &ch in &[1usize, 3, 1 << 20] {
-                let b = super::run(
-                    n,
-                    |r| all_to_all_paced(n, r, c, ch),
-                    |r| (0..n * c).map(|i| super::v(r, i)).collect(),
-                    n * c,
-                );
-                for r in 0..n {
-                    // Block q of rank r's output is block r of rank q's input.
-                    let want = |i: usize| Val {
-                        ranks: 1 << (i / c.max(1)),
-                        index: (r * c + i % c.max(1)) as u64,
-                    };
-                    super::expect(&b[r].output, want, &format!("n={n} c={c} ch={ch} rank {r}"));
-                }
+                moves_every_block(n, c, ch, |r| all_to_all_paced(n, r, c, ch));
                 // Every receive directly follows its send.
                 for r in 0..n {
                     let s = all_to_all_paced(n, r, c, ch);
@@ -211,19 +211,7 @@ fn acked_all_to_all_waits_for_each_peer_to_take_its_message() {
     for &n in &[2usize, 3, 4, 8] {
         for &c in &[0usize, 1, 7, 64] {
             for &ch in &[1usize, 3, 1 << 20] {
-                let b = super::run(
-                    n,
-                    |r| all_to_all_acked(n, r, c, ch),
-                    |r| (0..n * c).map(|i| super::v(r, i)).collect(),
-                    n * c,
-                );
-                for r in 0..n {
-                    let want = |i: usize| Val {
-                        ranks: 1 << (i / c.max(1)),
-                        index: (r * c + i % c.max(1)) as u64,
-                    };
-                    super::expect(&b[r].output, want, &format!("n={n} c={c} ch={ch} rank {r}"));
-                }
+                moves_every_block(n, c, ch, |r| all_to_all_acked(n, r, c, ch));
                 // Send to r + s, receive from r - s, acknowledge to r - s,
                 // then wait for r + s's acknowledgement before sending on.
                 for r in 0..n {
