@@ -50,8 +50,8 @@ mod logging;
 pub mod observe;
 mod plan;
 pub mod planning;
-pub mod ras;
 mod profiler;
+pub mod ras;
 mod reduce;
 pub mod schedule;
 #[cfg(any(test, feature = "testing"))]

@@ -367,9 +367,19 @@ impl Planner {
     pub(crate) fn all_reduce_algo(&self, n: usize, bytes: usize) -> Algo {
         let allowed = self.allowed(Coll::AllReduce { count: 0 });
         let hosts = self.hosts(n);
+        // Across hosts the tree and halving-doubling run only when
+        // `NCCL_ALGO` leaves nothing else: on the emulated fabric they took
+        // 7-40x their models' time from 1 MiB up (docs/simulation.md), so
+        // their predictions cannot be trusted there.
+        let rings = allowed.contains(&Algo::Ring) || allowed.contains(&Algo::Hierarchical);
+        let untrusted =
+            |a: &Algo| hosts.is_some() && rings && matches!(a, Algo::Tree | Algo::HalvingDoubling);
         let cost = |a: &Algo| {
             let big = *a == Algo::Direct && bytes > DIRECT_MAX_BYTES && allowed.len() > 1;
-            match (big, hosts.and_then(|h| h.predict(*a, bytes))) {
+            match (
+                big || untrusted(a),
+                hosts.and_then(|h| h.predict(*a, bytes)),
+            ) {
                 (true, _) => f64::INFINITY,
                 (false, Some(t)) => t,
                 // Without hosts the hierarchical schedule is the ring.

@@ -484,3 +484,33 @@ fn all_to_all_predictions_count_the_uplinks_across_the_spine() {
     let flat = HostLayout::new(ranks(), intra, inter);
     assert!((t(flat) - (7.0 * inter.alpha + 1.5 * sf / inter.beta)).abs() < 1e-9);
 }
+
+#[test]
+fn across_hosts_the_tree_and_halving_doubling_run_only_when_named() {
+    // 16 hosts of 2: the tree's model beats the hierarchical ring at 8 B,
+    // but across hosts the planner takes the one-hop exchange or the rings
+    // unless NCCL_ALGO names the tree or halving-doubling.
+    let many: Vec<Vec<usize>> = (0..16).map(|h| vec![2 * h, 2 * h + 1]).collect();
+    let intra = Model {
+        alpha: 0.7e-6,
+        beta: 20e9,
+    };
+    let inter = Model {
+        beta: 20e9 / 8.0,
+        ..Model::for_transport("Socket")
+    };
+    let layout = || HostLayout::new(many.clone(), intra, inter);
+    assert!(layout().predict(Algo::Tree, 8) < layout().predict(Algo::Hierarchical, 8));
+    for (algo, bytes, want) in [
+        (None, 8, Algo::Direct),
+        (None, 1 << 30, Algo::Ring),
+        (Some("tree"), 8, Algo::Tree),
+        (Some("^ring,hier,direct"), 1 << 30, Algo::Tree),
+        (Some("hd"), 8, Algo::HalvingDoubling),
+    ] {
+        let p = Planner::new("Socket", algo, None)
+            .unwrap()
+            .with_hosts(layout());
+        assert_eq!(p.all_reduce_algo(32, bytes), want, "{algo:?} {bytes} B");
+    }
+}

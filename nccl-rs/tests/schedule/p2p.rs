@@ -175,7 +175,12 @@ fn round_trip_swaps_the_inputs() {
 /// Runs an all-to-all schedule symbolically: block q of rank r's output is
 /// block r of rank q's input.
 fn moves_every_block(n: usize, c: usize, ch: usize, sched: impl Fn(usize) -> Schedule) {
-    let b = super::run(n, sched, |r| (0..n * c).map(|i| super::v(r, i)).collect(), n * c);
+    let b = super::run(
+        n,
+        sched,
+        |r| (0..n * c).map(|i| super::v(r, i)).collect(),
+        n * c,
+    );
     for r in 0..n {
         let want = |i: usize| Val {
             ranks: 1 << (i / c.max(1)),
