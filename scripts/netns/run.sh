@@ -366,11 +366,13 @@ scenario_garbage() {
     disown $!
     ips+=("$(netns_ip "$r")")
   done
-  # `ss -ltnp` in every namespace, every 0.2 s: the ports an operator sees.
+  # `ss -ltnp` in every namespace, every 0.2 s: the ports an operator sees
+  # from the network (not loopback ones, such as the RAS query port on
+  # 127.0.0.1, which no other host can reach).
   (
     while [ ! -e "$stop" ]; do
       for r in $(seq 0 $((N - 1))); do
-        ip netns exec "$(netns_name "$r")" ss -ltnpH 2>/dev/null | grep netns_worker | awk '{ print $4 }'
+        ip netns exec "$(netns_name "$r")" ss -ltnpH 2>/dev/null | grep netns_worker | awk '$4 !~ /^127\./ { print $4 }'
       done
       sleep 0.2
     done
