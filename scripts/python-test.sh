@@ -26,4 +26,4 @@ echo "== python: $("$py" --version), venv $venv"
 start=$(date +%s)
 "$py" -m pip install -q ./python
 echo "== pip install ./python took $(( $(date +%s) - start ))s"
-"$py" -m pytest python/tests --ignore=python/tests/torch -q -p no:cacheprovider
+"$py" -m pytest python/tests --ignore=python/tests/torch_backend -q -p no:cacheprovider

@@ -26,7 +26,7 @@ echo "== candle example: candle_ddp at 1, 2 and 4 ranks through ncclrun (example
 bash scripts/candle-test.sh
 echo "== Python package: pip install ./python, pytest"
 bash scripts/python-test.sh
-echo "== torch backend: python/tests/torch against Gloo at 2 and 4 ranks, DDP on digits"
+echo "== torch backend: python/tests/torch_backend against Gloo at 2 and 4 ranks, DDP on digits"
 bash scripts/torch-test.sh
 if [ "$(id -u)" = 0 ]; then
   echo "== emulated fabric: the exact matrix at 4 hosts x 2 ranks, 2 rails, 2 leaves, through ncclrun -H --rsh 'ip netns exec'"

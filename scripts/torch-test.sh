@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torch.distributed backend "nccl_rs": its pytest suite (python/tests/torch)
+# The torch.distributed backend "nccl_rs": its pytest suite (python/tests/torch_backend)
 # against Gloo at 2 and 4 ranks, DDP, FSDP and the ddp_digits example.
 #   NCCL_RS_VENV=DIR   the virtual environment (default target/venv; reused if present)
 # Installs torch, numpy, scikit-learn and pytest from PyPI, then the nccl_rs
@@ -39,7 +39,7 @@ else
   export NCCL_RS_LIBRARY="${CARGO_TARGET_DIR:-$PWD/target}/release/libnccl.so"
   export PYTHONPATH="$PWD/python"
 fi
-echo "== pytest python/tests/torch ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"
+echo "== pytest python/tests/torch_backend ($("$VPY" -c 'import torch; print("torch", torch.__version__)'))"
 start=$(date +%s)
-"$VPY" -m pytest -q -p no:cacheprovider "$PWD/python/tests/torch"
+"$VPY" -m pytest -q -p no:cacheprovider "$PWD/python/tests/torch_backend"
 echo "== torch tests took $(( $(date +%s) - start )) s"
