@@ -363,8 +363,29 @@ fn plan(opts: &Opts, read: impl Fn(&str) -> std::io::Result<String>) -> Result<P
     })
 }
 
-/// A port that was free when we looked (the OS picks it for port 0).
+/// A port that was free when we looked, below the kernel's ephemeral range
+/// (`ip_local_port_range`): a port in that range may meanwhile become the
+/// source port of some connection on the master's host (even a connect
+/// to itself while the root is not up yet), and the root's bind then fails.
 fn free_port() -> std::io::Result<u16> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (lo, hi) = (low.saturating_sub(12288).max(1024), low);
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    if hi > lo {
+        for i in 0..64u64 {
+            let x = seed.wrapping_add(i).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
+            let port = lo + (x % u64::from(hi - lo)) as u16;
+            if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
