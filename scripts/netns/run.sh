@@ -463,13 +463,28 @@ scenario_rootflood() {
   [ -n "$p0" ] && kill -STOP "$p0"
   sleep 1.6 # ranks 1..3 connect and send their hellos into the root's queue
   stray_conns "$strays" "$WORK/rootflood.strays" ""
-  sleep 0.4
+  # Resume rank 0 once the idle strays are all connected or their count has
+  # stopped growing (a full accept queue drops further SYNs): at most 3 s.
+  local last=-1 still=0 queue=0 qmax=0
+  until=$(($(date +%s) + 3))
+  while [ "$(date +%s)" -le "$until" ]; do
+    got=$(cat "$WORK/rootflood.strays" 2>/dev/null || echo 0)
+    [ "$got" -ge "$strays" ] && break
+    if [ "$got" = "$last" ]; then still=$((still + 1)); else still=0; last=$got; fi
+    [ "$still" -ge 5 ] && break
+    sleep 0.1
+  done
+  # The root's accept queue now: Recv-Q (queued) and Send-Q (its bound).
+  read -r queue qmax < <(ip netns exec "$(netns_name 0)" ss -ltnH "sport = :$PORT" | awk '{print $2, $3; exit}')
   [ -n "$p0" ] && kill -CONT "$p0"
   wait_ranks
-  got=$(cat "$WORK/rootflood.strays" 2>/dev/null || echo 0)
   gott=$(cat "$WORK/rootflood.trickles" 2>/dev/null || echo 0)
-  if [ "$listening" != 1 ] || [ -z "$p0" ] || [ "$got" -lt "$strays" ] || [ "$gott" -lt "$trickles" ]; then
-    bad "$name: not injected (root listening: $listening, strays connected: $gott trickling, $got idle)"
+  # Injected: the root resumed with its slots taken by trickling strays and
+  # its accept queue holding the idle strays, or full to its bound.
+  local want=$strays
+  [ "${qmax:-0}" -gt 0 ] && [ "$qmax" -lt "$want" ] && want=$qmax
+  if [ "$listening" != 1 ] || [ -z "$p0" ] || [ "${queue:-0}" -lt "$want" ] || [ "$gott" -lt "$trickles" ]; then
+    bad "$name: not injected (root listening: $listening, strays connected: $gott trickling, $got idle; accept queue at resume ${queue:-?} of ${qmax:-?})"
   fi
   for r in $(seq 0 $((N - 1))); do
     if [ "${CODES[$r]}" = 0 ] && [ "$(field "$name" "$r" CASES 4)" = 0 ]; then
@@ -478,7 +493,7 @@ scenario_rootflood() {
       bad "$name: rank $r: exit ${CODES[$r]}: $(result_text "$name" "$r")"
     fi
   done
-  row "stray flood at a stalled bootstrap root" "1 run: $gott trickling + $got idle strays around 3 hellos" "$ok/$N ranks joined and exact" "- (no error expected)"
+  row "stray flood at a stalled bootstrap root" "1 run: $gott trickling + $got idle strays around 3 hellos, accept queue ${queue:-?}/${qmax:-?}" "$ok/$N ranks joined and exact" "- (no error expected)"
 }
 
 # --- mismatched collectives --------------------------------------------------
