@@ -322,6 +322,39 @@ fn mismatch(what: &str, detail: String) -> PyErr {
     invalid(format!("{what}: {detail}"))
 }
 
+/// Refuses an input and output of different lengths.
+fn same_len(what: &str, i: &View, o: &View, d: DataType) -> PyResult<()> {
+    if i.bytes == o.bytes {
+        return Ok(());
+    }
+    Err(mismatch(
+        what,
+        format!(
+            "input has {} elements but output has {}",
+            Bufs::elems(i, d),
+            Bufs::elems(o, d)
+        ),
+    ))
+}
+
+/// The length of `part`, refusing a `whole` that is not `ranks` of it.
+fn part_of(
+    what: &str,
+    (whole_name, whole): (&str, &View),
+    (part_name, part): (&str, &View),
+    d: DataType,
+    ranks: usize,
+) -> PyResult<usize> {
+    let (total, c) = (Bufs::elems(whole, d), Bufs::elems(part, d));
+    if total != c * ranks {
+        return Err(mismatch(
+            what,
+            format!("{whole_name} has {total} elements, not {part_name}'s {c} x {ranks} ranks"),
+        ));
+    }
+    Ok(c)
+}
+
 /// Refuses an input and output that share bytes without being NCCL's
 /// in-place layout `in_place_at` (the input's address when in place).
 fn check_overlap(what: &str, i: &View, o: &View, in_place_at: *const u8) -> PyResult<()> {
@@ -392,21 +425,39 @@ impl Communicator {
         async_op: bool,
     ) -> PyResult<Py<PyAny>> {
         let call = Call(a);
-        if async_op {
-            // SAFETY: the views in `keep` hold every buffer `a` names, and
-            // travel with the operation until it is waited for.
-            let op = self.with(py, move |c| unsafe {
-                let call = call;
-                c.collective_raw_async(&call.0, keep)
-            })?;
-            return Ok(Py::new(py, Work::new(op, result.clone().unbind()))?.into_any());
-        }
-        // SAFETY: `keep` holds the views of every buffer `a` names until
-        // after the call (dropped below, with the GIL).
-        self.with(py, move |c| unsafe {
+        self.submit(py, keep, result, async_op, move |c, keep| {
             let call = call;
-            c.collective_raw(&call.0)
-        })?;
+            // SAFETY: `keep` holds the views of every buffer `a` names: it
+            // travels with an async operation until it is waited for, and
+            // outlives a blocking call (see `submit`).
+            unsafe {
+                match keep {
+                    Some(keep) => c.collective_raw_async(&call.0, keep).map(Some),
+                    None => c.collective_raw(&call.0).map(|()| None),
+                }
+            }
+        })
+    }
+
+    /// Runs `f` blocking (`f` gets no `keep`; `keep` is dropped after it
+    /// returns, with the GIL) and returns `result`, or starts it with
+    /// `keep` and returns a `Work`.
+    fn submit(
+        &self,
+        py: Python<'_>,
+        keep: Keep,
+        result: &Bound<'_, PyAny>,
+        async_op: bool,
+        f: impl FnOnce(&mut nccl_rs::Communicator, Option<Keep>) -> nccl_rs::Result<Option<Pending>>
+            + Send,
+    ) -> PyResult<Py<PyAny>> {
+        if async_op {
+            return match self.with(py, move |c| f(c, Some(keep)))? {
+                Some(op) => Ok(Py::new(py, Work::new(op, result.clone().unbind()))?.into_any()),
+                None => Err(invalid("an async start returned no operation".into())),
+            };
+        }
+        self.with(py, move |c| f(c, None))?;
         drop(keep);
         Ok(result.clone().unbind())
     }
@@ -586,15 +637,7 @@ impl Communicator {
         let n = Bufs::elems(i, b.dtype);
         let recv = match &b.output {
             Some(o) => {
-                if o.bytes != i.bytes {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "input has {n} elements but output has {}",
-                            Bufs::elems(o, b.dtype)
-                        ),
-                    ));
-                }
+                same_len(what, i, o, b.dtype)?;
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
             }
@@ -636,16 +679,7 @@ impl Communicator {
             (Some(i), None) => (i.ptr as *const u8, i.ptr, Bufs::elems(i, b.dtype)),
             (i, Some(o)) => {
                 if let Some(i) = i {
-                    if i.bytes != o.bytes {
-                        return Err(mismatch(
-                            what,
-                            format!(
-                                "input has {} elements but output has {}",
-                                Bufs::elems(i, b.dtype),
-                                Bufs::elems(o, b.dtype)
-                            ),
-                        ));
-                    }
+                    same_len(what, i, o, b.dtype)?;
                     check_overlap(what, i, o, o.ptr)?;
                 }
                 (
@@ -694,14 +728,8 @@ impl Communicator {
         let n = Bufs::elems(i, b.dtype);
         let recv = match &b.output {
             Some(o) => {
-                if is_root && o.bytes != i.bytes {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "input has {n} elements but output has {}",
-                            Bufs::elems(o, b.dtype)
-                        ),
-                    ));
+                if is_root {
+                    same_len(what, i, o, b.dtype)?;
                 }
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
@@ -734,16 +762,7 @@ impl Communicator {
         let total = Bufs::elems(o, b.dtype);
         let (send, c) = match &b.input {
             Some(i) => {
-                let c = Bufs::elems(i, b.dtype);
-                if total != c * self.size {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "output has {total} elements, not input's {c} x {} ranks",
-                            self.size
-                        ),
-                    ));
-                }
+                let c = part_of(what, ("output", o), ("input", i), b.dtype, self.size)?;
                 check_overlap(what, i, o, ptr_at(o, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, c)
             }
@@ -776,16 +795,7 @@ impl Communicator {
         let total = Bufs::elems(i, b.dtype);
         let (recv, c) = match &b.output {
             Some(o) => {
-                let c = Bufs::elems(o, b.dtype);
-                if total != c * self.size {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "input has {total} elements, not output's {c} x {} ranks",
-                            self.size
-                        ),
-                    ));
-                }
+                let c = part_of(what, ("input", i), ("output", o), b.dtype, self.size)?;
                 // NCCL's in-place layout may also be given explicitly.
                 check_overlap(what, o, i, ptr_at(i, self.rank * c, b.dtype))?;
                 (o.ptr, c)
@@ -821,15 +831,7 @@ impl Communicator {
         let c = self.equal_parts(what, "input", total)?;
         let recv = match &b.output {
             Some(o) => {
-                if o.bytes != i.bytes {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "input has {total} elements but output has {}",
-                            Bufs::elems(o, b.dtype)
-                        ),
-                    ));
-                }
+                same_len(what, i, o, b.dtype)?;
                 check_overlap(what, i, o, o.ptr)?;
                 o.ptr
             }
@@ -874,17 +876,7 @@ impl Communicator {
         let b = Bufs::get(what, input.map(|i| (i, false)), output, dtype)?;
         let (send, recv, c) = match (&b.input, &b.output) {
             (Some(i), Some(o)) => {
-                let c = Bufs::elems(i, b.dtype);
-                if Bufs::elems(o, b.dtype) != c * self.size {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "output has {} elements, not input's {c} x {} ranks",
-                            Bufs::elems(o, b.dtype),
-                            self.size
-                        ),
-                    ));
-                }
+                let c = part_of(what, ("output", o), ("input", i), b.dtype, self.size)?;
                 check_overlap(what, i, o, ptr_at(o, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, o.ptr, c)
             }
@@ -939,17 +931,7 @@ impl Communicator {
         let b = Bufs::get(what, input.map(|i| (i, output.is_none())), output, dtype)?;
         let (send, recv, c) = match (&b.input, &b.output) {
             (Some(i), Some(o)) => {
-                let c = Bufs::elems(o, b.dtype);
-                if Bufs::elems(i, b.dtype) != c * self.size {
-                    return Err(mismatch(
-                        what,
-                        format!(
-                            "input has {} elements, not output's {c} x {} ranks",
-                            Bufs::elems(i, b.dtype),
-                            self.size
-                        ),
-                    ));
-                }
+                let c = part_of(what, ("input", i), ("output", o), b.dtype, self.size)?;
                 check_overlap(what, o, i, ptr_at(i, self.rank * c, b.dtype))?;
                 (i.ptr as *const u8, o.ptr, c)
             }
@@ -1103,22 +1085,18 @@ impl Communicator {
             _scratch: None,
         };
         let ops = Ops(raw);
-        if async_op {
-            // SAFETY: `keep` holds every buffer and travels with the
-            // operation until it is waited for; overlap was refused above.
-            let op = self.with(py, move |c| unsafe {
-                let ops = ops;
-                c.run_group_raw_async(&ops.0, keep)
-            })?;
-            return Ok(Py::new(py, Work::new(op, result.clone().unbind()))?.into_any());
-        }
-        // SAFETY: `keep` holds every buffer until after the call.
-        self.with(py, move |c| unsafe {
+        self.submit(py, keep, result, async_op, move |c, keep| {
             let ops = ops;
-            c.run_group_raw(&ops.0)
-        })?;
-        drop(keep);
-        Ok(result.clone().unbind())
+            // SAFETY: `keep` holds every buffer, with an async operation
+            // until it is waited for, else until after the call (see
+            // `submit`); overlap was refused above.
+            unsafe {
+                match keep {
+                    Some(keep) => c.run_group_raw_async(&ops.0, keep).map(Some),
+                    None => c.run_group_raw(&ops.0).map(|()| None),
+                }
+            }
+        })
     }
 }
 
