@@ -41,6 +41,7 @@ pub mod fp8;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostmem;
+pub mod json;
 #[doc(hidden)]
 pub mod kernels;
 pub mod launch;

@@ -3,6 +3,7 @@
 //! and the report (table, JSON). The measuring runner is
 //! `src/bin/fabric_check.rs`; the tool is described in `docs/fabric_check.md`.
 
+use nccl_rs::json;
 use std::fmt::Write as _;
 
 /// The round-robin tournament over `n` hosts (the circle method): every
@@ -658,33 +659,6 @@ pub fn table(rep: &Report) -> String {
     t
 }
 
-/// `s` as a JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
-/// A finite number as JSON (non-finite as `null`).
-fn json_num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
-}
-
 /// The report as one JSON object: `hosts`, `rails`, `links` (one per link
 /// direction), `allreduce`, `outliers` (each with `kind` host, host_rail,
 /// link or allreduce, and `host`, `rail`, `dir`, `src`, `dst` as they
@@ -692,7 +666,7 @@ fn json_num(x: f64) -> String {
 pub fn json(rep: &Report) -> String {
     let m = &rep.matrix;
     let mut j = String::from("{");
-    let hosts: Vec<String> = m.hosts.iter().map(|h| json_str(h)).collect();
+    let hosts: Vec<String> = m.hosts.iter().map(|h| json::string(h)).collect();
     let _ = write!(j, "\"hosts\":[{}],\"rails\":{},", hosts.join(","), m.rails);
     let nics: Vec<String> = m
         .nics
@@ -700,7 +674,10 @@ pub fn json(rep: &Report) -> String {
         .map(|v| {
             format!(
                 "[{}]",
-                v.iter().map(|n| json_str(n)).collect::<Vec<_>>().join(",")
+                v.iter()
+                    .map(|n| json::string(n))
+                    .collect::<Vec<_>>()
+                    .join(",")
             )
         })
         .collect();
@@ -717,10 +694,10 @@ pub fn json(rep: &Report) -> String {
     let _ = write!(
         j,
         "\"limits\":{{\"fraction\":{},\"lat_factor\":{},\"loss\":{},\"ar_fraction\":{}}},",
-        json_num(l.fraction),
-        json_num(l.lat_factor),
-        json_num(l.loss),
-        json_num(l.ar_fraction)
+        json::number(l.fraction),
+        json::number(l.lat_factor),
+        json::number(l.loss),
+        json::number(l.ar_fraction)
     );
     let links: Vec<String> = m
         .links()
@@ -728,10 +705,10 @@ pub fn json(rep: &Report) -> String {
             let c = m.get(r, s, d);
             format!(
                 "{{\"rail\":{r},\"src\":{},\"dst\":{},\"gbps\":{},\"lat_us\":{},\"retrans\":{},\"segs\":{}}}",
-                json_str(&m.hosts[s]),
-                json_str(&m.hosts[d]),
-                json_num(c.gbps),
-                json_num(c.lat_us),
+                json::string(&m.hosts[s]),
+                json::string(&m.hosts[d]),
+                json::number(c.gbps),
+                json::number(c.lat_us),
                 c.retrans,
                 c.segs
             )
@@ -744,8 +721,8 @@ pub fn json(rep: &Report) -> String {
         "\"allreduce\":{{\"bytes\":{},\"nranks\":{},\"busbw_gbps\":{},\"bound_gbps\":{}}},",
         a.bytes,
         a.nranks,
-        json_num(a.busbw_gbps),
-        json_num(a.bound_gbps)
+        json::number(a.busbw_gbps),
+        json::number(a.bound_gbps)
     );
     let outs: Vec<String> = rep
         .outliers
@@ -754,27 +731,27 @@ pub fn json(rep: &Report) -> String {
             let what = match o.subject {
                 Subject::Host { host, dir } => format!(
                     "\"kind\":\"host\",\"host\":{},\"dir\":\"{}\"",
-                    json_str(&m.hosts[host]),
+                    json::string(&m.hosts[host]),
                     dir.name()
                 ),
                 Subject::HostRail { host, rail, dir } => format!(
                     "\"kind\":\"host_rail\",\"host\":{},\"rail\":{rail},\"dir\":\"{}\"",
-                    json_str(&m.hosts[host]),
+                    json::string(&m.hosts[host]),
                     dir.name()
                 ),
                 Subject::Link { rail, src, dst } => format!(
                     "\"kind\":\"link\",\"rail\":{rail},\"src\":{},\"dst\":{}",
-                    json_str(&m.hosts[src]),
-                    json_str(&m.hosts[dst])
+                    json::string(&m.hosts[src]),
+                    json::string(&m.hosts[dst])
                 ),
                 Subject::AllReduce => "\"kind\":\"allreduce\"".to_string(),
             };
-            let why: Vec<String> = o.kinds.iter().map(|k| json_str(k.name())).collect();
+            let why: Vec<String> = o.kinds.iter().map(|k| json::string(k.name())).collect();
             format!(
                 "{{{what},\"why\":[{}],\"gbps\":{},\"reference_gbps\":{}}}",
                 why.join(","),
-                json_num(o.gbps),
-                json_num(o.reference_gbps)
+                json::number(o.gbps),
+                json::number(o.reference_gbps)
             )
         })
         .collect();

@@ -5,6 +5,7 @@ use fabric_sim::gen::{self, Cluster, LeafSpine, Rails};
 use fabric_sim::net::Ecmp;
 use fabric_sim::sim::{self, Costs, HostOrder, Job, Outcome, Placement, RailUse, Setup};
 use fabric_sim::svg::{self, Panel, Series, XUnit};
+use nccl_rs::json;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -332,22 +333,6 @@ struct Row {
     out: Outcome,
 }
 
-fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
 fn run(a: &Args) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut summaries = Vec::new();
@@ -396,7 +381,7 @@ fn run(a: &Args) -> Result<(), String> {
                 .map(|h| {
                     format!(
                         "{{\"link\":{},\"utilisation\":{:.6},\"bytes\":{}}}",
-                        json_str(&h.link),
+                        json::string(&h.link),
                         h.utilisation,
                         h.bytes
                     )
@@ -406,19 +391,19 @@ fn run(a: &Args) -> Result<(), String> {
                 text,
                 "  {{\"layout\":\"{:?}\",\"op\":{},\"bytes\":{},\"ranks\":{},\"oversub\":{},\"algo\":{},\"algorithm\":{},\"time_us\":{:.3},\"algbw_gbs\":{:.6},\"busbw_gbs\":{:.6},\"planner_us\":{},\"levels\":{},\"patterns\":{},\"mode\":{},\"hot\":[{}]}}{}",
                 r.layout,
-                json_str(&r.op),
+                json::string(&r.op),
                 r.out.bytes,
                 r.ranks,
                 r.oversub,
-                json_str(&r.algo),
-                json_str(&r.out.algorithm),
+                json::string(&r.algo),
+                json::string(&r.out.algorithm),
                 r.out.time * 1e6,
                 r.out.algbw / 1e9,
                 r.out.busbw / 1e9,
                 r.out.planner.map_or("null".into(), |t| format!("{:.3}", t * 1e6)),
                 r.out.levels,
                 r.out.patterns,
-                json_str(r.out.mode),
+                json::string(r.out.mode),
                 hot.join(","),
                 if i + 1 < rows.len() { "," } else { "" }
             );
