@@ -289,11 +289,7 @@ pub fn train(comm: &mut Communicator, opts: &Opts) -> Result<Outcome, BoxError> 
         println!("final parameters: hash {hash:016x}, identical on all {world} rank(s)");
     }
     if let Some(p) = &args.dump_params {
-        if p.contains("{rank}") || lead {
-            let path = p.replace("{rank}", &rank.to_string());
-            let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
-            std::fs::write(&path, bytes).map_err(|e| format!("--dump-params {path}: {e}"))?;
-        }
+        nccl_ddp::train::dump_params(p, rank, lead, &params)?;
     }
     Ok(Outcome {
         rank,
@@ -306,28 +302,8 @@ pub fn train(comm: &mut Communicator, opts: &Opts) -> Result<Outcome, BoxError> 
 /// The whole program: parse `argv` (without the program name), connect,
 /// train. Returns the process exit code.
 pub fn main_with_args(argv: impl IntoIterator<Item = String>) -> std::process::ExitCode {
-    let opts = match Opts::parse(argv) {
-        Ok(o) => o,
-        Err(e) if e.is_empty() => {
-            print!("{USAGE}{}", nccl_ddp::args::USAGE);
-            return std::process::ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprint!("candle_ddp: {e}\n\n{USAGE}{}", nccl_ddp::args::USAGE);
-            return std::process::ExitCode::from(2);
-        }
-    };
-    nccl_rs::init_logging();
-    let result = nccl_ddp::connect()
-        .map_err(BoxError::from)
-        .and_then(|mut comm| train(&mut comm, &opts));
-    match result {
-        Ok(_) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("candle_ddp: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let usage = format!("{USAGE}{}", nccl_ddp::args::USAGE);
+    nccl_ddp::train::run_main("candle_ddp", &usage, Opts::parse(argv), train)
 }
 
 #[cfg(test)]

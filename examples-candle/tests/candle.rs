@@ -14,6 +14,7 @@
 //! both into one target directory, as `scripts/candle-test.sh` does).
 
 use nccl_ddp::data;
+use nccl_ddp::run_files::{field, Run};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -51,37 +52,6 @@ fn ncclrun() -> PathBuf {
         p.display()
     );
     p
-}
-
-struct Run {
-    dir: PathBuf,
-    ranks: usize,
-    stdout: String,
-}
-
-impl Run {
-    fn params(&self, rank: usize) -> Vec<u8> {
-        std::fs::read(self.dir.join(format!("params.{rank}"))).expect("dumped parameters")
-    }
-    fn epochs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("log.json"))
-            .expect("json log")
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-}
-
-fn field(line: &str, key: &str) -> f64 {
-    let at = line
-        .find(&format!("\"{key}\":"))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + key.len()
-        + 3;
-    let end = line[at..].find([',', '}']).map_or(line.len(), |e| at + e);
-    line[at..end]
-        .parse()
-        .unwrap_or_else(|_| panic!("bad {key} in {line}"))
 }
 
 /// Runs `ncclrun -n ranks candle_ddp flags` and waits for it.

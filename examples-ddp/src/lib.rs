@@ -59,6 +59,7 @@ pub mod ddp;
 pub mod mlp;
 pub mod report;
 pub mod rng;
+pub mod run_files;
 pub mod train;
 
 pub use args::Args;

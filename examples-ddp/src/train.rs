@@ -195,11 +195,7 @@ pub fn train(comm: &mut Communicator, args: &Args) -> Result<Outcome, BoxError> 
         epochs.push(stats);
     }
     if let Some(p) = &args.dump_params {
-        if p.contains("{rank}") || lead {
-            let path = p.replace("{rank}", &rank.to_string());
-            let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
-            std::fs::write(&path, bytes).map_err(|e| format!("--dump-params {path}: {e}"))?;
-        }
+        dump_params(p, rank, lead, &params)?;
     }
     Ok(Outcome {
         rank,
@@ -209,28 +205,52 @@ pub fn train(comm: &mut Communicator, args: &Args) -> Result<Outcome, BoxError> 
     })
 }
 
+/// Writes `params` as little-endian f32 to `pattern`, `{rank}` replaced by
+/// the rank; a pattern without `{rank}` is written by the lead rank only.
+pub fn dump_params(pattern: &str, rank: usize, lead: bool, params: &[f32]) -> Result<(), BoxError> {
+    if pattern.contains("{rank}") || lead {
+        let path = pattern.replace("{rank}", &rank.to_string());
+        let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&path, bytes).map_err(|e| format!("--dump-params {path}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The whole program: parse `argv` (without the program name), connect,
 /// train. Returns the process exit code.
 pub fn main_with_args(argv: impl IntoIterator<Item = String>) -> std::process::ExitCode {
-    let args = match Args::parse(argv) {
-        Ok(a) => a,
+    run_main("ddp_train", crate::args::USAGE, Args::parse(argv), train)
+}
+
+/// A training program's `main` around `parsed` (its options, or an error;
+/// an empty error asks for `usage`): connects, runs `train`, and maps the
+/// outcome to an exit code (2 for bad options), errors on stderr after
+/// `name`.
+pub fn run_main<O, R>(
+    name: &str,
+    usage: &str,
+    parsed: Result<O, String>,
+    train: impl FnOnce(&mut Communicator, &O) -> Result<R, BoxError>,
+) -> std::process::ExitCode {
+    let opts = match parsed {
+        Ok(o) => o,
         Err(e) if e.is_empty() => {
-            print!("{}", crate::args::USAGE);
+            print!("{usage}");
             return std::process::ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprint!("ddp_train: {e}\n\n{}", crate::args::USAGE);
+            eprint!("{name}: {e}\n\n{usage}");
             return std::process::ExitCode::from(2);
         }
     };
     nccl_rs::init_logging();
     let result = connect()
         .map_err(BoxError::from)
-        .and_then(|mut comm| train(&mut comm, &args));
+        .and_then(|mut comm| train(&mut comm, &opts));
     match result {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ddp_train: {e}");
+            eprintln!("{name}: {e}");
             std::process::ExitCode::FAILURE
         }
     }

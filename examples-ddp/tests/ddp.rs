@@ -11,8 +11,9 @@
 //! 3. Accuracy beats a stated baseline on the held-out split.
 
 use nccl_ddp::data;
+use nccl_ddp::run_files::{field, Run};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -36,37 +37,6 @@ const FOREIGN: &[&str] = &[
     "SLURM_NTASKS",
     "NCCL_COMM_ID",
 ];
-
-struct Run {
-    dir: PathBuf,
-    ranks: usize,
-    stdout: String,
-}
-
-impl Run {
-    fn params(&self, rank: usize) -> Vec<u8> {
-        std::fs::read(self.dir.join(format!("params.{rank}"))).expect("dumped parameters")
-    }
-    fn epochs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("log.json"))
-            .expect("json log")
-            .lines()
-            .map(String::from)
-            .collect()
-    }
-}
-
-fn field(line: &str, key: &str) -> f64 {
-    let at = line
-        .find(&format!("\"{key}\":"))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + key.len()
-        + 3;
-    let end = line[at..].find([',', '}']).map_or(line.len(), |e| at + e);
-    line[at..end]
-        .parse()
-        .unwrap_or_else(|_| panic!("bad {key} in {line}"))
-}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
