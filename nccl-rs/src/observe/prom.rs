@@ -78,7 +78,7 @@ pub fn render(comms: &[CommStats]) -> String {
         &ranks,
     );
     type Field = fn(&telemetry::PeerStats) -> u64;
-    let counters: [(&str, &str, Field); 10] = [
+    let counters: [(&str, &str, Field); 11] = [
         (
             "nccl_rs_peer_sent_bytes_total",
             "Payload bytes sent to the peer.",
@@ -128,6 +128,11 @@ pub fn render(comms: &[CommStats]) -> String {
             "nccl_rs_peer_direct_written_bytes_total",
             "Payload bytes the zero-copy path wrote straight into the peer's buffers.",
             |p| p.direct_bytes_written,
+        ),
+        (
+            "nccl_rs_peer_retransmits_total",
+            "Segments or packets retransmitted on the connections with the peer (kernel or adapter count).",
+            |p| p.retransmits,
         ),
     ];
     // Per communicator, its active peers and their base labels.
@@ -446,6 +451,7 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
         has("nccl_rs_peer_wait_seconds_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"0\",wait=\"recv\"} 0.000001500");
         has("nccl_rs_peer_wait_seconds_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"0\",wait=\"send\"} 0.000000000");
         has("nccl_rs_peer_errors_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\",kind=\"timeout\"} 1");
+        has("nccl_rs_peer_retransmits_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\"} 0");
         has("# TYPE nccl_rs_collective_latency_seconds histogram");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000001024\"} 0");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000002048\"} 1");
@@ -483,7 +489,7 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
     fn empty_exposition_has_only_help_and_type() {
         let text = render(&[]);
         assert!(text.lines().all(|l| l.starts_with("# ")), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 14);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 15);
     }
 
     #[test]
