@@ -891,9 +891,9 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "Link errors: {}",
+            "Link errors:{}",
             if self.link_errors.is_empty() {
-                "none"
+                " none"
             } else {
                 ""
             }

@@ -171,16 +171,17 @@ impl Shared {
             .collect()
     }
 
-    /// Asks every peer process heard from for its telemetry and waits for
-    /// their answers until the telemetry deadline: the answers, by process.
+    /// Asks every peer process heard from lately (within three heartbeat
+    /// intervals: one silent longer is likely stopped, and would only make
+    /// the query wait) for its telemetry, and waits for their answers
+    /// until the telemetry deadline: the answers, by process.
     fn gather_telemetry(&self) -> BTreeMap<SocketAddr, Vec<CommTelemetry>> {
         let id = self.next_query.fetch_add(1, Ordering::Relaxed) + 1;
         let now = Instant::now();
+        let fresh = self.timing.heartbeat * 3;
         let asked: Vec<SocketAddr> = lock(&self.peers)
             .iter()
-            .filter(|(_, p)| {
-                p.closed.is_none() && p.heard.is_some_and(|h| now - h < self.timing.unresponsive)
-            })
+            .filter(|(_, p)| p.closed.is_none() && p.heard.is_some_and(|h| now - h < fresh))
             .map(|(a, _)| *a)
             .collect();
         let mut got = BTreeMap::new();
