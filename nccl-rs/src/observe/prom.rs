@@ -285,10 +285,45 @@ fn writer() -> &'static (Mutex<Option<Writer>>, Condvar) {
     W.get_or_init(|| (Mutex::new(None), Condvar::new()))
 }
 
-/// Writes the file now with every live communicator (a failure is logged
-/// once, never fatal).
+/// The retry counters of the host's RDMA ports (`transport_verbs::hw_counters`),
+/// labelled `device`, `port`, `counter`; nothing without ports.
+pub fn render_devices(ports: &[transport_verbs::hw_counters::PortRetries]) -> String {
+    let mut out = String::new();
+    let samples: Vec<String> = ports
+        .iter()
+        .flat_map(|p| {
+            p.counters.iter().map(|(name, v)| {
+                let l = labels(&[
+                    ("device", &p.device),
+                    ("port", &p.port.to_string()),
+                    ("counter", name),
+                ]);
+                format!("nccl_rs_device_retries_total{l} {v}")
+            })
+        })
+        .collect();
+    if !samples.is_empty() {
+        family(
+            &mut out,
+            "nccl_rs_device_retries_total",
+            "counter",
+            "Retry counters of the host's RDMA ports (sysfs hw_counters), by counter.",
+            &samples,
+        );
+    }
+    out
+}
+
+/// Where RDMA devices are listed.
+const SYSFS_INFINIBAND: &str = "/sys/class/infiniband";
+
+/// Writes the file now with every live communicator and the host's RDMA
+/// port retry counters (a failure is logged once, never fatal).
 fn write_now(w: &mut Writer) {
-    let text = render(&telemetry::snapshot_all());
+    let mut text = render(&telemetry::snapshot_all());
+    text.push_str(&render_devices(&transport_verbs::hw_counters::read_all(
+        Path::new(SYSFS_INFINIBAND),
+    )));
     if let Err(e) = write_atomic(&w.path, &text) {
         if !w.warned {
             w.warned = true;
@@ -483,6 +518,26 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
             let value = l.rsplit_once(' ').expect("value").1;
             assert!(value.parse::<f64>().is_ok(), "value of {l:?}");
         }
+    }
+
+    #[test]
+    fn device_retry_counters_are_one_family() {
+        use transport_verbs::hw_counters::PortRetries;
+        assert_eq!(render_devices(&[]), "");
+        let text = render_devices(&[PortRetries {
+            device: "rxe0".into(),
+            port: 1,
+            counters: vec![("completer_retry_err", 17), ("rcvd_seq_err", 4)],
+        }]);
+        assert_eq!(
+            text,
+            "\
+# HELP nccl_rs_device_retries_total Retry counters of the host's RDMA ports (sysfs hw_counters), by counter.
+# TYPE nccl_rs_device_retries_total counter
+nccl_rs_device_retries_total{device=\"rxe0\",port=\"1\",counter=\"completer_retry_err\"} 17
+nccl_rs_device_retries_total{device=\"rxe0\",port=\"1\",counter=\"rcvd_seq_err\"} 4
+"
+        );
     }
 
     #[test]
