@@ -36,8 +36,8 @@ use std::fmt;
 
 mod request_queue;
 pub use request_queue::RequestQueue;
-mod sockaddr;
 mod link;
+mod sockaddr;
 pub use link::{LinkCounters, LinkProbe, SharedProbe};
 pub use sockaddr::{decode_sockaddr, encode_sockaddr, SOCKADDR_END};
 

@@ -13,23 +13,78 @@ use std::path::Path;
 /// packet this port retransmitted).
 pub const RETRY_COUNTERS: &[(&str, &str, &str, bool)] = &[
     // rxe
-    ("completer_retry_err", "rxe", "requests retransmitted after a timeout or NAK", true),
-    ("retry_exceeded_err", "rxe", "requests whose retries ran out", false),
-    ("retry_rnr_exceeded_err", "rxe", "requests whose RNR retries ran out", false),
+    (
+        "completer_retry_err",
+        "rxe",
+        "requests retransmitted after a timeout or NAK",
+        true,
+    ),
+    (
+        "retry_exceeded_err",
+        "rxe",
+        "requests whose retries ran out",
+        false,
+    ),
+    (
+        "retry_rnr_exceeded_err",
+        "rxe",
+        "requests whose RNR retries ran out",
+        false,
+    ),
     ("rcvd_seq_err", "rxe", "sequence-error NAKs received", false),
     ("rcvd_rnr_err", "rxe", "RNR NAKs received", false),
     ("send_rnr_err", "rxe", "RNR NAKs sent", false),
-    ("out_of_seq_request", "rxe", "requests received out of sequence", false),
+    (
+        "out_of_seq_request",
+        "rxe",
+        "requests received out of sequence",
+        false,
+    ),
     // both
-    ("duplicate_request", "rxe, mlx5", "retransmitted requests received", false),
+    (
+        "duplicate_request",
+        "rxe, mlx5",
+        "retransmitted requests received",
+        false,
+    ),
     // mlx5
-    ("local_ack_timeout_err", "mlx5", "ACK timeouts (each a retransmission)", true),
-    ("packet_seq_err", "mlx5", "sequence-error NAKs received (each a retransmission)", true),
-    ("implied_nak_seq_err", "mlx5", "implied NAKs (each a retransmission)", true),
-    ("rnr_nak_retry_err", "mlx5", "RNR NAKs received whose retries ran out", false),
-    ("out_of_sequence", "mlx5", "packets received out of sequence", false),
+    (
+        "local_ack_timeout_err",
+        "mlx5",
+        "ACK timeouts (each a retransmission)",
+        true,
+    ),
+    (
+        "packet_seq_err",
+        "mlx5",
+        "sequence-error NAKs received (each a retransmission)",
+        true,
+    ),
+    (
+        "implied_nak_seq_err",
+        "mlx5",
+        "implied NAKs (each a retransmission)",
+        true,
+    ),
+    (
+        "rnr_nak_retry_err",
+        "mlx5",
+        "RNR NAKs received whose retries ran out",
+        false,
+    ),
+    (
+        "out_of_sequence",
+        "mlx5",
+        "packets received out of sequence",
+        false,
+    ),
     ("roce_adp_retrans", "mlx5", "adaptive retransmissions", true),
-    ("roce_slow_restart", "mlx5", "slow restarts after a retransmission timeout", false),
+    (
+        "roce_slow_restart",
+        "mlx5",
+        "slow restarts after a retransmission timeout",
+        false,
+    ),
 ];
 
 /// The retry counters one port has.
@@ -132,10 +187,8 @@ mod tests {
 
     /// A fake `/sys/class/infiniband` under the temporary directory.
     fn fake_sysfs(tag: &str, files: &[(&str, &str)]) -> PathBuf {
-        let root = std::env::temp_dir().join(format!(
-            "nccl-rs-hw-counters-{tag}-{}",
-            std::process::id()
-        ));
+        let root =
+            std::env::temp_dir().join(format!("nccl-rs-hw-counters-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for (path, text) in files {
             let p = root.join(path);

@@ -179,7 +179,11 @@ impl LinkRow {
     /// Retransmits per MB (10^6 bytes) moved; 0 with nothing moved.
     pub fn per_mb(&self) -> f64 {
         if self.bytes == 0 {
-            return if self.retransmits > 0 { f64::INFINITY } else { 0.0 };
+            return if self.retransmits > 0 {
+                f64::INFINITY
+            } else {
+                0.0
+            };
         }
         self.retransmits as f64 * 1e6 / self.bytes as f64
     }
@@ -220,7 +224,8 @@ pub fn rank_links(links: &mut [LinkRow]) {
     };
     for l in links.iter_mut() {
         let r = l.per_mb();
-        l.outlier = l.retransmits >= OUTLIER_MIN_RETRANSMITS && r > 0.0 && r >= OUTLIER_FACTOR * median;
+        l.outlier =
+            l.retransmits >= OUTLIER_MIN_RETRANSMITS && r > 0.0 && r >= OUTLIER_FACTOR * median;
     }
 }
 
@@ -269,7 +274,9 @@ fn links_of(id: u64, ranks: &[RankRow]) -> Vec<LinkRow> {
         }
     }
     m.into_iter()
-        .filter(|(_, acc)| acc.ab > 0 || acc.ba > 0 || acc.retransmits > 0 || acc.errors.iter().any(|&e| e > 0))
+        .filter(|(_, acc)| {
+            acc.ab > 0 || acc.ba > 0 || acc.retransmits > 0 || acc.errors.iter().any(|&e| e > 0)
+        })
         .map(|((a, b), acc)| LinkRow {
             comm: id,
             a: (a, host(a)),
@@ -424,10 +431,12 @@ impl Report {
                 )
             })
             .collect();
-        let telemetry = all
-            .iter()
-            .any(|p| p.telemetry.is_some())
-            .then(|| (all.iter().filter(|p| p.telemetry.is_some()).count(), all.len()));
+        let telemetry = all.iter().any(|p| p.telemetry.is_some()).then(|| {
+            (
+                all.iter().filter(|p| p.telemetry.is_some()).count(),
+                all.len(),
+            )
+        });
         for p in &all {
             for e in &p.state.link_errors {
                 link_errors.push(format!("{} pid {}: {e}", p.state.host, p.state.pid));

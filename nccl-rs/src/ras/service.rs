@@ -16,10 +16,10 @@ use super::wire::{
 use super::Timing;
 use crate::config::Config;
 use crate::observe::progress::snapshot_all;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -335,7 +335,8 @@ impl Thread {
                     }
                 }
                 Err(e) => {
-                    self.shared.link_error(format!("connecting to peer {a}: {e}"));
+                    self.shared
+                        .link_error(format!("connecting to peer {a}: {e}"));
                     return;
                 }
             }

@@ -295,9 +295,7 @@ impl CommTelemetry {
                     timeout_errors: p.errors.timeout,
                     other_errors: p.errors.other,
                     retransmits: p.retransmits,
-                    direct_bytes: p
-                        .direct_bytes_read
-                        .saturating_add(p.direct_bytes_written),
+                    direct_bytes: p.direct_bytes_read.saturating_add(p.direct_bytes_written),
                 })
                 .collect(),
         }

@@ -1,6 +1,6 @@
 use super::*;
-use crate::ras::wire::{CommTelemetry, PeerTelemetry};
 use crate::observe::progress::WaitKind;
+use crate::ras::wire::{CommTelemetry, PeerTelemetry};
 
 /// A recorded wait: (peer, kind, ms).
 type Wait = Option<(u32, WaitKind, u64)>;
@@ -329,7 +329,11 @@ fn links_rank_by_retransmits_per_mb_and_flag_outliers() {
         rank_links(&mut v);
         let got: Vec<(u32, u32)> = v.iter().map(|l| (l.a.0, l.b.0)).collect();
         assert_eq!(got, order, "{links:?}");
-        let flagged: Vec<(u32, u32)> = v.iter().filter(|l| l.outlier).map(|l| (l.a.0, l.b.0)).collect();
+        let flagged: Vec<(u32, u32)> = v
+            .iter()
+            .filter(|l| l.outlier)
+            .map(|l| (l.a.0, l.b.0))
+            .collect();
         assert_eq!(flagged, outliers, "{links:?}");
     }
 }
@@ -387,7 +391,16 @@ fn telemetry_of_every_process_and_the_link_errors_it_names() {
     let names: Vec<(u32, u32)> = r.links.iter().map(|l| (l.a.0, l.b.0)).collect();
     assert_eq!(
         names,
-        [(4, 5), (0, 1), (0, 7), (1, 2), (2, 3), (3, 4), (5, 6), (6, 7)]
+        [
+            (4, 5),
+            (0, 1),
+            (0, 7),
+            (1, 2),
+            (2, 3),
+            (3, 4),
+            (5, 6),
+            (6, 7)
+        ]
     );
     let top = &r.links[0];
     assert_eq!(
@@ -402,14 +415,22 @@ fn telemetry_of_every_process_and_the_link_errors_it_names() {
         vec!["comm 00000000000000c0: rank 4 (host h2) <-> rank 5 (host h2): 70 retransmits (10.000 per MB of 7000000 B), errors io 1 protocol 0 timeout 0 other 0 OUTLIER".to_string()]
     );
     let t = r.to_text(true);
-    assert!(t.contains("  telemetry: 7 of 8 processes answered; 8 links, 1 with retransmits, 1 outliers\n"), "{t}");
+    assert!(
+        t.contains(
+            "  telemetry: 7 of 8 processes answered; 8 links, 1 with retransmits, 1 outliers\n"
+        ),
+        "{t}"
+    );
     assert!(t.contains("        3  telemetry: no answer\n"), "{t}");
     assert!(
         t.contains("        4      5         7000000         14               0          0       0.0ms       2.0ms          1/0/0/0       70\n"),
         "{t}"
     );
     let j = r.to_json();
-    assert!(j.contains("\"telemetry\":{\"answered\":7,\"processes\":8}"), "{j}");
+    assert!(
+        j.contains("\"telemetry\":{\"answered\":7,\"processes\":8}"),
+        "{j}"
+    );
     assert!(j.contains("\"error\":null,\"telemetry\":null}"), "{j}");
     assert!(j.contains("{\"peer\":5,\"bytes_sent\":7000000,\"bytes_recv\":0,\"msgs_sent\":14,\"msgs_recv\":0,\"recv_wait_ns\":0,\"send_wait_ns\":2000000,\"errors\":{\"io\":1,\"protocol\":0,\"timeout\":0,\"other\":0},\"retransmits\":70,\"direct_bytes\":0}"), "{j}");
     assert!(j.contains("\"links\":[{\"comm\":\"00000000000000c0\",\"a\":{\"rank\":4,\"host\":\"h2\"},\"b\":{\"rank\":5,\"host\":\"h2\"},\"name\":\"rank 4 (host h2) <-> rank 5 (host h2)\",\"bytes\":7000000,\"retransmits\":70,\"retransmits_per_mb\":10.000000,\"errors\":{\"io\":1,\"protocol\":0,\"timeout\":0,\"other\":0},\"outlier\":true}"), "{j}");
