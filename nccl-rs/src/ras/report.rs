@@ -328,6 +328,8 @@ pub struct Report {
     /// Processes whose telemetry is in (the serving one included), of all
     /// processes; `None`: telemetry was not gathered.
     pub telemetry: Option<(usize, usize)>,
+    /// With telemetry gathered: the processes that did not answer.
+    pub no_telemetry: Vec<ProcRow>,
 }
 
 impl Report {
@@ -437,6 +439,15 @@ impl Report {
                 all.len(),
             )
         });
+        let no_telemetry: Vec<ProcRow> = match telemetry {
+            None => Vec::new(),
+            Some(_) => all
+                .iter()
+                .zip(&processes)
+                .filter(|(p, _)| p.telemetry.is_none())
+                .map(|(_, row)| row.clone())
+                .collect(),
+        };
         for p in &all {
             for e in &p.state.link_errors {
                 link_errors.push(format!("{} pid {}: {e}", p.state.host, p.state.pid));
@@ -451,6 +462,7 @@ impl Report {
             link_errors,
             links,
             telemetry,
+            no_telemetry,
         }
     }
 }
@@ -722,7 +734,8 @@ impl Report {
             list(&self.link_errors, |e| js(e)),
             list(&self.links, link_json),
             self.telemetry.map_or("null".into(), |(n, m)| format!(
-                "{{\"answered\":{n},\"processes\":{m}}}"
+                "{{\"answered\":{n},\"processes\":{m},\"no_answer\":{}}}",
+                list(&self.no_telemetry, proc_json)
             ))
         )
     }
@@ -765,6 +778,13 @@ impl Report {
                     k => format!(", {k} outliers"),
                 }
             );
+            for p in &self.no_telemetry {
+                let _ = writeln!(
+                    o,
+                    "  NO TELEMETRY from {} pid {} ({}), ranks {:?}",
+                    p.host, p.pid, p.addr, p.ranks
+                );
+            }
         }
         for p in self.processes.iter().filter(|p| p.status != PeerStatus::Ok) {
             let _ = writeln!(

@@ -423,12 +423,17 @@ fn telemetry_of_every_process_and_the_link_errors_it_names() {
     );
     assert!(t.contains("        3  telemetry: no answer\n"), "{t}");
     assert!(
+        t.contains("  NO TELEMETRY from h1 pid 103 (10.77.0.2:4000), ranks [3]\n"),
+        "{t}"
+    );
+    assert_eq!(r.no_telemetry.len(), 1);
+    assert!(
         t.contains("        4      5         7000000         14               0          0       0.0ms       2.0ms          1/0/0/0       70\n"),
         "{t}"
     );
     let j = r.to_json();
     assert!(
-        j.contains("\"telemetry\":{\"answered\":7,\"processes\":8}"),
+        j.contains("\"telemetry\":{\"answered\":7,\"processes\":8,\"no_answer\":[{\"host\":\"h1\",\"pid\":103,\"addr\":\"10.77.0.2:4000\",\"status\":\"unresponsive\",\"silent_ms\":1300,\"ranks\":[3]}]}"),
         "{j}"
     );
     assert!(j.contains("\"error\":null,\"telemetry\":null}"), "{j}");
