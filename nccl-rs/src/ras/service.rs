@@ -612,3 +612,92 @@ fn handle_client(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Reads frames from `s` until `want` accepts one (5 s at most).
+    fn read_until(s: &mut TcpStream, want: impl Fn(&Frame) -> bool) -> Result<Frame, String> {
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while Instant::now() < deadline {
+            while buf.len() >= 4 {
+                let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                if buf.len() < 4 + n {
+                    break;
+                }
+                let f = Frame::decode(&buf[4..4 + n])?;
+                buf.drain(..4 + n);
+                if want(&f) {
+                    return Ok(f);
+                }
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => return Err("closed".into()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("no such frame before the deadline".into())
+    }
+
+    /// The process's RAS thread, started once, answering on a port of its
+    /// own; a fake peer process (`me`, listening) that introduced itself
+    /// with a heartbeat on `to`.
+    #[test]
+    fn a_telemetry_query_is_answered_and_a_malformed_message_drops_the_connection() {
+        let config = Config {
+            ras_addr: "127.0.0.1:0".into(),
+            ..Config::default()
+        };
+        let svc = start("127.0.0.1".parse().unwrap(), &config).expect("RAS thread");
+        let me = TcpListener::bind("127.0.0.1:0").unwrap();
+        let me_addr = me.local_addr().unwrap();
+        svc.add_peers(&[me_addr]);
+        let mut to = TcpStream::connect(svc.addr()).unwrap();
+        let hello = ProcState {
+            addr: me_addr.to_string(),
+            pid: 1,
+            host: "fake".into(),
+            comms: Vec::new(),
+            link_errors: Vec::new(),
+        };
+        to.write_all(&framed(&hello.encode())).unwrap();
+        let query = TelemetryQuery {
+            id: 4242,
+            from: me_addr.to_string(),
+        };
+        to.write_all(&framed(&query.encode())).unwrap();
+        // The service connects back (heartbeats) and answers there.
+        me.set_nonblocking(false).unwrap();
+        let (mut back, _) = me.accept().unwrap();
+        let reply = read_until(&mut back, |f| matches!(f, Frame::Reply(_))).unwrap();
+        match reply {
+            Frame::Reply(r) => {
+                assert_eq!(r.id, 4242);
+                assert_eq!(r.addr, svc.addr().to_string());
+                assert!(!r.truncated);
+            }
+            f => panic!("{f:?}"),
+        }
+        // A frame of an unknown kind: the service drops the connection and
+        // records why.
+        to.write_all(&framed(b"RTX1junk")).unwrap();
+        to.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(to.read(&mut b).unwrap_or(0), 0, "connection kept");
+        let errors = lock(&svc.0.link_errors).clone();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("malformed unknown RAS message [52, 54, 58, 31]")),
+            "{errors:?}"
+        );
+    }
+}
