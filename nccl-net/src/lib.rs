@@ -36,7 +36,9 @@ use std::fmt;
 
 mod request_queue;
 pub use request_queue::RequestQueue;
+mod link;
 mod sockaddr;
+pub use link::{LinkCounters, LinkProbe, SharedProbe};
 pub use sockaddr::{decode_sockaddr, encode_sockaddr, SOCKADDR_END};
 
 /// `NCCL_CROSS_NIC`: whether a connection may join different rails (NCCL's
@@ -318,6 +320,13 @@ pub trait SendComm: Send {
     /// Never blocks. Once it returned `Ok(true)` the request is gone.
     fn test(&mut self, req: Request) -> NetResult<bool>;
 
+    /// A probe of this connection's link counters (retransmits), for
+    /// observers on other threads; `None` (the default) where the transport
+    /// has none (shared memory). Called once, after connecting.
+    fn link_probe(&self) -> Option<SharedProbe> {
+        None
+    }
+
     /// A hint for the sends posted from now on (see [`CopyHint`]).
     /// Transports without a single-copy path ignore it; the default does
     /// nothing. Never affects correctness.
@@ -466,6 +475,12 @@ pub trait RecvComm: Send {
     fn release(&mut self, req: Request) -> NetResult<()> {
         let _ = req;
         Ok(())
+    }
+
+    /// A probe of this connection's link counters; see
+    /// [`SendComm::link_probe`]. The default has none.
+    fn link_probe(&self) -> Option<SharedProbe> {
+        None
     }
 
     /// A hint for the receives posted from now on (see [`RecvHint`]).

@@ -301,6 +301,7 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             ("nccl_rs_peer_received_messages_total", "counter"),
             ("nccl_rs_peer_wait_seconds_total", "counter"),
             ("nccl_rs_peer_errors_total", "counter"),
+            ("nccl_rs_peer_retransmits_total", "counter"),
             ("nccl_rs_collective_latency_seconds", "histogram"),
         ] {
             assert_eq!(
@@ -351,6 +352,9 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
                 let labels = [("peer", p.to_string()), ("kind", kind.to_string())];
                 assert_eq!(value("nccl_rs_peer_errors_total", &labels), Some(0.0));
             }
+            // Sampled from the transport's link probes: a line per active
+            // peer (a loopback socket may retransmit, so only its presence).
+            assert!(value("nccl_rs_peer_retransmits_total", &peer).is_some());
         }
         // With zero copy on, every eligible call first exchanges buffer
         // descriptors with every peer: control traffic, apart from payload.

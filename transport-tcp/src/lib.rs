@@ -68,6 +68,7 @@ pub mod handle;
 mod helper;
 pub mod iface;
 mod lanes;
+mod probe;
 pub mod rails;
 mod stripe;
 mod sys;

@@ -62,6 +62,7 @@ pub mod error;
 pub mod gdr;
 pub mod gid;
 pub mod hca;
+pub mod hw_counters;
 #[cfg(test)]
 mod hw_tests;
 mod oob;

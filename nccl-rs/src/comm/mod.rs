@@ -218,6 +218,7 @@ impl Communicator {
         engine.telemetry = Arc::new(crate::observe::telemetry::Telemetry::new(
             comm_id, rank, nranks,
         ));
+        engine.telemetry.set_links(engine.link_probes());
         if shm.is_some() && config.shm_use_cma && local_ranks > cpus && rank == 0 {
             info!(
                 local_ranks,

@@ -150,6 +150,21 @@ impl Engine {
         }
     }
 
+    /// The link probes of each peer's connections (both directions), for
+    /// the telemetry.
+    pub(crate) fn link_probes(&self) -> Vec<Vec<nccl_net::SharedProbe>> {
+        (0..self.nranks)
+            .map(|p| {
+                let s = self.send.get(p).and_then(Option::as_ref);
+                let r = self.recv.get(p).and_then(Option::as_ref);
+                s.and_then(|c| c.link_probe())
+                    .into_iter()
+                    .chain(r.and_then(|c| c.link_probe()))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Elements per pipelined chunk for elements of `elem` bytes.
     pub(crate) fn chunk_elems(&self, elem: usize) -> usize {
         (self.slot_bytes / elem).max(1)

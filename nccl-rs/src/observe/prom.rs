@@ -78,7 +78,7 @@ pub fn render(comms: &[CommStats]) -> String {
         &ranks,
     );
     type Field = fn(&telemetry::PeerStats) -> u64;
-    let counters: [(&str, &str, Field); 10] = [
+    let counters: [(&str, &str, Field); 11] = [
         (
             "nccl_rs_peer_sent_bytes_total",
             "Payload bytes sent to the peer.",
@@ -128,6 +128,11 @@ pub fn render(comms: &[CommStats]) -> String {
             "nccl_rs_peer_direct_written_bytes_total",
             "Payload bytes the zero-copy path wrote straight into the peer's buffers.",
             |p| p.direct_bytes_written,
+        ),
+        (
+            "nccl_rs_peer_retransmits_total",
+            "Segments or packets retransmitted on the connections with the peer (kernel or adapter count).",
+            |p| p.retransmits,
         ),
     ];
     // Per communicator, its active peers and their base labels.
@@ -280,10 +285,45 @@ fn writer() -> &'static (Mutex<Option<Writer>>, Condvar) {
     W.get_or_init(|| (Mutex::new(None), Condvar::new()))
 }
 
-/// Writes the file now with every live communicator (a failure is logged
-/// once, never fatal).
+/// The retry counters of the host's RDMA ports (`transport_verbs::hw_counters`),
+/// labelled `device`, `port`, `counter`; nothing without ports.
+pub fn render_devices(ports: &[transport_verbs::hw_counters::PortRetries]) -> String {
+    let mut out = String::new();
+    let samples: Vec<String> = ports
+        .iter()
+        .flat_map(|p| {
+            p.counters.iter().map(|(name, v)| {
+                let l = labels(&[
+                    ("device", &p.device),
+                    ("port", &p.port.to_string()),
+                    ("counter", name),
+                ]);
+                format!("nccl_rs_device_retries_total{l} {v}")
+            })
+        })
+        .collect();
+    if !samples.is_empty() {
+        family(
+            &mut out,
+            "nccl_rs_device_retries_total",
+            "counter",
+            "Retry counters of the host's RDMA ports (sysfs hw_counters), by counter.",
+            &samples,
+        );
+    }
+    out
+}
+
+/// Where RDMA devices are listed.
+const SYSFS_INFINIBAND: &str = "/sys/class/infiniband";
+
+/// Writes the file now with every live communicator and the host's RDMA
+/// port retry counters (a failure is logged once, never fatal).
 fn write_now(w: &mut Writer) {
-    let text = render(&telemetry::snapshot_all());
+    let mut text = render(&telemetry::snapshot_all());
+    text.push_str(&render_devices(&transport_verbs::hw_counters::read_all(
+        Path::new(SYSFS_INFINIBAND),
+    )));
     if let Err(e) = write_atomic(&w.path, &text) {
         if !w.warned {
             w.warned = true;
@@ -446,6 +486,7 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
         has("nccl_rs_peer_wait_seconds_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"0\",wait=\"recv\"} 0.000001500");
         has("nccl_rs_peer_wait_seconds_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"0\",wait=\"send\"} 0.000000000");
         has("nccl_rs_peer_errors_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\",kind=\"timeout\"} 1");
+        has("nccl_rs_peer_retransmits_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\"} 0");
         has("# TYPE nccl_rs_collective_latency_seconds histogram");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000001024\"} 0");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000002048\"} 1");
@@ -480,10 +521,30 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
     }
 
     #[test]
+    fn device_retry_counters_are_one_family() {
+        use transport_verbs::hw_counters::PortRetries;
+        assert_eq!(render_devices(&[]), "");
+        let text = render_devices(&[PortRetries {
+            device: "rxe0".into(),
+            port: 1,
+            counters: vec![("completer_retry_err", 17), ("rcvd_seq_err", 4)],
+        }]);
+        assert_eq!(
+            text,
+            "\
+# HELP nccl_rs_device_retries_total Retry counters of the host's RDMA ports (sysfs hw_counters), by counter.
+# TYPE nccl_rs_device_retries_total counter
+nccl_rs_device_retries_total{device=\"rxe0\",port=\"1\",counter=\"completer_retry_err\"} 17
+nccl_rs_device_retries_total{device=\"rxe0\",port=\"1\",counter=\"rcvd_seq_err\"} 4
+"
+        );
+    }
+
+    #[test]
     fn empty_exposition_has_only_help_and_type() {
         let text = render(&[]);
         assert!(text.lines().all(|l| l.starts_with("# ")), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 14);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 15);
     }
 
     #[test]

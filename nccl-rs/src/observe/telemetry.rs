@@ -29,6 +29,11 @@
 //!   `NCCL_RS_TIMEOUT` waiting on this peer), `other`. The transports retry
 //!   connects and verbs retries packets in hardware without reporting
 //!   them; an exhausted verbs retry arrives as an `io` error.
+//! - **Retransmits** are what the kernel or adapter counts for the
+//!   connections with a peer (TCP: `tcpi_total_retrans` summed over the
+//!   sockets of both directions' connections), read from the transport's
+//!   link probes ([`nccl_net::LinkProbe`]) when a snapshot is taken, never
+//!   on the data path. Shared-memory peers have none.
 //! - **Latency** per collective kind (and `send_recv` for grouped
 //!   point-to-point): the time of each successful call on this rank, from
 //!   entering the communicator's core to completion, in log2 buckets.
@@ -167,6 +172,8 @@ pub struct Telemetry {
     colls: Box<[HistCells]>,
     /// What [`Telemetry::stats`] subtracts (set by [`Telemetry::reset`]).
     baseline: Mutex<Option<CommStats>>,
+    /// Link probes of each peer's connections (set once, after connecting).
+    links: OnceLock<Box<[Vec<nccl_net::SharedProbe>]>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -192,7 +199,27 @@ impl Telemetry {
             control: cells(),
             colls: (0..COLL_KINDS).map(|_| HistCells::default()).collect(),
             baseline: Mutex::new(None),
+            links: OnceLock::new(),
         }
+    }
+
+    /// Sets the link probes of each peer's connections (`probes[peer]`);
+    /// only the first call counts.
+    pub(crate) fn set_links(&self, probes: Vec<Vec<nccl_net::SharedProbe>>) {
+        let _ = self.links.set(probes.into_boxed_slice());
+    }
+
+    /// The link counters of `peer`'s connections now (zero without probes).
+    fn link(&self, peer: usize) -> nccl_net::LinkCounters {
+        self.links
+            .get()
+            .and_then(|l| l.get(peer))
+            .map_or_else(Default::default, |v| {
+                v.iter()
+                    .fold(Default::default(), |acc: nccl_net::LinkCounters, p| {
+                        acc.plus(p.sample())
+                    })
+            })
     }
 
     /// The communicator's id (the `comm` label).
@@ -334,6 +361,7 @@ impl Telemetry {
                         timeout: load(&c.errors[ErrorKind::Timeout as usize]),
                         other: load(&c.errors[ErrorKind::Other as usize]),
                     },
+                    retransmits: self.link(p).retransmits,
                 }
             })
             .collect();
@@ -434,6 +462,9 @@ pub struct PeerStats {
     pub direct_bytes_written: u64,
     /// Errors on the connection with the peer.
     pub errors: ErrorCounts,
+    /// Segments or packets retransmitted on the connections with the peer,
+    /// as the kernel or adapter counts them (0 for shared memory).
+    pub retransmits: u64,
 }
 
 impl PeerStats {
@@ -521,6 +552,7 @@ impl CommStats {
             d(&mut p.errors.protocol, b.errors.protocol);
             d(&mut p.errors.timeout, b.errors.timeout);
             d(&mut p.errors.other, b.errors.other);
+            d(&mut p.retransmits, b.retransmits);
         }
         for (h, b) in self.colls.iter_mut().zip(&base.colls) {
             for (x, y) in h.buckets.iter_mut().zip(&b.buckets) {
@@ -735,6 +767,37 @@ mod tests {
         };
         assert_eq!(ErrorKind::of(&tm), ErrorKind::Protocol);
         assert_eq!(ErrorKind::of(&E::Unsupported("x".into())), ErrorKind::Other);
+    }
+
+    #[derive(Debug)]
+    struct Fixed(std::sync::atomic::AtomicU64);
+    impl nccl_net::LinkProbe for Fixed {
+        fn sample(&self) -> nccl_net::LinkCounters {
+            nccl_net::LinkCounters {
+                retransmits: self.0.load(Relaxed),
+            }
+        }
+    }
+
+    #[test]
+    fn retransmits_sum_each_peers_probes_and_reset() {
+        let t = Telemetry::new(7, 0, 3);
+        assert_eq!(t.totals().peers[1].retransmits, 0);
+        let a = Arc::new(Fixed(AtomicU64::new(3)));
+        let b = Arc::new(Fixed(AtomicU64::new(4)));
+        let c = Arc::new(Fixed(AtomicU64::new(100)));
+        let probes: Vec<Vec<nccl_net::SharedProbe>> = vec![vec![], vec![a.clone(), b], vec![c]];
+        t.set_links(probes);
+        // Only the first call counts.
+        t.set_links(vec![vec![], vec![], vec![]]);
+        let s = t.stats();
+        let r: Vec<u64> = s.peers.iter().map(|p| p.retransmits).collect();
+        assert_eq!(r, [0, 7, 100]);
+        assert!(!s.peers[1].is_zero());
+        t.reset();
+        a.0.store(5, Relaxed);
+        assert_eq!(t.stats().peers[1].retransmits, 2);
+        assert_eq!(t.totals().peers[1].retransmits, 9);
     }
 
     #[test]

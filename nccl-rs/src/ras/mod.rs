@@ -37,6 +37,8 @@ pub struct Timing {
     pub dead: Duration,
     /// A rank waiting this long on one peer and step is stalled.
     pub stall: Duration,
+    /// How long a query waits for the peer processes' telemetry.
+    pub telemetry: Duration,
 }
 
 impl Timing {
@@ -50,6 +52,7 @@ impl Timing {
             unresponsive: Duration::from_millis(1000) * f,
             dead: Duration::from_secs(60) * f,
             stall: Duration::from_millis(200) * f,
+            telemetry: Duration::from_millis(500) * f,
         }
     }
 }

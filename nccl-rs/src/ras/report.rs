@@ -5,7 +5,7 @@
 //! has waited longer than the stall threshold points at the peer it waits
 //! on; following those pointers ends at the rank holding everyone up.
 
-use super::wire::ProcState;
+use super::wire::{CommTelemetry, PeerTelemetry, ProcState};
 use crate::observe::progress::{ProgressSnapshot, WaitRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -49,6 +49,8 @@ pub struct PeerView {
     pub status: PeerStatus,
     /// Milliseconds since its last heartbeat.
     pub silent_ms: u64,
+    /// Its telemetry, if it answered the query for it.
+    pub telemetry: Option<Vec<CommTelemetry>>,
 }
 
 /// Everything a report is made of.
@@ -60,6 +62,8 @@ pub struct JobView {
     pub peers: Vec<PeerView>,
     /// A rank waiting this long (ms) on one peer and step is stalled.
     pub stall_ms: u64,
+    /// The serving process's telemetry (`None`: not gathered).
+    pub me_telemetry: Option<Vec<CommTelemetry>>,
 }
 
 /// What a rank is doing.
@@ -108,6 +112,9 @@ pub struct RankRow {
     pub state: RankState,
     /// Its record.
     pub progress: ProgressSnapshot,
+    /// Its telemetry per peer (peers with anything counted); `None`: its
+    /// process did not answer (or telemetry was not gathered).
+    pub peers: Option<Vec<PeerTelemetry>>,
 }
 
 /// A rank that others wait on, or that is not heard from.
@@ -143,6 +150,143 @@ pub struct CommReport {
     pub missing: Vec<u32>,
     /// Ranks holding others up.
     pub stuck: Vec<Stuck>,
+    /// Its links with traffic, errors or retransmits, by rank pair.
+    pub links: Vec<LinkRow>,
+}
+
+/// The link between two ranks of a communicator, both ends' counts
+/// together (each end counts what it sent, its own errors and its own
+/// sockets' retransmits).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkRow {
+    /// The communicator.
+    pub comm: u64,
+    /// The lower rank, and its host.
+    pub a: (u32, String),
+    /// The higher rank, and its host.
+    pub b: (u32, String),
+    /// Payload bytes both ways.
+    pub bytes: u64,
+    /// Retransmitted segments or packets, both ends.
+    pub retransmits: u64,
+    /// Errors both ends saw on it: io, protocol, timeout, other.
+    pub errors: [u64; 4],
+    /// Whether [`rank_links`] flags it.
+    pub outlier: bool,
+}
+
+impl LinkRow {
+    /// Retransmits per MB (10^6 bytes) moved; 0 with nothing moved.
+    pub fn per_mb(&self) -> f64 {
+        if self.bytes == 0 {
+            return if self.retransmits > 0 {
+                f64::INFINITY
+            } else {
+                0.0
+            };
+        }
+        self.retransmits as f64 * 1e6 / self.bytes as f64
+    }
+
+    /// `rank A (host X) <-> rank B (host Y)`.
+    pub fn name(&self) -> String {
+        format!(
+            "rank {} (host {}) <-> rank {} (host {})",
+            self.a.0, self.a.1, self.b.0, self.b.1
+        )
+    }
+}
+
+/// A link is an outlier with at least this many retransmits ...
+pub const OUTLIER_MIN_RETRANSMITS: u64 = 3;
+/// ... and at least this many times the median link's retransmits per MB.
+pub const OUTLIER_FACTOR: f64 = 4.0;
+
+/// Orders links worst first, by retransmits per MB, then retransmits, then
+/// rank pair, and flags outliers: at least [`OUTLIER_MIN_RETRANSMITS`]
+/// retransmits and at least [`OUTLIER_FACTOR`] times the median rate (the
+/// lower median over every link; a clean fabric's median is 0, so there
+/// any link retransmitting that often stands out).
+pub fn rank_links(links: &mut [LinkRow]) {
+    links.sort_by(|x, y| {
+        y.per_mb()
+            .total_cmp(&x.per_mb())
+            .then(y.retransmits.cmp(&x.retransmits))
+            .then(x.comm.cmp(&y.comm))
+            .then(x.a.0.cmp(&y.a.0))
+            .then(x.b.0.cmp(&y.b.0))
+    });
+    let mut rates: Vec<f64> = links.iter().map(LinkRow::per_mb).collect();
+    rates.sort_by(f64::total_cmp);
+    let median = match rates.len() {
+        0 => 0.0,
+        n => rates[(n - 1) / 2],
+    };
+    for l in links.iter_mut() {
+        let r = l.per_mb();
+        l.outlier =
+            l.retransmits >= OUTLIER_MIN_RETRANSMITS && r > 0.0 && r >= OUTLIER_FACTOR * median;
+    }
+}
+
+/// The links of a communicator from its ranks' telemetry.
+fn links_of(id: u64, ranks: &[RankRow]) -> Vec<LinkRow> {
+    #[derive(Default)]
+    struct Acc {
+        ab: u64,
+        ba: u64,
+        retransmits: u64,
+        errors: [u64; 4],
+    }
+    let host = |r: u32| {
+        ranks
+            .iter()
+            .find(|x| x.rank == r)
+            .map_or_else(|| "?".to_string(), |x| x.host.clone())
+    };
+    let mut m: BTreeMap<(u32, u32), Acc> = BTreeMap::new();
+    for row in ranks {
+        for p in row.peers.iter().flatten() {
+            if p.peer == row.rank {
+                continue;
+            }
+            let (a, b) = (row.rank.min(p.peer), row.rank.max(p.peer));
+            let acc = m.entry((a, b)).or_default();
+            // Each direction as the end that saw more of it counts it (the
+            // other end may not have answered).
+            let (ab, ba) = if row.rank == a {
+                (p.bytes_sent, p.bytes_recv)
+            } else {
+                (p.bytes_recv, p.bytes_sent)
+            };
+            acc.ab = acc.ab.max(ab);
+            acc.ba = acc.ba.max(ba);
+            acc.retransmits = acc.retransmits.saturating_add(p.retransmits);
+            let e = [
+                p.io_errors,
+                p.protocol_errors,
+                p.timeout_errors,
+                p.other_errors,
+            ];
+            for (x, y) in acc.errors.iter_mut().zip(e) {
+                *x = x.saturating_add(y);
+            }
+        }
+    }
+    m.into_iter()
+        .filter(|(_, acc)| {
+            acc.ab > 0 || acc.ba > 0 || acc.retransmits > 0 || acc.errors.iter().any(|&e| e > 0)
+        })
+        .map(|((a, b), acc)| LinkRow {
+            comm: id,
+            a: (a, host(a)),
+            b: (b, host(b)),
+            bytes: acc.ab.saturating_add(acc.ba),
+            retransmits: acc.retransmits,
+            errors: acc.errors,
+            outlier: false,
+        })
+        .collect()
 }
 
 /// A process row of the report.
@@ -175,8 +319,17 @@ pub struct Report {
     pub ranks: u32,
     /// Every communicator, by id.
     pub comms: Vec<CommReport>,
-    /// Link errors, each prefixed with the process that saw it.
+    /// Link errors: the transport's (links with errors or retransmits,
+    /// worst first), then the RAS connections', each prefixed with the
+    /// process that saw it.
     pub link_errors: Vec<String>,
+    /// Every communicator's links, ranked by [`rank_links`].
+    pub links: Vec<LinkRow>,
+    /// Processes whose telemetry is in (the serving one included), of all
+    /// processes; `None`: telemetry was not gathered.
+    pub telemetry: Option<(usize, usize)>,
+    /// With telemetry gathered: the processes that did not answer.
+    pub no_telemetry: Vec<ProcRow>,
 }
 
 impl Report {
@@ -186,6 +339,7 @@ impl Report {
             state: view.me.clone(),
             status: PeerStatus::Ok,
             silent_ms: 0,
+            telemetry: view.me_telemetry.clone(),
         };
         let all: Vec<&PeerView> = std::iter::once(&me).chain(view.peers.iter()).collect();
         // The largest communicator (the world, usually): the lowest id of
@@ -234,16 +388,23 @@ impl Report {
                         _ => RankState::Running,
                     },
                 };
+                let peers = p.telemetry.as_ref().map(|t| {
+                    t.iter()
+                        .find(|x| x.comm_id == c.comm_id && x.rank == c.rank)
+                        .map(|x| x.peers.clone())
+                        .unwrap_or_default()
+                });
                 by_comm.entry(c.comm_id).or_default().push(RankRow {
                     rank: c.rank,
                     host: p.state.host.clone(),
                     pid: p.state.pid,
                     state,
                     progress: c.clone(),
+                    peers,
                 });
             }
         }
-        let comms = by_comm
+        let comms: Vec<CommReport> = by_comm
             .into_iter()
             .map(|(id, mut ranks)| {
                 ranks.sort_by_key(|r| r.rank);
@@ -251,7 +412,42 @@ impl Report {
                 comm_report(id, ranks)
             })
             .collect();
-        let mut link_errors = Vec::new();
+        let mut links: Vec<LinkRow> = comms.iter().flat_map(|c| c.links.clone()).collect();
+        rank_links(&mut links);
+        let mut link_errors: Vec<String> = links
+            .iter()
+            .filter(|l| l.retransmits > 0 || l.errors.iter().any(|&e| e > 0))
+            .map(|l| {
+                format!(
+                    "comm {}: {}: {} retransmits ({:.3} per MB of {} B), errors io {} protocol {} timeout {} other {}{}",
+                    comm_id_hex(l.comm),
+                    l.name(),
+                    l.retransmits,
+                    l.per_mb(),
+                    l.bytes,
+                    l.errors[0],
+                    l.errors[1],
+                    l.errors[2],
+                    l.errors[3],
+                    if l.outlier { " OUTLIER" } else { "" }
+                )
+            })
+            .collect();
+        let telemetry = all.iter().any(|p| p.telemetry.is_some()).then(|| {
+            (
+                all.iter().filter(|p| p.telemetry.is_some()).count(),
+                all.len(),
+            )
+        });
+        let no_telemetry: Vec<ProcRow> = match telemetry {
+            None => Vec::new(),
+            Some(_) => all
+                .iter()
+                .zip(&processes)
+                .filter(|(p, _)| p.telemetry.is_none())
+                .map(|(_, row)| row.clone())
+                .collect(),
+        };
         for p in &all {
             for e in &p.state.link_errors {
                 link_errors.push(format!("{} pid {}: {e}", p.state.host, p.state.pid));
@@ -264,6 +460,9 @@ impl Report {
             ranks: world.map_or(0, |w| w.0),
             comms,
             link_errors,
+            links,
+            telemetry,
+            no_telemetry,
         }
     }
 }
@@ -361,6 +560,8 @@ fn comm_report(id: u64, ranks: Vec<RankRow>) -> CommReport {
     } else {
         "ok"
     };
+    let mut links = links_of(id, &ranks);
+    rank_links(&mut links);
     CommReport {
         id,
         nranks,
@@ -368,6 +569,7 @@ fn comm_report(id: u64, ranks: Vec<RankRow>) -> CommReport {
         ranks,
         missing,
         stuck,
+        links,
     }
 }
 
@@ -423,6 +625,46 @@ fn wait_json(w: &Option<WaitRecord>) -> String {
     }
 }
 
+fn peer_json(p: &PeerTelemetry) -> String {
+    format!(
+        "{{\"peer\":{},\"bytes_sent\":{},\"bytes_recv\":{},\"msgs_sent\":{},\"msgs_recv\":{},\"recv_wait_ns\":{},\"send_wait_ns\":{},\"errors\":{{\"io\":{},\"protocol\":{},\"timeout\":{},\"other\":{}}},\"retransmits\":{},\"direct_bytes\":{}}}",
+        p.peer,
+        p.bytes_sent,
+        p.bytes_recv,
+        p.msgs_sent,
+        p.msgs_recv,
+        p.recv_wait_ns,
+        p.send_wait_ns,
+        p.io_errors,
+        p.protocol_errors,
+        p.timeout_errors,
+        p.other_errors,
+        p.retransmits,
+        p.direct_bytes
+    )
+}
+
+fn link_json(l: &LinkRow) -> String {
+    let rate = l.per_mb();
+    format!(
+        "{{\"comm\":{},\"a\":{{\"rank\":{},\"host\":{}}},\"b\":{{\"rank\":{},\"host\":{}}},\"name\":{},\"bytes\":{},\"retransmits\":{},\"retransmits_per_mb\":{},\"errors\":{{\"io\":{},\"protocol\":{},\"timeout\":{},\"other\":{}}},\"outlier\":{}}}",
+        js(&comm_id_hex(l.comm)),
+        l.a.0,
+        js(&l.a.1),
+        l.b.0,
+        js(&l.b.1),
+        js(&l.name()),
+        l.bytes,
+        l.retransmits,
+        if rate.is_finite() { format!("{rate:.6}") } else { "null".into() },
+        l.errors[0],
+        l.errors[1],
+        l.errors[2],
+        l.errors[3],
+        l.outlier
+    )
+}
+
 fn comm_id_hex(id: u64) -> String {
     format!("{id:016x}")
 }
@@ -434,7 +676,7 @@ impl Report {
             let ranks = list(&c.ranks, |r| {
                 let p = &r.progress;
                 format!(
-                    "{{\"rank\":{},\"host\":{},\"pid\":{},\"state\":{},\"last_started\":{},\"last_completed\":{},\"op\":{},\"p2p_started\":{},\"p2p_completed\":{},\"waiting_on\":{},\"error\":{}}}",
+                    "{{\"rank\":{},\"host\":{},\"pid\":{},\"state\":{},\"last_started\":{},\"last_completed\":{},\"op\":{},\"p2p_started\":{},\"p2p_completed\":{},\"waiting_on\":{},\"error\":{},\"telemetry\":{}}}",
                     r.rank,
                     js(&r.host),
                     r.pid,
@@ -445,7 +687,10 @@ impl Report {
                     p.p2p_started,
                     p.p2p_done,
                     wait_json(&p.wait),
-                    p.error.as_deref().map_or("null".into(), js)
+                    p.error.as_deref().map_or("null".into(), js),
+                    r.peers
+                        .as_ref()
+                        .map_or("null".into(), |v| list(v, peer_json))
                 )
             });
             let stuck = list(&c.stuck, |s| {
@@ -462,13 +707,14 @@ impl Report {
                 )
             });
             format!(
-                "{{\"id\":{},\"nranks\":{},\"status\":{},\"missing_ranks\":{},\"stuck\":{},\"ranks\":{}}}",
+                "{{\"id\":{},\"nranks\":{},\"status\":{},\"missing_ranks\":{},\"stuck\":{},\"ranks\":{},\"links\":{}}}",
                 js(&comm_id_hex(c.id)),
                 c.nranks,
                 js(c.status),
                 list(&c.missing, |r| r.to_string()),
                 stuck,
-                ranks
+                ranks,
+                list(&c.links, link_json)
             )
         });
         let dead: Vec<&ProcRow> = self
@@ -477,7 +723,7 @@ impl Report {
             .filter(|p| p.status == PeerStatus::Dead)
             .collect();
         format!(
-            "{{\"nccl_rs_ras\":1,\"served_by\":{},\"job\":{{\"hosts\":{},\"processes\":{},\"ranks\":{}}},\"processes\":{},\"communicators\":{},\"dead_peers\":{},\"link_errors\":{}}}\n",
+            "{{\"nccl_rs_ras\":1,\"served_by\":{},\"job\":{{\"hosts\":{},\"processes\":{},\"ranks\":{}}},\"processes\":{},\"communicators\":{},\"dead_peers\":{},\"link_errors\":{},\"links\":{},\"telemetry\":{}}}\n",
             proc_json(&self.served_by),
             self.hosts,
             self.processes.len(),
@@ -485,7 +731,12 @@ impl Report {
             list(&self.processes, proc_json),
             comms,
             list(&dead, |p| proc_json(p)),
-            list(&self.link_errors, |e| js(e))
+            list(&self.link_errors, |e| js(e)),
+            list(&self.links, link_json),
+            self.telemetry.map_or("null".into(), |(n, m)| format!(
+                "{{\"answered\":{n},\"processes\":{m},\"no_answer\":{}}}",
+                list(&self.no_telemetry, proc_json)
+            ))
         )
     }
 
@@ -516,6 +767,25 @@ impl Report {
             .map(|(k, n)| format!("{n} {}", k.name()))
             .collect();
         let _ = writeln!(o, "  processes: {}", counts.join(", "));
+        if let Some((n, m)) = self.telemetry {
+            let bad = self.links.iter().filter(|l| l.retransmits > 0).count();
+            let _ = writeln!(
+                o,
+                "  telemetry: {n} of {m} processes answered; {} links, {bad} with retransmits{}",
+                self.links.len(),
+                match self.links.iter().filter(|l| l.outlier).count() {
+                    0 => String::new(),
+                    k => format!(", {k} outliers"),
+                }
+            );
+            for p in &self.no_telemetry {
+                let _ = writeln!(
+                    o,
+                    "  NO TELEMETRY from {} pid {} ({}), ranks {:?}",
+                    p.host, p.pid, p.addr, p.ranks
+                );
+            }
+        }
         for p in self.processes.iter().filter(|p| p.status != PeerStatus::Ok) {
             let _ = writeln!(
                 o,
@@ -628,6 +898,9 @@ impl Report {
                         r.progress.coll_done
                     );
                 }
+                if c.ranks.iter().any(|r| r.peers.is_some()) {
+                    peer_table(&mut o, c);
+                }
             }
         }
         let dead: Vec<String> = self
@@ -647,9 +920,9 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "Link errors: {}",
+            "Link errors:{}",
             if self.link_errors.is_empty() {
-                "none"
+                " none"
             } else {
                 ""
             }
@@ -658,6 +931,52 @@ impl Report {
             let _ = writeln!(o, "  {e}");
         }
         o
+    }
+}
+
+/// The verbose per-rank, per-peer telemetry table of a communicator.
+fn peer_table(o: &mut String, c: &CommReport) {
+    let _ = writeln!(
+        o,
+        "    {:>5}  {:>5}  {:>14}  {:>9}  {:>14}  {:>9}  {:>10}  {:>10}  {:>15}  {:>7}",
+        "rank",
+        "peer",
+        "bytes sent",
+        "msgs sent",
+        "bytes recv",
+        "msgs recv",
+        "wait recv",
+        "wait send",
+        "errors i/p/t/o",
+        "retrans"
+    );
+    for r in &c.ranks {
+        match &r.peers {
+            None => {
+                let _ = writeln!(o, "    {:>5}  telemetry: no answer", r.rank);
+            }
+            Some(v) => {
+                for p in v {
+                    let _ = writeln!(
+                        o,
+                        "    {:>5}  {:>5}  {:>14}  {:>9}  {:>14}  {:>9}  {:>8.1}ms  {:>8.1}ms  {:>15}  {:>7}",
+                        r.rank,
+                        p.peer,
+                        p.bytes_sent,
+                        p.msgs_sent,
+                        p.bytes_recv,
+                        p.msgs_recv,
+                        p.recv_wait_ns as f64 / 1e6,
+                        p.send_wait_ns as f64 / 1e6,
+                        format!(
+                            "{}/{}/{}/{}",
+                            p.io_errors, p.protocol_errors, p.timeout_errors, p.other_errors
+                        ),
+                        p.retransmits
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -1,15 +1,25 @@
 //! The RAS thread of a process: heartbeats to and from every peer process,
 //! and the query port. One thread, non-blocking sockets, a short sleep
 //! between rounds; a client query is answered on a thread of its own.
+//!
+//! Telemetry is pulled on query: the client's thread posts a query id, the
+//! RAS thread sends a telemetry query to every peer process on its
+//! heartbeat connection, each peer's RAS thread answers on its own
+//! connection back, and the client's thread waits for the answers of the
+//! processes heard from until [`Timing::telemetry`]; the others are
+//! reported as not answering.
 
 use super::report::{JobView, PeerStatus, PeerView, Report};
-use super::wire::{ProcState, MAX_FRAME};
+use super::wire::{
+    framed, CommTelemetry, Frame, ProcState, TelemetryQuery, TelemetryReply, MAX_FRAME,
+};
 use super::Timing;
 use crate::config::Config;
 use crate::observe::progress::snapshot_all;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,6 +49,11 @@ pub(crate) struct Shared {
     timing: Timing,
     peers: Mutex<BTreeMap<SocketAddr, Peer>>,
     link_errors: Mutex<Vec<String>>,
+    /// Telemetry query ids for the RAS thread to send.
+    queries: Mutex<Vec<u64>>,
+    /// The last telemetry reply of each peer process.
+    replies: Mutex<BTreeMap<SocketAddr, TelemetryReply>>,
+    next_query: AtomicU64,
 }
 
 /// The process's RAS service.
@@ -103,6 +118,9 @@ fn spawn(ip: IpAddr, config: &Config) -> std::io::Result<Arc<Shared>> {
         timing: Timing::new(config.ras_timeout_factor),
         peers: Mutex::new(BTreeMap::new()),
         link_errors: Mutex::new(Vec::new()),
+        queries: Mutex::new(Vec::new()),
+        replies: Mutex::new(BTreeMap::new()),
+        next_query: AtomicU64::new(0),
     });
     let mut thread = Thread {
         shared: shared.clone(),
@@ -145,6 +163,65 @@ impl Shared {
         }
     }
 
+    /// This process's telemetry now (link counters sampled).
+    fn my_telemetry() -> Vec<CommTelemetry> {
+        crate::observe::telemetry::snapshot_all()
+            .iter()
+            .map(CommTelemetry::of)
+            .collect()
+    }
+
+    /// Asks every peer process heard from lately (within three heartbeat
+    /// intervals: one silent longer is likely stopped, and would only make
+    /// the query wait) for its telemetry, and waits for their answers
+    /// until the telemetry deadline: the answers, by process.
+    fn gather_telemetry(&self) -> BTreeMap<SocketAddr, Vec<CommTelemetry>> {
+        let id = self.next_query.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = Instant::now();
+        let fresh = self.timing.heartbeat * 3;
+        let asked: Vec<SocketAddr> = lock(&self.peers)
+            .iter()
+            .filter(|(_, p)| p.closed.is_none() && p.heard.is_some_and(|h| now - h < fresh))
+            .map(|(a, _)| *a)
+            .collect();
+        let mut got = BTreeMap::new();
+        if asked.is_empty() {
+            return got;
+        }
+        lock(&self.queries).push(id);
+        let deadline = now + self.timing.telemetry;
+        loop {
+            {
+                // A newer query's answer is as good.
+                let replies = lock(&self.replies);
+                got = asked
+                    .iter()
+                    .filter_map(|a| {
+                        let r = replies.get(a).filter(|r| r.id >= id)?;
+                        Some((*a, r.comms.clone()))
+                    })
+                    .collect();
+            }
+            if got.len() == asked.len() || Instant::now() >= deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// What a query is answered from, with telemetry.
+    fn view_with_telemetry(&self) -> JobView {
+        let tel = self.gather_telemetry();
+        let mut v = self.view();
+        v.me_telemetry = Some(Self::my_telemetry());
+        for p in &mut v.peers {
+            if let Ok(a) = p.state.addr.parse::<SocketAddr>() {
+                p.telemetry = tel.get(&a).cloned();
+            }
+        }
+        v
+    }
+
     /// What a query is answered from.
     fn view(&self) -> JobView {
         let now = Instant::now();
@@ -171,6 +248,7 @@ impl Shared {
                     }),
                     status,
                     silent_ms: silent.as_millis() as u64,
+                    telemetry: None,
                 }
             })
             .collect();
@@ -178,6 +256,7 @@ impl Shared {
             me: self.me(),
             peers,
             stall_ms: t.stall.as_millis() as u64,
+            me_telemetry: None,
         }
     }
 }
@@ -208,7 +287,9 @@ impl Thread {
     fn run(&mut self) {
         loop {
             self.accept_peers();
-            self.read_peers();
+            let asked = self.read_peers();
+            self.answer(asked);
+            self.send_queries();
             let now = Instant::now();
             if self
                 .last_beat
@@ -235,8 +316,84 @@ impl Thread {
         }
     }
 
-    fn read_peers(&mut self) {
+    /// Queues `frame` for peer `a` (connecting first if need be), unless
+    /// that peer's backlog is already a frame's worth (it is not reading).
+    fn queue(&mut self, a: SocketAddr, frame: &[u8]) {
+        if !self.out.contains_key(&a) {
+            let wait = self.shared.timing.heartbeat.min(Duration::from_millis(200));
+            match TcpStream::connect_timeout(&a, wait) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    if s.set_nonblocking(true).is_ok() {
+                        self.out.insert(
+                            a,
+                            Outbound {
+                                stream: s,
+                                pending: Vec::new(),
+                            },
+                        );
+                    }
+                }
+                Err(e) => {
+                    self.shared
+                        .link_error(format!("connecting to peer {a}: {e}"));
+                    return;
+                }
+            }
+        }
+        if let Some(o) = self.out.get_mut(&a) {
+            if o.pending.len() <= MAX_FRAME {
+                o.pending.extend_from_slice(frame);
+            }
+        }
+    }
+
+    /// Sends the telemetry queries the client threads posted.
+    fn send_queries(&mut self) {
+        let ids: Vec<u64> = std::mem::take(&mut *lock(&self.shared.queries));
+        let Some(&id) = ids.iter().max() else {
+            return;
+        };
+        let frame = framed(
+            &TelemetryQuery {
+                id,
+                from: self.shared.addr.to_string(),
+            }
+            .encode(),
+        );
+        let targets: Vec<SocketAddr> = lock(&self.shared.peers)
+            .iter()
+            .filter(|(_, p)| p.closed.is_none() && p.heard.is_some())
+            .map(|(a, _)| *a)
+            .collect();
+        for a in targets {
+            self.queue(a, &frame);
+        }
+    }
+
+    /// Answers telemetry queries (asker, id) with this process's telemetry.
+    fn answer(&mut self, asked: Vec<(SocketAddr, u64)>) {
+        if asked.is_empty() {
+            return;
+        }
+        let comms = Shared::my_telemetry();
+        for (a, id) in asked {
+            let body = TelemetryReply {
+                id,
+                addr: self.shared.addr.to_string(),
+                comms: comms.clone(),
+                truncated: false,
+            }
+            .encode();
+            self.queue(a, &framed(&body));
+        }
+    }
+
+    /// Reads the peers' frames: heartbeats and telemetry replies are
+    /// stored; the telemetry queries are returned (asker, id).
+    fn read_peers(&mut self) -> Vec<(SocketAddr, u64)> {
         let shared = &self.shared;
+        let mut asked = Vec::new();
         self.inbound.retain_mut(|c| {
             let mut chunk = [0u8; 16 << 10];
             let closed = loop {
@@ -255,14 +412,24 @@ impl Thread {
                 }
                 let n = u32::from_le_bytes([c.buf[0], c.buf[1], c.buf[2], c.buf[3]]) as usize;
                 if n > MAX_FRAME {
-                    bad = Some(format!("heartbeat of {n} bytes"));
+                    bad = Some(format!("frame of {n} bytes"));
                     break;
                 }
                 if c.buf.len() < 4 + n {
                     break;
                 }
-                match ProcState::decode(&c.buf[4..4 + n]) {
-                    Ok(st) => match st.addr.parse::<SocketAddr>() {
+                match Frame::decode(&c.buf[4..4 + n]) {
+                    Ok(Frame::Query(q)) => match q.from.parse::<SocketAddr>() {
+                        Ok(a) => asked.push((a, q.id)),
+                        Err(_) => bad = Some(format!("telemetry query from {:?}", q.from)),
+                    },
+                    Ok(Frame::Reply(r)) => match r.addr.parse::<SocketAddr>() {
+                        Ok(a) => {
+                            lock(&shared.replies).insert(a, r);
+                        }
+                        Err(_) => bad = Some(format!("telemetry reply from {:?}", r.addr)),
+                    },
+                    Ok(Frame::Heartbeat(st)) => match st.addr.parse::<SocketAddr>() {
                         Ok(a) => {
                             c.from = Some(a);
                             let mut peers = lock(&shared.peers);
@@ -310,13 +477,11 @@ impl Thread {
                 }
             }
         });
+        asked
     }
 
     fn heartbeat(&mut self) {
-        let body = self.shared.me().encode();
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&body);
+        let frame = framed(&self.shared.me().encode());
         let targets: Vec<SocketAddr> = lock(&self.shared.peers)
             .iter()
             .filter(|(_, p)| p.closed.is_none())
@@ -435,7 +600,7 @@ fn handle_client(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             }
             ["STATUS"] | ["VERBOSE", "STATUS"] => {
                 let verbose = words.len() == 2;
-                let report = Report::build(&shared.view());
+                let report = Report::build(&shared.view_with_telemetry());
                 let out = match json {
                     true => report.to_json(),
                     false => report.to_text(verbose),
@@ -445,5 +610,94 @@ fn handle_client(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             }
             _ => writeln!(w, "ERROR: unknown command {:?}", line.trim())?,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Reads frames from `s` until `want` accepts one (5 s at most).
+    fn read_until(s: &mut TcpStream, want: impl Fn(&Frame) -> bool) -> Result<Frame, String> {
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while Instant::now() < deadline {
+            while buf.len() >= 4 {
+                let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                if buf.len() < 4 + n {
+                    break;
+                }
+                let f = Frame::decode(&buf[4..4 + n])?;
+                buf.drain(..4 + n);
+                if want(&f) {
+                    return Ok(f);
+                }
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => return Err("closed".into()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("no such frame before the deadline".into())
+    }
+
+    /// The process's RAS thread, started once, answering on a port of its
+    /// own; a fake peer process (`me`, listening) that introduced itself
+    /// with a heartbeat on `to`.
+    #[test]
+    fn a_telemetry_query_is_answered_and_a_malformed_message_drops_the_connection() {
+        let config = Config {
+            ras_addr: "127.0.0.1:0".into(),
+            ..Config::default()
+        };
+        let svc = start("127.0.0.1".parse().unwrap(), &config).expect("RAS thread");
+        let me = TcpListener::bind("127.0.0.1:0").unwrap();
+        let me_addr = me.local_addr().unwrap();
+        svc.add_peers(&[me_addr]);
+        let mut to = TcpStream::connect(svc.addr()).unwrap();
+        let hello = ProcState {
+            addr: me_addr.to_string(),
+            pid: 1,
+            host: "fake".into(),
+            comms: Vec::new(),
+            link_errors: Vec::new(),
+        };
+        to.write_all(&framed(&hello.encode())).unwrap();
+        let query = TelemetryQuery {
+            id: 4242,
+            from: me_addr.to_string(),
+        };
+        to.write_all(&framed(&query.encode())).unwrap();
+        // The service connects back (heartbeats) and answers there.
+        me.set_nonblocking(false).unwrap();
+        let (mut back, _) = me.accept().unwrap();
+        let reply = read_until(&mut back, |f| matches!(f, Frame::Reply(_))).unwrap();
+        match reply {
+            Frame::Reply(r) => {
+                assert_eq!(r.id, 4242);
+                assert_eq!(r.addr, svc.addr().to_string());
+                assert!(!r.truncated);
+            }
+            f => panic!("{f:?}"),
+        }
+        // A frame of an unknown kind: the service drops the connection and
+        // records why.
+        to.write_all(&framed(b"RTX1junk")).unwrap();
+        to.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(to.read(&mut b).unwrap_or(0), 0, "connection kept");
+        let errors = lock(&svc.0.link_errors).clone();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("malformed unknown RAS message [52, 54, 58, 31]")),
+            "{errors:?}"
+        );
     }
 }

@@ -51,6 +51,8 @@ impl RecvOp {
 /// The receiving half of a TCP connection.
 pub(crate) struct TcpRecvComm {
     fd: OwnedFd,
+    /// Its link counters, for observers (see [`crate::probe`]).
+    probe: std::sync::Arc<crate::probe::TcpProbe>,
     peer: String,
     q: RequestQueue<RecvOp>,
     /// Number of requests at the front of `q` whose socket-0 part is in.
@@ -87,10 +89,12 @@ impl TcpRecvComm {
         nthreads: usize,
     ) -> io::Result<Self> {
         let ndata = crate::stripe::data_sockets(socks.len());
+        let probe = std::sync::Arc::new(crate::probe::TcpProbe::new(&socks));
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpRecvComm {
             fd,
+            probe,
             peer,
             q: RequestQueue::with_capacity(max_requests),
             head0: 0,
@@ -315,10 +319,15 @@ impl Drop for TcpRecvComm {
         if self.fault.is_none() {
             let _ = self.acknowledge();
         }
+        self.probe.close();
     }
 }
 
 impl RecvComm for TcpRecvComm {
+    fn link_probe(&self) -> Option<nccl_net::SharedProbe> {
+        Some(self.probe.clone())
+    }
+
     fn reg_mr(&mut self, _ptr: *mut u8, _len: usize) -> NetResult<MemHandle> {
         Ok(MemHandle(0))
     }

@@ -71,6 +71,8 @@ impl SpliceSizes {
 /// The sending half of a TCP connection.
 pub(crate) struct TcpSendComm {
     fd: OwnedFd,
+    /// Its link counters, for observers (see [`crate::probe`]).
+    probe: std::sync::Arc<crate::probe::TcpProbe>,
     peer: String,
     q: RequestQueue<SendOp>,
     /// Number of requests at the front of `q` whose socket-0 part is written.
@@ -111,10 +113,12 @@ impl TcpSendComm {
         splice: SpliceSizes,
     ) -> io::Result<Self> {
         let ndata = crate::stripe::data_sockets(socks.len());
+        let probe = std::sync::Arc::new(crate::probe::TcpProbe::new(&socks));
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpSendComm {
             fd,
+            probe,
             peer,
             q: RequestQueue::with_capacity(max_requests),
             head0: 0,
@@ -244,7 +248,18 @@ impl TcpSendComm {
     }
 }
 
+impl Drop for TcpSendComm {
+    /// The probe forgets the sockets before they close.
+    fn drop(&mut self) {
+        self.probe.close();
+    }
+}
+
 impl SendComm for TcpSendComm {
+    fn link_probe(&self) -> Option<nccl_net::SharedProbe> {
+        Some(self.probe.clone())
+    }
+
     fn reg_mr(&mut self, _ptr: *const u8, _len: usize) -> NetResult<MemHandle> {
         Ok(MemHandle(0))
     }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::observe::progress::WaitKind;
+use crate::ras::wire::{CommTelemetry, PeerTelemetry};
 
 /// A recorded wait: (peer, kind, ms).
 type Wait = Option<(u32, WaitKind, u64)>;
@@ -42,6 +43,7 @@ fn peer(state: ProcState, status: PeerStatus, silent_ms: u64) -> PeerView {
         state,
         status,
         silent_ms,
+        telemetry: None,
     }
 }
 
@@ -73,6 +75,7 @@ fn ring_view(status3: PeerStatus, waits: &[(u32, Wait)]) -> JobView {
             })
             .collect(),
         stall_ms: 200,
+        me_telemetry: None,
     }
 }
 
@@ -246,4 +249,203 @@ Link errors: none
 #[test]
 fn json_escapes_strings() {
     assert_eq!(js("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+}
+
+fn link(a: u32, b: u32, bytes: u64, retransmits: u64) -> LinkRow {
+    LinkRow {
+        comm: 0xc0,
+        a: (a, format!("h{a}")),
+        b: (b, format!("h{b}")),
+        bytes,
+        retransmits,
+        errors: [0; 4],
+        outlier: false,
+    }
+}
+
+#[test]
+fn links_rank_by_retransmits_per_mb_and_flag_outliers() {
+    // (links as (a, b, bytes, retransmits), expected order as (a, b), outliers)
+    type Case = (Vec<(u32, u32, u64, u64)>, Vec<(u32, u32)>, Vec<(u32, u32)>);
+    let table: Vec<Case> = vec![
+        // A clean fabric: nothing flagged, order by rank pair.
+        (
+            vec![(0, 1, 1_000_000, 0), (1, 2, 1_000_000, 0)],
+            vec![(0, 1), (1, 2)],
+            vec![],
+        ),
+        // One lossy link among clean ones.
+        (
+            vec![
+                (0, 1, 6_000_000, 0),
+                (1, 2, 6_000_000, 300),
+                (2, 3, 6_000_000, 2),
+                (0, 3, 6_000_000, 0),
+            ],
+            vec![(1, 2), (2, 3), (0, 1), (0, 3)],
+            vec![(1, 2)],
+        ),
+        // Rate, not count: fewer retransmits on far fewer bytes rank first
+        // (10 per MB against 0.5, the lower median: an outlier).
+        (
+            vec![(0, 1, 100_000_000, 50), (2, 3, 1_000_000, 10)],
+            vec![(2, 3), (0, 1)],
+            vec![(2, 3)],
+        ),
+        // Close rates: neither stands out.
+        (
+            vec![(0, 1, 1_000_000, 5), (2, 3, 1_000_000, 12)],
+            vec![(2, 3), (0, 1)],
+            vec![],
+        ),
+        // Below the minimum count: never an outlier.
+        (
+            vec![(0, 1, 1_000, 2), (1, 2, 1_000_000, 0), (2, 3, 1_000_000, 0)],
+            vec![(0, 1), (1, 2), (2, 3)],
+            vec![],
+        ),
+        // Everyone retransmits alike: the median is high, nobody stands out;
+        // a link at 4x the median does.
+        (
+            vec![
+                (0, 1, 1_000_000, 10),
+                (1, 2, 1_000_000, 10),
+                (2, 3, 1_000_000, 10),
+                (0, 3, 1_000_000, 40),
+            ],
+            vec![(0, 3), (0, 1), (1, 2), (2, 3)],
+            vec![(0, 3)],
+        ),
+        // Retransmits with no bytes counted rank first.
+        (
+            vec![(0, 1, 1_000_000, 5), (1, 2, 0, 3)],
+            vec![(1, 2), (0, 1)],
+            vec![(1, 2)],
+        ),
+        (vec![], vec![], vec![]),
+    ];
+    for (links, order, outliers) in table {
+        let mut v: Vec<LinkRow> = links.iter().map(|&(a, b, x, r)| link(a, b, x, r)).collect();
+        rank_links(&mut v);
+        let got: Vec<(u32, u32)> = v.iter().map(|l| (l.a.0, l.b.0)).collect();
+        assert_eq!(got, order, "{links:?}");
+        let flagged: Vec<(u32, u32)> = v
+            .iter()
+            .filter(|l| l.outlier)
+            .map(|l| (l.a.0, l.b.0))
+            .collect();
+        assert_eq!(flagged, outliers, "{links:?}");
+    }
+}
+
+/// Rank `r`'s telemetry: sends `bytes` to `next`, receives as much from
+/// `prev`, with `retrans` retransmits towards `next`.
+fn ring_tel(r: u32, next: u32, prev: u32, bytes: u64, retrans: u64) -> Vec<CommTelemetry> {
+    let mut peers = vec![
+        PeerTelemetry {
+            peer: next,
+            bytes_sent: bytes,
+            msgs_sent: 14,
+            send_wait_ns: 2_000_000,
+            retransmits: retrans,
+            ..PeerTelemetry::default()
+        },
+        PeerTelemetry {
+            peer: prev,
+            bytes_recv: bytes,
+            msgs_recv: 14,
+            recv_wait_ns: 1_500_000,
+            ..PeerTelemetry::default()
+        },
+    ];
+    peers.sort_by_key(|p| p.peer);
+    vec![CommTelemetry {
+        comm_id: 0xc0,
+        rank: r,
+        nranks: 8,
+        peers,
+    }]
+}
+
+#[test]
+fn telemetry_of_every_process_and_the_link_errors_it_names() {
+    let mut v = ring_view(PeerStatus::Unresponsive, &[]);
+    let bytes = 7_000_000;
+    v.me_telemetry = Some(ring_tel(0, 1, 7, bytes, 0));
+    for (i, p) in v.peers.iter_mut().enumerate() {
+        let r = i as u32 + 1;
+        // Rank 3's process is silent: not asked, no answer. Rank 4 lost
+        // packets on its way from rank 4 to rank 5.
+        if r != 3 {
+            let retrans = if r == 4 { 70 } else { 0 };
+            p.telemetry = Some(ring_tel(r, (r + 1) % 8, (r + 7) % 8, bytes, retrans));
+        }
+    }
+    v.peers[3].telemetry.as_mut().unwrap()[0].peers[1].io_errors = 1;
+    let r = Report::build(&v);
+    assert_eq!(r.telemetry, Some((7, 8)));
+    let c = &r.comms[0];
+    assert_eq!(c.ranks[3].peers, None);
+    assert_eq!(c.ranks[0].peers.as_ref().unwrap().len(), 2);
+    // 8 ring links; the one with retransmits first, the others by pair.
+    let names: Vec<(u32, u32)> = r.links.iter().map(|l| (l.a.0, l.b.0)).collect();
+    assert_eq!(
+        names,
+        [
+            (4, 5),
+            (0, 1),
+            (0, 7),
+            (1, 2),
+            (2, 3),
+            (3, 4),
+            (5, 6),
+            (6, 7)
+        ]
+    );
+    let top = &r.links[0];
+    assert_eq!(
+        (top.bytes, top.retransmits, top.errors, top.outlier),
+        (bytes, 70, [1, 0, 0, 0], true)
+    );
+    // Rank 3 did not answer: its links are counted from the other end.
+    let l23 = r.links.iter().find(|l| (l.a.0, l.b.0) == (2, 3)).unwrap();
+    assert_eq!(l23.bytes, bytes);
+    assert_eq!(
+        r.link_errors,
+        vec!["comm 00000000000000c0: rank 4 (host h2) <-> rank 5 (host h2): 70 retransmits (10.000 per MB of 7000000 B), errors io 1 protocol 0 timeout 0 other 0 OUTLIER".to_string()]
+    );
+    let t = r.to_text(true);
+    assert!(
+        t.contains(
+            "  telemetry: 7 of 8 processes answered; 8 links, 1 with retransmits, 1 outliers\n"
+        ),
+        "{t}"
+    );
+    assert!(t.contains("        3  telemetry: no answer\n"), "{t}");
+    assert!(
+        t.contains("  NO TELEMETRY from h1 pid 103 (10.77.0.2:4000), ranks [3]\n"),
+        "{t}"
+    );
+    assert_eq!(r.no_telemetry.len(), 1);
+    assert!(
+        t.contains("        4      5         7000000         14               0          0       0.0ms       2.0ms          1/0/0/0       70\n"),
+        "{t}"
+    );
+    let j = r.to_json();
+    assert!(
+        j.contains("\"telemetry\":{\"answered\":7,\"processes\":8,\"no_answer\":[{\"host\":\"h1\",\"pid\":103,\"addr\":\"10.77.0.2:4000\",\"status\":\"unresponsive\",\"silent_ms\":1300,\"ranks\":[3]}]}"),
+        "{j}"
+    );
+    assert!(j.contains("\"error\":null,\"telemetry\":null}"), "{j}");
+    assert!(j.contains("{\"peer\":5,\"bytes_sent\":7000000,\"bytes_recv\":0,\"msgs_sent\":14,\"msgs_recv\":0,\"recv_wait_ns\":0,\"send_wait_ns\":2000000,\"errors\":{\"io\":1,\"protocol\":0,\"timeout\":0,\"other\":0},\"retransmits\":70,\"direct_bytes\":0}"), "{j}");
+    assert!(j.contains("\"links\":[{\"comm\":\"00000000000000c0\",\"a\":{\"rank\":4,\"host\":\"h2\"},\"b\":{\"rank\":5,\"host\":\"h2\"},\"name\":\"rank 4 (host h2) <-> rank 5 (host h2)\",\"bytes\":7000000,\"retransmits\":70,\"retransmits_per_mb\":10.000000,\"errors\":{\"io\":1,\"protocol\":0,\"timeout\":0,\"other\":0},\"outlier\":true}"), "{j}");
+}
+
+#[test]
+fn without_telemetry_the_report_says_nothing_of_it() {
+    let r = Report::build(&ring_view(PeerStatus::Ok, &[]));
+    assert_eq!(r.telemetry, None);
+    assert!(r.links.is_empty());
+    assert!(r.comms[0].ranks.iter().all(|x| x.peers.is_none()));
+    assert!(r.to_json().contains("\"links\":[],\"telemetry\":null}"));
 }
