@@ -20,6 +20,8 @@ echo "== perf tools: every collective at 2 ranks with data checks"
 bash scripts/perf-check.sh
 echo "== RAS: a stopped rank named by ncclras within 2 s (loopback text form; as root 8 ranks on 4 namespaces, JSON)"
 bash scripts/ras-test.sh
+echo "== RAS telemetry: 4 ranks on 4 namespaces, exact per-peer bytes through RAS, 5% loss into one rank named by its link's retransmits"
+bash scripts/ras-telemetry-test.sh
 echo "== fabric simulator: 16k-rank scale and validation against the fabric table"
 bash scripts/sim-check.sh
 echo "== candle example: candle_ddp at 1, 2 and 4 ranks through ncclrun (examples-candle, its own workspace)"

@@ -6,6 +6,7 @@
 //! on; following those pointers ends at the rank holding everyone up.
 
 use super::wire::{CommTelemetry, PeerTelemetry, ProcState};
+use crate::json;
 use crate::observe::progress::{ProgressSnapshot, WaitRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -573,27 +574,6 @@ fn comm_report(id: u64, ranks: Vec<RankRow>) -> CommReport {
     }
 }
 
-/// JSON string literal of `s`.
-fn js(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
 fn list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
     let v: Vec<String> = items.iter().map(f).collect();
     format!("[{}]", v.join(","))
@@ -602,10 +582,10 @@ fn list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
 fn proc_json(p: &ProcRow) -> String {
     format!(
         "{{\"host\":{},\"pid\":{},\"addr\":{},\"status\":{},\"silent_ms\":{},\"ranks\":{}}}",
-        js(&p.host),
+        json::string(&p.host),
         p.pid,
-        js(&p.addr),
-        js(p.status.name()),
+        json::string(&p.addr),
+        json::string(p.status.name()),
         p.silent_ms,
         list(&p.ranks, |r| r.to_string())
     )
@@ -617,7 +597,7 @@ fn wait_json(w: &Option<WaitRecord>) -> String {
         Some(w) => format!(
             "{{\"peer\":{},\"what\":{},\"step\":{},\"steps\":{},\"ms\":{}}}",
             w.peer,
-            js(w.kind.name()),
+            json::string(w.kind.name()),
             w.step,
             w.steps,
             w.ms
@@ -648,12 +628,12 @@ fn link_json(l: &LinkRow) -> String {
     let rate = l.per_mb();
     format!(
         "{{\"comm\":{},\"a\":{{\"rank\":{},\"host\":{}}},\"b\":{{\"rank\":{},\"host\":{}}},\"name\":{},\"bytes\":{},\"retransmits\":{},\"retransmits_per_mb\":{},\"errors\":{{\"io\":{},\"protocol\":{},\"timeout\":{},\"other\":{}}},\"outlier\":{}}}",
-        js(&comm_id_hex(l.comm)),
+        json::string(&comm_id_hex(l.comm)),
         l.a.0,
-        js(&l.a.1),
+        json::string(&l.a.1),
         l.b.0,
-        js(&l.b.1),
-        js(&l.name()),
+        json::string(&l.b.1),
+        json::string(&l.name()),
         l.bytes,
         l.retransmits,
         if rate.is_finite() { format!("{rate:.6}") } else { "null".into() },
@@ -678,16 +658,16 @@ impl Report {
                 format!(
                     "{{\"rank\":{},\"host\":{},\"pid\":{},\"state\":{},\"last_started\":{},\"last_completed\":{},\"op\":{},\"p2p_started\":{},\"p2p_completed\":{},\"waiting_on\":{},\"error\":{},\"telemetry\":{}}}",
                     r.rank,
-                    js(&r.host),
+                    json::string(&r.host),
                     r.pid,
-                    js(r.state.name()),
+                    json::string(r.state.name()),
                     p.coll_started,
                     p.coll_done,
-                    js(&p.op),
+                    json::string(&p.op),
                     p.p2p_started,
                     p.p2p_done,
                     wait_json(&p.wait),
-                    p.error.as_deref().map_or("null".into(), js),
+                    p.error.as_deref().map_or("null".into(), json::string),
                     r.peers
                         .as_ref()
                         .map_or("null".into(), |v| list(v, peer_json))
@@ -697,20 +677,20 @@ impl Report {
                 format!(
                     "{{\"rank\":{},\"reason\":{},\"op\":{},\"waited_on_by\":{},\"blocked\":{}}}",
                     s.rank,
-                    js(s.reason),
+                    json::string(s.reason),
                     s.op,
                     list(&s.waited_on_by, |(r, k)| format!(
                         "{{\"rank\":{r},\"what\":{}}}",
-                        js(k)
+                        json::string(k)
                     )),
                     list(&s.blocked, |r| r.to_string())
                 )
             });
             format!(
                 "{{\"id\":{},\"nranks\":{},\"status\":{},\"missing_ranks\":{},\"stuck\":{},\"ranks\":{},\"links\":{}}}",
-                js(&comm_id_hex(c.id)),
+                json::string(&comm_id_hex(c.id)),
                 c.nranks,
-                js(c.status),
+                json::string(c.status),
                 list(&c.missing, |r| r.to_string()),
                 stuck,
                 ranks,
@@ -731,7 +711,7 @@ impl Report {
             list(&self.processes, proc_json),
             comms,
             list(&dead, |p| proc_json(p)),
-            list(&self.link_errors, |e| js(e)),
+            list(&self.link_errors, |e| json::string(e)),
             list(&self.links, link_json),
             self.telemetry.map_or("null".into(), |(n, m)| format!(
                 "{{\"answered\":{n},\"processes\":{m},\"no_answer\":{}}}",

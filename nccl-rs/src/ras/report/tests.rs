@@ -246,11 +246,6 @@ Link errors: none
     assert_eq!(text, want);
 }
 
-#[test]
-fn json_escapes_strings() {
-    assert_eq!(js("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-}
-
 fn link(a: u32, b: u32, bytes: u64, retransmits: u64) -> LinkRow {
     LinkRow {
         comm: 0xc0,
