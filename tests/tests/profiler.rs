@@ -581,6 +581,41 @@ fn every_collective_over_tcp_at_2_ranks() {
     clean(&[dir, logdir]);
 }
 
+/// Over TCP with large chunks: the large all-reduce's messages are striped
+/// over the data sockets, a NetPlugin event per piece, on distinct sockets.
+#[test]
+fn striped_messages_over_tcp_report_a_socket_event_per_piece() {
+    let dir = scratch("buildstripe");
+    let plugin = build_plugin(&dir, "librecord.so", false);
+    let env = [
+        ("NCCL_SHM_DISABLE", "1".to_string()),
+        ("NCCL_BUFFSIZE", (4 << 20).to_string()),
+    ];
+    let (logdir, outs) = run(2, "stripe", &plugin.display().to_string(), &env);
+    check_all(2, &logdir, &outs, 5, false);
+    for log in logs(&logdir, 2) {
+        // The most sockets one step's events name.
+        let most = log
+            .events
+            .iter()
+            .filter(|e| e.ty == "ProxyStep")
+            .map(|st| {
+                let mut fds: Vec<i64> = log
+                    .events
+                    .iter()
+                    .filter(|e| e.parent == st.id)
+                    .map(|e| e.num("fd"))
+                    .collect();
+                fds.sort();
+                fds.dedup();
+                fds.len()
+            })
+            .max();
+        assert!(most >= Some(2), "no step striped over sockets");
+    }
+    clean(&[dir, logdir]);
+}
+
 /// A v4-only plugin, found by name as `libnccl-profiler-NAME.so` on the
 /// library path: the newest version it exports is used, with v4's tree
 /// (Coll and P2p under the Group through `parentObj`).

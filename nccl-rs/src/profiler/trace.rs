@@ -500,6 +500,17 @@ mod tests {
             },
             // SAFETY: as above.
             bits::PROXY_STEP => unsafe { format!("step {}", d.u.proxy_step.step) },
+            // SAFETY: as above; the socket descriptor lives across the call.
+            bits::NET_PLUGIN => unsafe {
+                let n = d.u.net_plugin;
+                let sock = (*n.data.cast::<nccl_net::profile::SockDescrV1>()).sock;
+                format!("net {:#x} fd={} len={}", n.id, sock.fd, sock.length)
+            },
+            // SAFETY: as above.
+            bits::KERNEL_CH => unsafe {
+                let k = d.u.kernel_ch;
+                format!("kernel ch={} timed={}", k.channel_id, k.p_timer > 0)
+            },
             t => format!("type {t}"),
         };
         push(format!("start {n} parent={} {what}", id(d.parent)));
@@ -522,6 +533,10 @@ mod tests {
     }
 
     fn trace(mask: u64, steps: Vec<Step>) -> Trace {
+        trace_over(mask, steps, &[true; 3])
+    }
+
+    fn trace_over(mask: u64, steps: Vec<Step>, net: &[bool]) -> Trace {
         let api = Api {
             ctx: null_mut(),
             start,
@@ -532,7 +547,7 @@ mod tests {
         let mut t = Trace::new(api);
         let sched = Schedule { steps, scratch: 0 };
         // The parent: event 99.
-        t.start_ops(mask, &sched, 4, &[true; 3], |_, _| 99 as *mut c_void);
+        t.start_ops(mask, &sched, 4, net, |_, _| 99 as *mut c_void);
         t
     }
 
@@ -671,5 +686,93 @@ mod tests {
         t.recv_done(2);
         t.stop_all();
         assert_eq!(take(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn only_network_peers_have_proxy_ops_and_each_task_a_kernel_channel() {
+        let all = ALL | bits::KERNEL_CH;
+        // Rank 1 over shared memory, rank 2 over the network.
+        let mut t = trace_over(all, vec![send(1, 1), send(2, 1)], &[false, false, true]);
+        t.start_kernel(all, 98 as *mut c_void);
+        t.send(1, 4, Sent::Done);
+        t.send(2, 4, Sent::Done);
+        t.stop_all();
+        let log = take();
+        assert_eq!(log[..6], [
+            "start 1 parent=99 op peer=2 send=1 steps=1 chunk=4",
+            "start 2 parent=98 kernel ch=0 timed=true",
+            "state 1 19",
+            "start 3 parent=1 step 0",
+            "state 3 9 size=4",
+            "stop 3",
+        ]);
+        // The KernelCh stops with its timestamp, after the ops.
+        assert_eq!(log[6], "stop 1");
+        assert!(log[7].starts_with("state 2 22 size="), "{log:?}");
+        assert_eq!(log[8..], ["stop 2"]);
+        // Without the bit: no KernelCh.
+        let mut t = trace_over(ALL, vec![], &[false; 2]);
+        t.start_kernel(ALL, 98 as *mut c_void);
+        t.stop_all();
+        assert_eq!(take(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn transports_report_net_plugin_events_under_the_step() {
+        use nccl_net::profile::{RequestEvents, SOCKET_RECV, SOCKET_SEND};
+        let mut t = trace(ALL | bits::NET_PLUGIN, vec![send(1, 3), recv(2, 2)]);
+        // A send that finds the transport full keeps its step and profile.
+        let p = t.net_send(1).expect("a profile");
+        t.send(1, 12, Sent::Full);
+        assert_eq!(t.net_send(1).map(|q| format!("{q:?}")), Some(format!("{p:?}")));
+        let mut ev = RequestEvents::new(p);
+        ev.socket(7, SOCKET_SEND, 12);
+        t.send(1, 12, Sent::Posted(Request(1)));
+        ev.finish();
+        t.send_done(1, Request(1));
+        // A receive's step starts before its post, and is the one posted.
+        let p = t.net_recv(2).expect("a profile");
+        assert_eq!(t.net_recv(2).map(|q| format!("{q:?}")), Some(format!("{p:?}")));
+        t.recv_posted(2, 8);
+        let mut ev = RequestEvents::new(p);
+        ev.socket(8, SOCKET_RECV, 5);
+        ev.socket(9, SOCKET_RECV, 3);
+        t.recv_arrived(2);
+        ev.finish();
+        t.recv_done(2);
+        t.stop_all();
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=1 send=1 steps=1 chunk=12",
+                "start 2 parent=99 op peer=2 send=0 steps=1 chunk=8",
+                "state 1 19",
+                "start 3 parent=1 step 0",
+                "state 3 20",
+                "start 4 parent=3 net 0x20001 fd=7 len=12",
+                "state 3 9 size=12",
+                "stop 4",
+                "stop 3",
+                "state 2 19",
+                "start 5 parent=2 step 0",
+                "state 5 10 size=8",
+                "start 6 parent=5 net 0x20001 fd=8 len=5",
+                "start 7 parent=5 net 0x20001 fd=9 len=3",
+                "state 5 12",
+                "stop 6",
+                "stop 7",
+                "stop 5",
+                "stop 1",
+                "stop 2",
+            ]
+        );
+        // Without the bit the engine gets no profile; for a peer without
+        // ProxyOps neither.
+        let mut t = trace(ALL, vec![send(1, 1)]);
+        assert!(t.net_send(1).is_none() && t.net_recv(1).is_none());
+        let mut t = trace_over(ALL | bits::NET_PLUGIN, vec![send(1, 1)], &[false; 2]);
+        assert!(t.net_send(1).is_none());
+        t.stop_all();
+        take();
     }
 }
