@@ -122,7 +122,12 @@ impl NetProfile {
     /// `start` and `stop` must be sound to call with `ctx` (and `parent`)
     /// until the request the profile is handed with completes or its comm
     /// is dropped.
-    pub unsafe fn new(start: StartFn, stop: StopFn, ctx: *const c_void, parent: *mut c_void) -> Self {
+    pub unsafe fn new(
+        start: StartFn,
+        stop: StopFn,
+        ctx: *const c_void,
+        parent: *mut c_void,
+    ) -> Self {
         NetProfile {
             start,
             stop,
@@ -219,7 +224,11 @@ mod tests {
         // LP64: what a C compiler gives the v1 descriptors.
         assert_eq!(offset_of!(SockDescrV1, sock), 8);
         assert_eq!(
-            [offset_of!(Sock, fd), offset_of!(Sock, op), offset_of!(Sock, length)],
+            [
+                offset_of!(Sock, fd),
+                offset_of!(Sock, op),
+                offset_of!(Sock, length)
+            ],
             [0, 4, 8]
         );
         assert_eq!(size_of::<SockDescrV1>(), 24);
@@ -242,7 +251,12 @@ mod tests {
         static SEEN: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
-    unsafe fn start(ctx: *const c_void, parent: *mut c_void, id: i64, d: *mut c_void) -> *mut c_void {
+    unsafe fn start(
+        ctx: *const c_void,
+        parent: *mut c_void,
+        id: i64,
+        d: *mut c_void,
+    ) -> *mut c_void {
         // SAFETY: a socket descriptor, as the test starts only those.
         let s = unsafe { (*d.cast::<SockDescrV1>()).sock };
         SEEN.with(|v| {
@@ -255,7 +269,10 @@ mod tests {
     }
 
     unsafe fn stop(ctx: *const c_void, h: *mut c_void) {
-        SEEN.with(|v| v.borrow_mut().push(format!("stop {} {}", ctx as usize, h as usize)));
+        SEEN.with(|v| {
+            v.borrow_mut()
+                .push(format!("stop {} {}", ctx as usize, h as usize))
+        });
     }
 
     #[test]

@@ -399,7 +399,11 @@ fn check_rank(
                 .iter()
                 .map(|s| (s.0, s.1 >= k.num("ptimer")))
                 .collect();
-            assert_eq!((k.num("ch"), states), (0, vec![(KERNEL_CH_STOP, true)]), "{k:?}");
+            assert_eq!(
+                (k.num("ch"), states),
+                (0, vec![(KERNEL_CH_STOP, true)]),
+                "{k:?}"
+            );
             assert!(k.num("ptimer") > 0 && kids(k.id).is_empty(), "{k:?}");
             if !net {
                 assert!(ops.is_empty(), "ProxyOps for shared-memory peers: {ops:?}");
@@ -578,6 +582,17 @@ fn every_collective_over_tcp_at_2_ranks() {
     let env = [("NCCL_SHM_DISABLE", "1".to_string())];
     let (logdir, outs) = run(2, "tcp2", &plugin.display().to_string(), &env);
     check_all(2, &logdir, &outs, 5, false);
+    clean(&[dir, logdir]);
+}
+
+/// Over TCP at 4 ranks: ProxyOps for every peer a schedule talks to.
+#[test]
+fn every_collective_over_tcp_at_4_ranks() {
+    let dir = scratch("buildtcp4");
+    let plugin = build_plugin(&dir, "librecord.so", false);
+    let env = [("NCCL_SHM_DISABLE", "1".to_string())];
+    let (logdir, outs) = run(4, "tcp4", &plugin.display().to_string(), &env);
+    check_all(4, &logdir, &outs, 5, false);
     clean(&[dir, logdir]);
 }
 

@@ -100,8 +100,10 @@ pub(crate) struct CommProfiler {
     /// reads it again for every call).
     cell: Box<AtomicI32>,
     /// Per rank, whether it is reached over a network transport (NCCL's
-    /// proxy peers: only those have ProxyOps).
+    /// proxy peers: only those have ProxyOps); empty where none is (no
+    /// ProxyOps at all).
     net: Vec<bool>,
+    nranks: usize,
     /// Per collective name, the next Coll `seqNumber` (NCCL counts per
     /// function, from 0).
     seq: Vec<(&'static str, u64)>,
@@ -110,7 +112,13 @@ pub(crate) struct CommProfiler {
     /// Algorithm and protocol names as C strings, by the address of the
     /// name (a few static names).
     names: Vec<((usize, usize), *const c_char)>,
+    /// The last Coll's function, algorithm and protocol names (their
+    /// addresses) and their C strings: a repeated call looks up none.
+    last_names: ([usize; 3], [*const c_char; 3]),
     api: trace::Api,
+    /// Per peer, a send/recv group's first send and receive P2p events
+    /// (kept for the next group).
+    first: Vec<[*mut c_void; 2]>,
 }
 
 // SAFETY: the context is the plugin's opaque pointer, used by one thread
@@ -158,11 +166,14 @@ impl CommProfiler {
             plugin,
             mask: mask as u32 as u64,
             cell,
-            net,
+            nranks,
+            net: if net.contains(&true) { net } else { Vec::new() },
             seq: Vec::new(),
             spare: None,
             names: Vec::new(),
+            last_names: ([0; 3], [null_mut::<c_char>().cast_const(); 3]),
             api,
+            first: Vec::new(),
         }))
     }
 
@@ -219,10 +230,18 @@ impl CommProfiler {
         let mut t = self.begin();
         if self.active(below) {
             let (count, root) = counts(c.coll);
+            let key = [func, c.algo, c.proto].map(|n| n.as_ptr() as usize);
+            if key != self.last_names.0 {
+                self.last_names = (
+                    key,
+                    [self.name(func), self.name(c.algo), self.name(c.proto)],
+                );
+            }
+            let [func, algo, proto] = self.last_names.1;
             let mut d = self.api.descr(bits::COLL, self.task_parent(t.group));
             d.u.coll = ffi::CollDescr {
                 seq_number: seq,
-                func: self.name(func),
+                func,
                 send_buff: c.send.cast(),
                 recv_buff: c.recv.cast(),
                 count,
@@ -231,8 +250,8 @@ impl CommProfiler {
                 n_channels: u8::try_from(c.channels).unwrap_or(u8::MAX),
                 // One thread drives a call.
                 n_warps: 1,
-                algo: self.name(c.algo),
-                proto: self.name(c.proto),
+                algo,
+                proto,
                 parent_group: t.group,
             };
             let h = self.api.start(d);
@@ -275,7 +294,9 @@ impl CommProfiler {
         }
         // Per peer, the first send's and first receive's P2p event: the
         // parents of that peer's ProxyOps.
-        let mut first = vec![[null_mut::<c_void>(); 2]; self.net.len()];
+        let mut first = std::mem::take(&mut self.first);
+        first.clear();
+        first.resize(self.nranks, [null_mut(); 2]);
         for (i, op) in ops.iter().enumerate() {
             let (peer, buf, bytes, d, func) = match *op {
                 P2pOp::Send { peer, buf, count } => (peer, buf, count, 0, c"Send"),
@@ -306,6 +327,7 @@ impl CommProfiler {
                 .get(peer)
                 .map_or(null_mut(), |f| f[usize::from(!is_send)])
         });
+        self.first = first;
         Some(t)
     }
 
@@ -427,10 +449,12 @@ mod cost {
             plugin,
             mask,
             cell: Box::new(AtomicI32::new(mask as i32)),
-            net: vec![net; 2],
+            net: if net { vec![true; 2] } else { Vec::new() },
+            nranks: 2,
             seq: Vec::new(),
             spare: None,
             names: Vec::new(),
+            last_names: ([0; 3], [null_mut::<c_char>().cast_const(); 3]),
             api: trace::Api {
                 ctx: null_mut(),
                 start,
@@ -438,6 +462,7 @@ mod cost {
                 record,
                 rank: 0,
             },
+            first: Vec::new(),
         }
     }
 

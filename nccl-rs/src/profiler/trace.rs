@@ -99,7 +99,12 @@ pub(crate) fn now_ns() -> u64 {
 
 /// [`nccl_net::profile::StartFn`]: starts a NetPlugin event under `parent`
 /// through the [`Api`] at `ctx`.
-unsafe fn net_start(ctx: *const c_void, parent: *mut c_void, id: i64, data: *mut c_void) -> *mut c_void {
+unsafe fn net_start(
+    ctx: *const c_void,
+    parent: *mut c_void,
+    id: i64,
+    data: *mut c_void,
+) -> *mut c_void {
     // SAFETY: `ctx` is the `Api` of a live trace (`Trace::profile`).
     let api = unsafe { &*ctx.cast::<Api>() };
     let mut d = api.descr(bits::NET_PLUGIN, parent);
@@ -209,8 +214,9 @@ impl Trace {
 
     /// Starts the ProxyOps of `sched` (elements of `elem` bytes) where
     /// `mask` asks for them, one per peer reached over a network transport
-    /// (`net[peer]`; as in NCCL, where only those have a proxy) and
-    /// direction, each under the parent `parent_of(peer, is_send)` gives.
+    /// (`net[peer]`, empty where none is; as in NCCL, where only those
+    /// have a proxy) and direction, each under the parent
+    /// `parent_of(peer, is_send)` gives.
     pub(crate) fn start_ops(
         &mut self,
         mask: u64,
@@ -225,10 +231,10 @@ impl Trace {
         self.live = 0;
         self.pending.clear();
         self.index.clear();
-        self.index.resize(nranks, [NONE; 2]);
-        if mask & (bits::PROXY_OP | bits::PROXY_STEP | bits::NET_PLUGIN) == 0 {
+        if nranks == 0 || mask & (bits::PROXY_OP | bits::PROXY_STEP | bits::NET_PLUGIN) == 0 {
             return;
         }
+        self.index.resize(nranks, [NONE; 2]);
         let mut tally = std::mem::take(&mut self.tally);
         tally.clear();
         tally.resize(nranks, [(0, 0); 2]);
@@ -317,12 +323,7 @@ impl Trace {
         // as long as this boxed trace: the communicator keeps it for its
         // next call, and a request's events end before its call does.
         Some(unsafe {
-            NetProfile::new(
-                net_start,
-                net_stop,
-                (&self.api as *const Api).cast(),
-                step,
-            )
+            NetProfile::new(net_start, net_stop, (&self.api as *const Api).cast(), step)
         })
     }
 
@@ -698,14 +699,17 @@ mod tests {
         t.send(2, 4, Sent::Done);
         t.stop_all();
         let log = take();
-        assert_eq!(log[..6], [
-            "start 1 parent=99 op peer=2 send=1 steps=1 chunk=4",
-            "start 2 parent=98 kernel ch=0 timed=true",
-            "state 1 19",
-            "start 3 parent=1 step 0",
-            "state 3 9 size=4",
-            "stop 3",
-        ]);
+        assert_eq!(
+            log[..6],
+            [
+                "start 1 parent=99 op peer=2 send=1 steps=1 chunk=4",
+                "start 2 parent=98 kernel ch=0 timed=true",
+                "state 1 19",
+                "start 3 parent=1 step 0",
+                "state 3 9 size=4",
+                "stop 3",
+            ]
+        );
         // The KernelCh stops with its timestamp, after the ops.
         assert_eq!(log[6], "stop 1");
         assert!(log[7].starts_with("state 2 22 size="), "{log:?}");
@@ -724,7 +728,10 @@ mod tests {
         // A send that finds the transport full keeps its step and profile.
         let p = t.net_send(1).expect("a profile");
         t.send(1, 12, Sent::Full);
-        assert_eq!(t.net_send(1).map(|q| format!("{q:?}")), Some(format!("{p:?}")));
+        assert_eq!(
+            t.net_send(1).map(|q| format!("{q:?}")),
+            Some(format!("{p:?}"))
+        );
         let mut ev = RequestEvents::new(p);
         ev.socket(7, SOCKET_SEND, 12);
         t.send(1, 12, Sent::Posted(Request(1)));
@@ -732,7 +739,10 @@ mod tests {
         t.send_done(1, Request(1));
         // A receive's step starts before its post, and is the one posted.
         let p = t.net_recv(2).expect("a profile");
-        assert_eq!(t.net_recv(2).map(|q| format!("{q:?}")), Some(format!("{p:?}")));
+        assert_eq!(
+            t.net_recv(2).map(|q| format!("{q:?}")),
+            Some(format!("{p:?}"))
+        );
         t.recv_posted(2, 8);
         let mut ev = RequestEvents::new(p);
         ev.socket(8, SOCKET_RECV, 5);
