@@ -3,8 +3,9 @@
 # (processes, shared memory): R rounds (default 7), each running
 # all_reduce_perf back to back with no plugin (NCCL_PROFILER_PLUGIN=none),
 # with a plugin that does nothing and activates no event (mask 0), and with
-# one that does nothing for every event (mask 0xfff: Group, Coll, P2p,
-# ProxyOp, ProxyStep, ...). Prints each round, then per configuration the
+# one that does nothing for every event (mask 0xfff: over shared memory
+# Group, Coll and KernelCh; ProxyOps, ProxySteps and NetPlugin events are
+# for network peers only, as in NCCL). Prints each round, then per configuration the
 # median time and its ratio to no plugin.
 #   bash scripts/profiler_cost.sh [R]      (ITERS=n sets the iterations)
 # Expects release binaries in $CARGO_TARGET_DIR/release (default target/release).

@@ -34,7 +34,9 @@
 
 use std::fmt;
 
+pub mod profile;
 mod request_queue;
+pub use profile::{NetEvent, NetProfile};
 pub use request_queue::RequestQueue;
 mod link;
 mod sockaddr;
@@ -334,6 +336,14 @@ pub trait SendComm: Send {
         let _ = hint;
     }
 
+    /// The next request posted (an `isend` that returns one) reports its
+    /// NetPlugin profiler events through `p` until it completes; `None`
+    /// takes back a profile no request took. Transports without such
+    /// events ignore it (the default). Never affects correctness.
+    fn profile(&mut self, p: Option<NetProfile>) {
+        let _ = p;
+    }
+
     /// Largest message [`SendComm::send_eager`] takes; 0 (the default):
     /// this transport has no eager path.
     fn eager_max(&self) -> usize {
@@ -488,6 +498,12 @@ pub trait RecvComm: Send {
     /// nothing. Never affects correctness.
     fn hint_recv(&mut self, hint: RecvHint) {
         let _ = hint;
+    }
+
+    /// As [`SendComm::profile`], for the next receive posted (`irecv` or
+    /// `irecv_lend`).
+    fn profile(&mut self, p: Option<NetProfile>) {
+        let _ = p;
     }
 
     /// Largest message [`RecvComm::recv_eager`] takes; 0 (the default):

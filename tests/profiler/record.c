@@ -75,8 +75,11 @@ static ncclResult_t rec_state(void* h, ncclProfilerEventState_t st,
                               ncclProfilerEventStateArgs_v5_t* args) {
   struct ev* e = h;
   pthread_mutex_lock(&lock);
-  fprintf(e->ctx->out, "state id=%d s=%d size=%lld t=%lld\n", e->id, (int)st,
-          args ? (long long)args->proxyStep.transSize : -1LL, now());
+  /* size: transSize of a ProxyStep, pTimer of a KernelCh. */
+  long long size = -1;
+  if (args && e->type == ncclProfileKernelCh) size = (long long)args->kernelCh.pTimer;
+  else if (args) size = (long long)args->proxyStep.transSize;
+  fprintf(e->ctx->out, "state id=%d s=%d size=%lld t=%lld\n", e->id, (int)st, size, now());
   pthread_mutex_unlock(&lock);
   return 0;
 }
@@ -133,6 +136,24 @@ static ncclResult_t rec_start(void* context, void** h, descr_t* d) {
     case ncclProfileProxyStep:
       fprintf(o, "type=ProxyStep step=%d", d->proxyStep.step);
       break;
+    case ncclProfileKernelCh:
+      fprintf(o, "type=KernelCh ch=%d ptimer=%llu", d->kernelCh.channelId,
+              (unsigned long long)d->kernelCh.pTimer);
+      break;
+    case ncclProfileNetPlugin: {
+      long long id = (long long)d->netPlugin.id;
+      fprintf(o, "type=NetPlugin plugin=%#llx", id);
+      if (id == (NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER)) {
+        ncclProfilerNetSockDescr_v1_t* n = d->netPlugin.data;
+        fprintf(o, " kind=%d fd=%d op=%d len=%zu", n->type, n->sock.fd, n->sock.op,
+                n->sock.length);
+      } else if (id == (NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER)) {
+        ncclProfilerNetIbDescr_v1_t* n = d->netPlugin.data;
+        fprintf(o, " kind=%d dev=%d wr=%llu opcode=%d qp=%d len=%zu", n->type, n->qp.device,
+                (unsigned long long)n->qp.wr_id, n->qp.opcode, n->qp.qpNum, n->qp.length);
+      }
+      break;
+    }
     default:
       fprintf(o, "type=Other%llu", (unsigned long long)d->type);
   }

@@ -4,8 +4,11 @@
 //! `NCCL_PROFILER_PLUGIN` by real rank processes (`profiler_worker`) that
 //! run every collective and a send/recv group; the event tree it records
 //! is checked: every field of every Group, Coll and P2p event, the
-//! ProxyOps and ProxySteps under them (steps, sizes, states, timestamps),
-//! bytes sent against bytes received across ranks, and the activation mask.
+//! KernelCh under each, the ProxyOps and ProxySteps under them for network
+//! peers (steps, sizes, states, timestamps) and the TCP transport's
+//! NetPlugin socket events under the steps (lengths adding up to each
+//! step's bytes), bytes sent against bytes received across ranks, and the
+//! activation mask.
 
 use nccl_tests_suite::launch::{run_ranks, RankOutput};
 use std::collections::BTreeMap;
@@ -25,6 +28,9 @@ const RECV_WAIT: i64 = 10;
 const RECV_GPU_WAIT: i64 = 12;
 const OP_IN_PROGRESS: i64 = 19;
 const SEND_PEER_WAIT: i64 = 20;
+const KERNEL_CH_STOP: i64 = 22;
+/// `NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER`.
+const SOCK_V1: &str = "0x20001";
 
 /// A scratch directory of this test.
 fn scratch(name: &str) -> PathBuf {
@@ -243,7 +249,7 @@ fn check_rank(
     log: &RankLog,
     out: &RankOutput,
     n: usize,
-    (version, zc): (i64, bool),
+    (version, zc, net): (i64, bool, bool),
 ) -> Vec<Traffic> {
     let r = out.rank;
     let (pid, ops) = worker_facts(out);
@@ -380,11 +386,29 @@ fn check_rank(
             );
             assert!(tasks.iter().all(|e| e.get("nch") == "1"));
         }
-        // ProxyOps and their steps.
+        // A KernelCh per task; ProxyOps (network peers only) and their steps.
         let mut t: Traffic = vec![(0, 0, 0, 0); n];
         for task in &tasks {
             let mut seen = Vec::new();
-            for op in kids(task.id) {
+            let (kernel, ops): (Vec<&Event>, Vec<&Event>) =
+                kids(task.id).into_iter().partition(|e| e.ty == "KernelCh");
+            assert_eq!(kernel.len(), 1, "one KernelCh under {task:?}");
+            let k = kernel[0];
+            let states: Vec<(i64, bool)> = k
+                .states
+                .iter()
+                .map(|s| (s.0, s.1 >= k.num("ptimer")))
+                .collect();
+            assert_eq!(
+                (k.num("ch"), states),
+                (0, vec![(KERNEL_CH_STOP, true)]),
+                "{k:?}"
+            );
+            assert!(k.num("ptimer") > 0 && kids(k.id).is_empty(), "{k:?}");
+            if !net {
+                assert!(ops.is_empty(), "ProxyOps for shared-memory peers: {ops:?}");
+            }
+            for op in ops {
                 assert_eq!(op.ty, "ProxyOp", "under {task:?}");
                 let (peer, send) = (op.num("peer"), op.num("send"));
                 assert!(
@@ -428,10 +452,23 @@ fn check_rank(
                     }
                     assert!(size > 0);
                     max = max.max(size);
+                    // The socket writes (reads) that carried it: their
+                    // lengths add up to the step's bytes.
+                    let mut carried = 0;
+                    for e in kids(st.id) {
+                        assert_eq!(
+                            (e.ty.as_str(), e.get("plugin"), e.num("kind"), e.num("op")),
+                            ("NetPlugin", SOCK_V1, 1, 1 - send),
+                            "{e:?}"
+                        );
+                        assert!(e.num("fd") > 2 && kids(e.id).is_empty(), "{e:?}");
+                        carried += e.num("len");
+                    }
+                    assert_eq!(carried, size, "NetPlugin events of {st:?}");
                 }
                 assert_eq!(op.num("chunk"), max, "{op:?}");
             }
-            if task.ty == "P2p" {
+            if task.ty == "P2p" && net {
                 let want = match task.get("func") {
                     "Send" => (task.num("peer"), 1),
                     _ => (task.num("peer"), 0),
@@ -448,6 +485,9 @@ fn check_rank(
 // The loops' indices are ranks and calls, named in the messages.
 #[allow(clippy::needless_range_loop)]
 fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64, zc: bool) {
+    // Shared memory where every rank shares the host and it is enabled
+    // (the zero-copy runs); TCP otherwise.
+    let net = !zc;
     let logs = logs(dir, n);
     let hash = &logs[0].init["hash"];
     assert!(
@@ -457,8 +497,12 @@ fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64, zc: bool) 
     let traffic: Vec<Vec<Traffic>> = logs
         .iter()
         .zip(outs)
-        .map(|(l, o)| check_rank(l, o, n, (version, zc)))
+        .map(|(l, o)| check_rank(l, o, n, (version, zc, net)))
         .collect();
+    if !net {
+        // No ProxyOps: nothing more to compare.
+        return;
+    }
     let most_steps = (0..n)
         .flat_map(|r| traffic[r][BIG_CALL].iter().map(|t| t.2))
         .max();
@@ -496,10 +540,6 @@ fn check_all(n: usize, dir: &Path, outs: &[RankOutput], version: i64, zc: bool) 
                     "all-to-all at rank {r}"
                 ),
                 P2P_CALL => assert_eq!((sent(r), received(r)), (28, 28), "send/recv at rank {r}"),
-                // Zero copy: no messages, no ProxyOps.
-                ZC_CALL if zc => {
-                    assert_eq!((sent(r), received(r)), (0, 0), "zero copy at rank {r}")
-                }
                 // Reduce: the root receives; the others may only send.
                 3 if r == 0 => assert!(received(r) > 0, "reduce at the root"),
                 3 => assert!(sent(r) > 0, "reduce at rank {r}"),
@@ -545,6 +585,52 @@ fn every_collective_over_tcp_at_2_ranks() {
     clean(&[dir, logdir]);
 }
 
+/// Over TCP at 4 ranks: ProxyOps for every peer a schedule talks to.
+#[test]
+fn every_collective_over_tcp_at_4_ranks() {
+    let dir = scratch("buildtcp4");
+    let plugin = build_plugin(&dir, "librecord.so", false);
+    let env = [("NCCL_SHM_DISABLE", "1".to_string())];
+    let (logdir, outs) = run(4, "tcp4", &plugin.display().to_string(), &env);
+    check_all(4, &logdir, &outs, 5, false);
+    clean(&[dir, logdir]);
+}
+
+/// Over TCP with large chunks: the large all-reduce's messages are striped
+/// over the data sockets, a NetPlugin event per piece, on distinct sockets.
+#[test]
+fn striped_messages_over_tcp_report_a_socket_event_per_piece() {
+    let dir = scratch("buildstripe");
+    let plugin = build_plugin(&dir, "librecord.so", false);
+    let env = [
+        ("NCCL_SHM_DISABLE", "1".to_string()),
+        ("NCCL_BUFFSIZE", (4 << 20).to_string()),
+    ];
+    let (logdir, outs) = run(2, "stripe", &plugin.display().to_string(), &env);
+    check_all(2, &logdir, &outs, 5, false);
+    for log in logs(&logdir, 2) {
+        // The most sockets one step's events name.
+        let most = log
+            .events
+            .iter()
+            .filter(|e| e.ty == "ProxyStep")
+            .map(|st| {
+                let mut fds: Vec<i64> = log
+                    .events
+                    .iter()
+                    .filter(|e| e.parent == st.id)
+                    .map(|e| e.num("fd"))
+                    .collect();
+                fds.sort();
+                fds.dedup();
+                fds.len()
+            })
+            .max();
+        assert!(most >= Some(2), "no step striped over sockets");
+    }
+    clean(&[dir, logdir]);
+}
+
 /// A v4-only plugin, found by name as `libnccl-profiler-NAME.so` on the
 /// library path: the newest version it exports is used, with v4's tree
 /// (Coll and P2p under the Group through `parentObj`).
@@ -566,13 +652,12 @@ fn the_activation_mask_is_honoured() {
     let plugin = build_plugin(&dir, "librecord.so", false)
         .display()
         .to_string();
-    let types = |mask: &str| -> Vec<Vec<(String, usize)>> {
-        let (logdir, _) = run(
-            2,
-            &format!("mask{mask}"),
-            &plugin,
-            &[("PROF_MASK", mask.to_string())],
-        );
+    let types_over = |mask: &str, tcp: bool| -> Vec<Vec<(String, usize)>> {
+        let mut env = vec![("PROF_MASK", mask.to_string())];
+        if tcp {
+            env.push(("NCCL_SHM_DISABLE", "1".to_string()));
+        }
+        let (logdir, _) = run(2, &format!("mask{mask}{tcp}"), &plugin, &env);
         let logs = logs(&logdir, 2);
         clean(&[logdir]);
         logs.iter()
@@ -587,6 +672,7 @@ fn the_activation_mask_is_honoured() {
             })
             .collect()
     };
+    let types = |mask: &str| types_over(mask, false);
     let s = |t: &str, c: usize| (t.to_string(), c);
     // Coll: the seven collectives, and the Groups (their parents, started
     // for every call as NCCL does; the send/recv group has no P2p).
@@ -604,11 +690,29 @@ fn the_activation_mask_is_honoured() {
         assert_eq!((groups, colls), (1, 1));
     }
     clean(&[logdir]);
-    // ProxyOp: with its parents (Group, Coll, P2p) and no steps.
-    for rank in types("8") {
+    // ProxyOp: with its parents (Group, Coll, P2p); none over shared
+    // memory (no proxy there, as in NCCL), and no steps.
+    let parents = vec![s("Coll", 9), s("Group", 10), s("P2p", 2)];
+    assert_eq!(types("8"), vec![parents.clone(); 2]);
+    for rank in types_over("8", true) {
         let names: Vec<&str> = rank.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(names, ["Coll", "Group", "P2p", "ProxyOp"]);
-        assert_eq!((rank[0].1, rank[1].1, rank[2].1), (9, 10, 2));
+        assert_eq!(rank[..3], parents[..]);
+    }
+    // KernelCh: one per collective and per send or receive.
+    let mut kernel = parents.clone();
+    kernel.insert(2, s("KernelCh", 11));
+    assert_eq!(types("64"), vec![kernel; 2]);
+    // NetPlugin over TCP: with the ProxyOps and ProxySteps above them, and
+    // no KernelCh.
+    for rank in types_over("128", true) {
+        let names: Vec<&str> = rank.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            names,
+            ["Coll", "Group", "NetPlugin", "P2p", "ProxyOp", "ProxyStep"]
+        );
+        // A socket event per step at least.
+        assert!(rank[2].1 >= rank[5].1 && rank[5].1 > 0, "{rank:?}");
     }
     clean(&[dir]);
 }

@@ -267,6 +267,9 @@ impl Communicator {
             crate::profiler::comm_hash(&id.to_bytes()),
             fabric.nhosts(),
             (nranks, rank),
+            (0..nranks)
+                .map(|p| p != rank && !(local[p] && shm.is_some()))
+                .collect(),
         );
         if config.local_register && !remote && shm.is_some() {
             core.zero_copy = Some(zero_copy::ZeroCopy::new(config.zero_copy_min_bytes));

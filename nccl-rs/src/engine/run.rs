@@ -293,6 +293,10 @@ impl<'a> Run<'a> {
                 let Some(comm) = comm else {
                     return Err(self.internal(format!("no connection from rank {from}")));
                 };
+                let net = self.trace.as_deref_mut().and_then(|t| t.net_recv(from));
+                if net.is_some() {
+                    comm.profile(net);
+                }
                 // SAFETY: `dst` is a checked range of a user buffer or of a
                 // staging slot that stays allocated for the whole run, and
                 // nothing accesses it until this request completes (see the
@@ -305,9 +309,15 @@ impl<'a> Run<'a> {
                         comm.irecv(dst.ptr, dst.len, tag, None)
                     }
                 };
-                let req = match req.map_err(|e| self.net_err(from, e))? {
-                    Some(r) => r,
-                    None => break,
+                let req = match req {
+                    Ok(Some(r)) => r,
+                    Ok(None) => {
+                        if net.is_some() {
+                            comm.profile(None);
+                        }
+                        break;
+                    }
+                    Err(e) => return Err(self.net_err(from, e)),
                 };
                 if slot.is_some() {
                     self.free_slots.pop();
@@ -382,9 +392,16 @@ impl<'a> Run<'a> {
             }
             return Ok(sent);
         }
+        let net = self.trace.as_deref_mut().and_then(|t| t.net_send(to));
+        if net.is_some() {
+            comm.profile(net);
+        }
         // SAFETY: `src` is a checked range of a buffer that stays valid for
         // the whole run; `Run` only finishes once every send completed.
         let req = unsafe { comm.isend(src.ptr, src.len, tag, None) };
+        if net.is_some() && !matches!(req, Ok(Some(_))) {
+            comm.profile(None);
+        }
         let req = req.map_err(|e| self.net_err(to, e))?;
         if let Some(t) = self.trace.as_deref_mut() {
             t.send(to, src.len, req.map_or(Sent::Full, Sent::Posted));

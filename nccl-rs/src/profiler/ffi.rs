@@ -23,6 +23,7 @@ pub(crate) mod state {
     pub(crate) const STEP_RECV_GPU_WAIT: c_int = 12;
     pub(crate) const OP_IN_PROGRESS: c_int = 19;
     pub(crate) const STEP_SEND_PEER_WAIT: c_int = 20;
+    pub(crate) const KERNEL_CH_STOP: c_int = 22;
 }
 
 /// `ncclProfilerEventDescr_v5_t`. Passed as `ncclProfilerEventDescr_v4_t`
@@ -46,6 +47,8 @@ pub(crate) union DescrUnion {
     pub(crate) p2p: P2pDescr,
     pub(crate) proxy_op: ProxyOpDescr,
     pub(crate) proxy_step: ProxyStepDescr,
+    pub(crate) kernel_ch: KernelChDescr,
+    pub(crate) net_plugin: NetPluginDescr,
     pub(crate) none: (),
 }
 
@@ -101,13 +104,33 @@ pub(crate) struct ProxyStepDescr {
     pub(crate) step: c_int,
 }
 
+/// `kernelCh`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct KernelChDescr {
+    pub(crate) channel_id: u8,
+    /// The start's timestamp (NCCL: the kernel's, in nanoseconds).
+    pub(crate) p_timer: u64,
+}
+
+/// `netPlugin`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct NetPluginDescr {
+    /// The network plugin's type and version (`nccl_net::profile`).
+    pub(crate) id: i64,
+    /// Its event descriptor, valid during the start call.
+    pub(crate) data: *mut c_void,
+}
+
 /// `ncclProfilerEventStateArgs_v5_t` (and v4: the same).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) union StateArgs {
     /// `proxyStep.transSize`.
     pub(crate) trans_size: usize,
-    pub(crate) word: u64,
+    /// `kernelCh.pTimer`.
+    pub(crate) p_timer: u64,
 }
 
 /// `ncclDebugLogger_t`, as called with its fixed arguments (see
@@ -203,6 +226,13 @@ fn layout_matches_the_c_header() {
             offset_of!(ProxyOpDescr, is_send),
         ],
         [4, 8, 12, 16, 20]
+    );
+    assert_eq!(
+        [
+            offset_of!(KernelChDescr, p_timer),
+            offset_of!(NetPluginDescr, data)
+        ],
+        [8, 8]
     );
     assert_eq!(size_of::<Descr>(), 24 + 88);
     assert_eq!(size_of::<StateArgs>(), 8);

@@ -1,8 +1,10 @@
 //! NCCL's profiler plugin interface (versions 5 and 4), unchanged: a
 //! library named by `NCCL_PROFILER_PLUGIN` (found as NCCL finds it) is
 //! opened once per process, initialised per communicator, and told of
-//! each call's Group, Coll or P2p events and, below them, of the ProxyOp
-//! and ProxyStep events of its messages, with their state transitions.
+//! each call's Group, Coll or P2p events and, below them, of a KernelCh
+//! event per task and, for network peers, of the ProxyOp and ProxyStep
+//! events of its messages, with their state transitions, and of the
+//! transport's NetPlugin events under those.
 //! Only the event types the plugin's activation mask asks for (or that
 //! are parents of those, as NCCL does) are started.
 //!
@@ -97,6 +99,10 @@ pub(crate) struct CommProfiler {
     /// The mask the plugin set in init and may change at any time (NCCL
     /// reads it again for every call).
     cell: Box<AtomicI32>,
+    /// Per rank, whether it is reached over a network transport (NCCL's
+    /// proxy peers: only those have ProxyOps); empty where none is (no
+    /// ProxyOps at all).
+    net: Vec<bool>,
     nranks: usize,
     /// Per collective name, the next Coll `seqNumber` (NCCL counts per
     /// function, from 0).
@@ -106,7 +112,13 @@ pub(crate) struct CommProfiler {
     /// Algorithm and protocol names as C strings, by the address of the
     /// name (a few static names).
     names: Vec<((usize, usize), *const c_char)>,
+    /// The last Coll's function, algorithm and protocol names (their
+    /// addresses) and their C strings: a repeated call looks up none.
+    last_names: ([usize; 3], [*const c_char; 3]),
     api: trace::Api,
+    /// Per peer, a send/recv group's first send and receive P2p events
+    /// (kept for the next group).
+    first: Vec<[*mut c_void; 2]>,
 }
 
 // SAFETY: the context is the plugin's opaque pointer, used by one thread
@@ -124,13 +136,14 @@ pub(crate) fn comm_hash(id: &[u8]) -> u64 {
 
 impl CommProfiler {
     /// The profiler of a new communicator: `None` where no plugin is
-    /// loaded (`NCCL_PROFILER_PLUGIN`), its init failed, or it activated
-    /// no event type.
+    /// loaded (`NCCL_PROFILER_PLUGIN`) or its init failed. `net[p]`: rank
+    /// `p` is reached over a network transport (not shared memory).
     pub(crate) fn init(
         plugin_var: Option<&str>,
         comm_hash: u64,
         nnodes: usize,
         (nranks, rank): (usize, usize),
+        net: Vec<bool>,
     ) -> Option<Box<CommProfiler>> {
         let plugin = load::plugin(plugin_var)?;
         let cell = Box::new(AtomicI32::new(0));
@@ -154,10 +167,13 @@ impl CommProfiler {
             mask: mask as u32 as u64,
             cell,
             nranks,
+            net: if net.contains(&true) { net } else { Vec::new() },
             seq: Vec::new(),
             spare: None,
             names: Vec::new(),
+            last_names: ([0; 3], [null_mut::<c_char>().cast_const(); 3]),
             api,
+            first: Vec::new(),
         }))
     }
 
@@ -214,10 +230,18 @@ impl CommProfiler {
         let mut t = self.begin();
         if self.active(below) {
             let (count, root) = counts(c.coll);
+            let key = [func, c.algo, c.proto].map(|n| n.as_ptr() as usize);
+            if key != self.last_names.0 {
+                self.last_names = (
+                    key,
+                    [self.name(func), self.name(c.algo), self.name(c.proto)],
+                );
+            }
+            let [func, algo, proto] = self.last_names.1;
             let mut d = self.api.descr(bits::COLL, self.task_parent(t.group));
             d.u.coll = ffi::CollDescr {
                 seq_number: seq,
-                func: self.name(func),
+                func,
                 send_buff: c.send.cast(),
                 recv_buff: c.recv.cast(),
                 count,
@@ -226,13 +250,14 @@ impl CommProfiler {
                 n_channels: u8::try_from(c.channels).unwrap_or(u8::MAX),
                 // One thread drives a call.
                 n_warps: 1,
-                algo: self.name(c.algo),
-                proto: self.name(c.proto),
+                algo,
+                proto,
                 parent_group: t.group,
             };
             let h = self.api.start(d);
             t.parents.push(h);
-            t.start_ops(self.mask, sched, c.dtype.size(), self.nranks, |_, _| h);
+            t.start_kernel(self.mask, h);
+            t.start_ops(self.mask, sched, c.dtype.size(), &self.net, |_, _| h);
         }
         Some(t)
     }
@@ -269,7 +294,9 @@ impl CommProfiler {
         }
         // Per peer, the first send's and first receive's P2p event: the
         // parents of that peer's ProxyOps.
-        let mut first = vec![[null_mut::<c_void>(); 2]; self.nranks];
+        let mut first = std::mem::take(&mut self.first);
+        first.clear();
+        first.resize(self.nranks, [null_mut(); 2]);
         for (i, op) in ops.iter().enumerate() {
             let (peer, buf, bytes, d, func) = match *op {
                 P2pOp::Send { peer, buf, count } => (peer, buf, count, 0, c"Send"),
@@ -288,17 +315,19 @@ impl CommProfiler {
             };
             let h = self.api.start(descr);
             t.parents.push(h);
+            t.start_kernel(self.mask, h);
             if let Some(f) = first.get_mut(peer) {
                 if f[d].is_null() {
                     f[d] = h;
                 }
             }
         }
-        t.start_ops(self.mask, sched, 1, self.nranks, |peer, is_send| {
+        t.start_ops(self.mask, sched, 1, &self.net, |peer, is_send| {
             first
                 .get(peer)
                 .map_or(null_mut(), |f| f[usize::from(!is_send)])
         });
+        self.first = first;
         Some(t)
     }
 
@@ -414,16 +443,18 @@ mod cost {
         0
     }
 
-    fn profiler(mask: u64) -> CommProfiler {
+    fn profiler(mask: u64, net: bool) -> CommProfiler {
         let plugin = load::fake(start, stop, record, finalize);
         CommProfiler {
             plugin,
             mask,
             cell: Box::new(AtomicI32::new(mask as i32)),
+            net: if net { vec![true; 2] } else { Vec::new() },
             nranks: 2,
             seq: Vec::new(),
             spare: None,
             names: Vec::new(),
+            last_names: ([0; 3], [null_mut::<c_char>().cast_const(); 3]),
             api: trace::Api {
                 ctx: null_mut(),
                 start,
@@ -431,6 +462,7 @@ mod cost {
                 record,
                 rank: 0,
             },
+            first: Vec::new(),
         }
     }
 
@@ -492,20 +524,33 @@ mod cost {
     #[test]
     #[ignore = "a measurement"]
     fn cost_of_a_do_nothing_plugin() {
+        // `PROF_COST=none|zero|all|allnet` runs that case alone (for a
+        // per-case instruction count: `perf stat -e instructions`).
+        let only = std::env::var("PROF_COST").ok();
         let (rounds, calls) = (15, 20_000);
+        let case = |name: &str, mask: Option<u64>, net: bool| -> Option<f64> {
+            if only.as_deref().is_some_and(|o| o != name) {
+                return None;
+            }
+            let p = || mask.map(|m| profiler(m, net));
+            Some(time(&mut [p(), p()], rounds, calls))
+        };
         for _ in 0..2 {
-            let none = time(&mut [None, None], rounds, calls);
-            let zero = time(&mut [Some(profiler(0)), Some(profiler(0))], rounds, calls);
-            let all = time(
-                &mut [Some(profiler(0xfff)), Some(profiler(0xfff))],
-                rounds,
-                calls,
-            );
-            let pct = |t: f64| (t / none - 1.0) * 100.0;
+            let none = case("none", None, false);
+            let zero = case("zero", Some(0), false);
+            let all = case("all", Some(0xfff), false);
+            let allnet = case("allnet", Some(0xfff), true);
+            let show = |t: Option<f64>| match (t, none) {
+                (Some(t), Some(n)) => format!("{t:.0} ns ({:+.1}%)", (t / n - 1.0) * 100.0),
+                (Some(t), None) => format!("{t:.0} ns"),
+                _ => "-".into(),
+            };
             println!(
-                "8 B all-reduce, 2 ranks in one thread: no plugin {none:.0} ns, mask 0 {zero:.0} ns ({:+.1}%), every event {all:.0} ns ({:+.1}%)",
-                pct(zero),
-                pct(all)
+                "8 B all-reduce, 2 ranks in one thread: no plugin {}, mask 0 {}, every event {}, every event with the peer on a network {}",
+                none.map_or("-".into(), |n| format!("{n:.0} ns")),
+                show(zero),
+                show(all),
+                show(allnet)
             );
         }
     }

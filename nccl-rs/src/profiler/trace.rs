@@ -1,11 +1,14 @@
-//! One call's events below its Coll or P2p events: a ProxyOp per peer and
-//! direction, a ProxyStep per message, with their state transitions. The
-//! engine calls the hooks of [`Trace`] as it posts, waits on and completes
-//! messages (see `docs/profiler.md` for the mapping).
+//! One call's events below its Coll or P2p events: a KernelCh per task,
+//! and, for the peers reached over a network transport, a ProxyOp per peer
+//! and direction and a ProxyStep per message, with their state transitions,
+//! and the transport's NetPlugin events under the steps. The engine calls
+//! the hooks of [`Trace`] as it posts, waits on and completes messages (see
+//! `docs/profiler.md` for the mapping).
 
 use super::ffi::{self, bits, state, Descr, StateArgs};
 use crate::schedule::Schedule;
 use crate::transport::Request;
+use nccl_net::NetProfile;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
@@ -66,6 +69,54 @@ impl Api {
         // points to arguments that live across the call.
         unsafe { (self.record)(h, s, p) };
     }
+
+    /// Records `KernelChStop` of `h` with its timestamp, and stops it.
+    fn stop_kernel(&self, h: *mut c_void) {
+        if h.is_null() {
+            return;
+        }
+        let mut args = StateArgs { p_timer: now_ns() };
+        // SAFETY: `h` is a live KernelCh handle of this plugin; `args`
+        // lives across the call.
+        unsafe { (self.record)(h, state::KERNEL_CH_STOP, &mut args) };
+        self.stop(h);
+    }
+}
+
+/// The monotonic clock in nanoseconds: the KernelCh events' `pTimer` (the
+/// work is timed by the thread that does it, as NCCL's by its kernel).
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// [`nccl_net::profile::StartFn`]: starts a NetPlugin event under `parent`
+/// through the [`Api`] at `ctx`.
+unsafe fn net_start(
+    ctx: *const c_void,
+    parent: *mut c_void,
+    id: i64,
+    data: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: `ctx` is the `Api` of a live trace (`Trace::profile`).
+    let api = unsafe { &*ctx.cast::<Api>() };
+    let mut d = api.descr(bits::NET_PLUGIN, parent);
+    d.u.net_plugin = ffi::NetPluginDescr { id, data };
+    api.start(d)
+}
+
+/// [`nccl_net::profile::StopFn`].
+unsafe fn net_stop(ctx: *const c_void, h: *mut c_void) {
+    // SAFETY: as in `net_start`.
+    let api = unsafe { &*ctx.cast::<Api>() };
+    api.stop(h);
 }
 
 /// What became of a send the engine tried.
@@ -93,6 +144,9 @@ struct Op {
     waited: bool,
     /// Receive steps posted and not yet done, oldest first.
     queue: VecDeque<*mut c_void>,
+    /// The receive step started before its post (for the transport's
+    /// NetPlugin events), if the post has not gone through yet.
+    ahead: *mut c_void,
 }
 
 /// One call's ProxyOp and ProxyStep events (kept and reused by the
@@ -100,9 +154,13 @@ struct Op {
 pub(crate) struct Trace {
     pub(crate) api: Api,
     steps: bool,
+    /// The transports report NetPlugin events.
+    net_events: bool,
     /// The Group event and the Coll or P2p events under it.
     pub(crate) group: *mut c_void,
     pub(crate) parents: Vec<*mut c_void>,
+    /// The KernelCh events under them.
+    pub(crate) kernel: Vec<*mut c_void>,
     /// The call's ProxyOps: the first `live` of `ops` (the rest keep their
     /// memory for later calls).
     ops: Vec<Op>,
@@ -125,8 +183,10 @@ impl Trace {
         Trace {
             api,
             steps: false,
+            net_events: false,
             group: null_mut(),
             parents: Vec::new(),
+            kernel: Vec::new(),
             ops: Vec::new(),
             live: 0,
             tally: Vec::new(),
@@ -137,25 +197,44 @@ impl Trace {
         }
     }
 
-    /// Starts the ProxyOps of `sched` (elements of `elem` bytes) on
-    /// `nranks` ranks where `mask` asks for them, each under the parent
+    /// Starts a KernelCh event (channel 0: the schedules are
+    /// single-channel) under `parent` where `mask` asks for it.
+    pub(crate) fn start_kernel(&mut self, mask: u64, parent: *mut c_void) {
+        if mask & bits::KERNEL_CH == 0 {
+            return;
+        }
+        let mut d = self.api.descr(bits::KERNEL_CH, parent);
+        d.u.kernel_ch = ffi::KernelChDescr {
+            channel_id: 0,
+            p_timer: now_ns(),
+        };
+        let h = self.api.start(d);
+        self.kernel.push(h);
+    }
+
+    /// Starts the ProxyOps of `sched` (elements of `elem` bytes) where
+    /// `mask` asks for them, one per peer reached over a network transport
+    /// (`net[peer]`, empty where none is; as in NCCL, where only those
+    /// have a proxy) and direction, each under the parent
     /// `parent_of(peer, is_send)` gives.
     pub(crate) fn start_ops(
         &mut self,
         mask: u64,
         sched: &Schedule,
         elem: usize,
-        nranks: usize,
+        net: &[bool],
         parent_of: impl Fn(usize, bool) -> *mut c_void,
     ) {
+        let nranks = net.len();
         self.steps = mask & (bits::PROXY_STEP | bits::NET_PLUGIN) != 0;
+        self.net_events = mask & bits::NET_PLUGIN != 0;
         self.live = 0;
         self.pending.clear();
         self.index.clear();
-        self.index.resize(nranks, [NONE; 2]);
-        if mask & (bits::PROXY_OP | bits::PROXY_STEP | bits::NET_PLUGIN) == 0 {
+        if nranks == 0 || mask & (bits::PROXY_OP | bits::PROXY_STEP | bits::NET_PLUGIN) == 0 {
             return;
         }
+        self.index.resize(nranks, [NONE; 2]);
         let mut tally = std::mem::take(&mut self.tally);
         tally.clear();
         tally.resize(nranks, [(0, 0); 2]);
@@ -163,6 +242,7 @@ impl Trace {
             let bytes = s.count() * elem;
             let dirs = [(s.send_peer(), 0), (s.recv_peer(), 1)];
             for (peer, d) in dirs {
+                let peer = peer.filter(|&p| net.get(p) == Some(&true));
                 if let Some(t) = peer.and_then(|p| tally.get_mut(p)) {
                     t[d].0 += 1;
                     t[d].1 = t[d].1.max(bytes);
@@ -196,6 +276,7 @@ impl Trace {
                         op.cur = null_mut();
                         op.waited = false;
                         op.queue.clear();
+                        op.ahead = null_mut();
                     }
                     None => self.ops.push(Op {
                         handle,
@@ -204,6 +285,7 @@ impl Trace {
                         cur: null_mut(),
                         waited: false,
                         queue: VecDeque::new(),
+                        ahead: null_mut(),
                     }),
                 }
                 self.live += 1;
@@ -230,6 +312,49 @@ impl Trace {
         d.u.proxy_step = ffi::ProxyStepDescr { step: op.next };
         op.next += 1;
         api.start(d)
+    }
+
+    /// A profile for the transport's NetPlugin events, under `step`.
+    fn profile(&self, step: *mut c_void) -> Option<NetProfile> {
+        if step.is_null() {
+            return None;
+        }
+        // SAFETY: `net_start` and `net_stop` read `self.api`, which lives
+        // as long as this boxed trace: the communicator keeps it for its
+        // next call, and a request's events end before its call does.
+        Some(unsafe {
+            NetProfile::new(net_start, net_stop, (&self.api as *const Api).cast(), step)
+        })
+    }
+
+    /// The NetPlugin profile of the send the engine is about to try to
+    /// `peer` (its ProxyStep starts now), where the mask asks for them.
+    pub(crate) fn net_send(&mut self, peer: usize) -> Option<NetProfile> {
+        if !self.net_events {
+            return None;
+        }
+        let (api, steps) = (self.api, self.steps);
+        let op = self.op(peer, 0)?;
+        if op.cur.is_null() && !op.waited {
+            op.cur = Self::step(&api, steps, op);
+        }
+        let h = op.cur;
+        self.profile(h)
+    }
+
+    /// The NetPlugin profile of the receive the engine is about to post
+    /// from `peer` (its ProxyStep starts now), where the mask asks for them.
+    pub(crate) fn net_recv(&mut self, peer: usize) -> Option<NetProfile> {
+        if !self.net_events {
+            return None;
+        }
+        let (api, steps) = (self.api, self.steps);
+        let op = self.op(peer, 1)?;
+        if op.ahead.is_null() {
+            op.ahead = Self::step(&api, steps, op);
+        }
+        let h = op.ahead;
+        self.profile(h)
     }
 
     /// The engine tried to send `bytes` to `peer`.
@@ -276,7 +401,10 @@ impl Trace {
     pub(crate) fn recv_posted(&mut self, peer: usize, bytes: usize) {
         let (api, steps) = (self.api, self.steps);
         let Some(op) = self.op(peer, 1) else { return };
-        let h = Self::step(&api, steps, op);
+        let h = match std::mem::replace(&mut op.ahead, null_mut()) {
+            h if !h.is_null() => h,
+            _ => Self::step(&api, steps, op),
+        };
         api.record(h, state::STEP_RECV_WAIT, Some(bytes));
         op.queue.push_back(h);
     }
@@ -314,12 +442,16 @@ impl Trace {
         }
         for op in &mut self.ops[..self.live] {
             api.stop(std::mem::replace(&mut op.cur, null_mut()));
+            api.stop(std::mem::replace(&mut op.ahead, null_mut()));
             for h in op.queue.drain(..) {
                 api.stop(h);
             }
             api.stop(op.handle);
         }
         self.live = 0;
+        for h in self.kernel.drain(..) {
+            api.stop_kernel(h);
+        }
         for h in self.parents.drain(..) {
             api.stop(h);
         }
@@ -369,6 +501,17 @@ mod tests {
             },
             // SAFETY: as above.
             bits::PROXY_STEP => unsafe { format!("step {}", d.u.proxy_step.step) },
+            // SAFETY: as above; the socket descriptor lives across the call.
+            bits::NET_PLUGIN => unsafe {
+                let n = d.u.net_plugin;
+                let sock = (*n.data.cast::<nccl_net::profile::SockDescrV1>()).sock;
+                format!("net {:#x} fd={} len={}", n.id, sock.fd, sock.length)
+            },
+            // SAFETY: as above.
+            bits::KERNEL_CH => unsafe {
+                let k = d.u.kernel_ch;
+                format!("kernel ch={} timed={}", k.channel_id, k.p_timer > 0)
+            },
             t => format!("type {t}"),
         };
         push(format!("start {n} parent={} {what}", id(d.parent)));
@@ -391,6 +534,10 @@ mod tests {
     }
 
     fn trace(mask: u64, steps: Vec<Step>) -> Trace {
+        trace_over(mask, steps, &[true; 3])
+    }
+
+    fn trace_over(mask: u64, steps: Vec<Step>, net: &[bool]) -> Trace {
         let api = Api {
             ctx: null_mut(),
             start,
@@ -401,7 +548,7 @@ mod tests {
         let mut t = Trace::new(api);
         let sched = Schedule { steps, scratch: 0 };
         // The parent: event 99.
-        t.start_ops(mask, &sched, 4, 3, |_, _| 99 as *mut c_void);
+        t.start_ops(mask, &sched, 4, net, |_, _| 99 as *mut c_void);
         t
     }
 
@@ -540,5 +687,102 @@ mod tests {
         t.recv_done(2);
         t.stop_all();
         assert_eq!(take(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn only_network_peers_have_proxy_ops_and_each_task_a_kernel_channel() {
+        let all = ALL | bits::KERNEL_CH;
+        // Rank 1 over shared memory, rank 2 over the network.
+        let mut t = trace_over(all, vec![send(1, 1), send(2, 1)], &[false, false, true]);
+        t.start_kernel(all, 98 as *mut c_void);
+        t.send(1, 4, Sent::Done);
+        t.send(2, 4, Sent::Done);
+        t.stop_all();
+        let log = take();
+        assert_eq!(
+            log[..6],
+            [
+                "start 1 parent=99 op peer=2 send=1 steps=1 chunk=4",
+                "start 2 parent=98 kernel ch=0 timed=true",
+                "state 1 19",
+                "start 3 parent=1 step 0",
+                "state 3 9 size=4",
+                "stop 3",
+            ]
+        );
+        // The KernelCh stops with its timestamp, after the ops.
+        assert_eq!(log[6], "stop 1");
+        assert!(log[7].starts_with("state 2 22 size="), "{log:?}");
+        assert_eq!(log[8..], ["stop 2"]);
+        // Without the bit: no KernelCh.
+        let mut t = trace_over(ALL, vec![], &[false; 2]);
+        t.start_kernel(ALL, 98 as *mut c_void);
+        t.stop_all();
+        assert_eq!(take(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn transports_report_net_plugin_events_under_the_step() {
+        use nccl_net::profile::{RequestEvents, SOCKET_RECV, SOCKET_SEND};
+        let mut t = trace(ALL | bits::NET_PLUGIN, vec![send(1, 3), recv(2, 2)]);
+        // A send that finds the transport full keeps its step and profile.
+        let p = t.net_send(1).expect("a profile");
+        t.send(1, 12, Sent::Full);
+        assert_eq!(
+            t.net_send(1).map(|q| format!("{q:?}")),
+            Some(format!("{p:?}"))
+        );
+        let mut ev = RequestEvents::new(p);
+        ev.socket(7, SOCKET_SEND, 12);
+        t.send(1, 12, Sent::Posted(Request(1)));
+        ev.finish();
+        t.send_done(1, Request(1));
+        // A receive's step starts before its post, and is the one posted.
+        let p = t.net_recv(2).expect("a profile");
+        assert_eq!(
+            t.net_recv(2).map(|q| format!("{q:?}")),
+            Some(format!("{p:?}"))
+        );
+        t.recv_posted(2, 8);
+        let mut ev = RequestEvents::new(p);
+        ev.socket(8, SOCKET_RECV, 5);
+        ev.socket(9, SOCKET_RECV, 3);
+        t.recv_arrived(2);
+        ev.finish();
+        t.recv_done(2);
+        t.stop_all();
+        assert_eq!(
+            take(),
+            [
+                "start 1 parent=99 op peer=1 send=1 steps=1 chunk=12",
+                "start 2 parent=99 op peer=2 send=0 steps=1 chunk=8",
+                "state 1 19",
+                "start 3 parent=1 step 0",
+                "state 3 20",
+                "start 4 parent=3 net 0x20001 fd=7 len=12",
+                "state 3 9 size=12",
+                "stop 4",
+                "stop 3",
+                "state 2 19",
+                "start 5 parent=2 step 0",
+                "state 5 10 size=8",
+                "start 6 parent=5 net 0x20001 fd=8 len=5",
+                "start 7 parent=5 net 0x20001 fd=9 len=3",
+                "state 5 12",
+                "stop 6",
+                "stop 7",
+                "stop 5",
+                "stop 1",
+                "stop 2",
+            ]
+        );
+        // Without the bit the engine gets no profile; for a peer without
+        // ProxyOps neither.
+        let mut t = trace(ALL, vec![send(1, 1)]);
+        assert!(t.net_send(1).is_none() && t.net_recv(1).is_none());
+        let mut t = trace_over(ALL | bits::NET_PLUGIN, vec![send(1, 1)], &[false; 2]);
+        assert!(t.net_send(1).is_none());
+        t.stop_all();
+        take();
     }
 }

@@ -34,6 +34,15 @@
 //! the whole message is in; the sender reads acknowledgements while any
 //! is due, so a receiver that closes fails the send.
 //!
+//! # Profiler events
+//! A request posted after [`nccl_net::SendComm::profile`] (or the receive
+//! side's) reports a NetPlugin event per socket its payload travels on
+//! (NCCL's socket descriptor: fd, direction, payload bytes): socket 0 for
+//! an inline message, one per piece for a striped one, so that the lengths
+//! add up to the message. They start when the message is laid out (a send
+//! at `isend`, a receive when its header is read) and stop when `test`
+//! reports the request complete.
+//!
 //! After a connection error, a tag mismatch or a truncation the stream can
 //! no longer be trusted: the comm remembers the fault and reports it from
 //! every later call that would need the connection.

@@ -6,9 +6,10 @@ use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
 use crate::wire::{self, Header, HDR, UNIT};
-use nccl_net::{MemHandle, NetResult, RecvComm, Request, RequestQueue};
+use nccl_net::profile::{RequestEvents, SOCKET_RECV};
+use nccl_net::{MemHandle, NetProfile, NetResult, RecvComm, Request, RequestQueue};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// How often socket 0 is put back in delayed-ACK mode (the kernel leaves it
@@ -35,6 +36,8 @@ struct RecvOp {
     seq: u64,
     /// Spliced: to be acknowledged once in (see [`crate::lanes`]).
     ack: bool,
+    /// Its profiler events, if it was posted with a profile.
+    prof: Option<Box<RequestEvents>>,
 }
 
 impl RecvOp {
@@ -73,6 +76,10 @@ pub(crate) struct TcpRecvComm {
     /// Acknowledgements queued for socket 0, and their bytes written.
     acks_out: Vec<u8>,
     acks_sent: usize,
+    /// Socket `j`'s descriptor at index `j` (for profiler events).
+    fds: Vec<RawFd>,
+    /// The profile of the next request posted.
+    next_prof: Option<NetProfile>,
 }
 
 // SAFETY: as for TcpSendComm: the raw pointers are only handed to the
@@ -90,6 +97,7 @@ impl TcpRecvComm {
     ) -> io::Result<Self> {
         let ndata = crate::stripe::data_sockets(socks.len());
         let probe = std::sync::Arc::new(crate::probe::TcpProbe::new(&socks));
+        let fds = socks.iter().map(AsRawFd::as_raw_fd).collect();
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpRecvComm {
@@ -108,6 +116,8 @@ impl TcpRecvComm {
             to_ack: 0,
             acks_out: Vec::new(),
             acks_sent: 0,
+            fds,
+            next_prof: None,
         })
     }
 
@@ -211,14 +221,22 @@ impl TcpRecvComm {
         let data = op.data;
         let mut pieces_left = 0;
         let lanes = &mut self.lanes;
+        let fds = &self.fds;
+        let prof = &mut op.prof;
         let striped = self.striper.layout(len, |p| {
             // Stays inside the caller's buffer: p.off < len <= cap.
             let ptr = data.wrapping_add(p.off);
             pieces_left += 1;
+            if let Some(pr) = prof.as_mut() {
+                pr.socket(fds[p.sock], SOCKET_RECV, p.len);
+            }
             lanes.push(p.sock, Chunk::new(id, ptr, p.len, h.piece_pads(p.len)));
         });
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
+        if let (Some(pr), false) = (op.prof.as_mut(), striped) {
+            pr.socket(self.fds[0], SOCKET_RECV, len0);
+        }
         (op.head, op.tail) = wire::pads(HDR, len0, h.align);
         op.len = Some(len);
         op.data0 = data0;
@@ -362,16 +380,24 @@ impl RecvComm for TcpRecvComm {
             pieces_left: 0,
             seq: 0,
             ack: false,
+            prof: self.next_prof.take().map(RequestEvents::new),
         });
         Ok(Some(req))
+    }
+
+    fn profile(&mut self, p: Option<NetProfile>) {
+        self.next_prof = p;
     }
 
     fn test(&mut self, req: Request) -> NetResult<Option<usize>> {
         let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         // `progress` pops nothing, so `idx` stays valid.
         self.progress();
-        let op = &self.q[idx];
+        let op = &mut self.q[idx];
         if op.done() {
+            if let Some(pr) = op.prof.take() {
+                pr.finish();
+            }
             let size = op.len.unwrap_or(0);
             let popped = self.q.report(idx);
             self.head0 = self.head0.saturating_sub(popped);

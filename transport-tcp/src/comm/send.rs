@@ -5,9 +5,12 @@ use crate::lanes::{Chunk, Dir, Lanes};
 use crate::stripe::Striper;
 use crate::sys;
 use crate::wire::{self, Header, ACK, HDR, ZEROS};
-use nccl_net::{CopyHint, MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
+use nccl_net::profile::{RequestEvents, SOCKET_SEND};
+use nccl_net::{
+    CopyHint, MemHandle, NetError, NetProfile, NetResult, Request, RequestQueue, SendComm,
+};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// Most iovecs handed to one `sendmsg`.
 const MAX_IOV: usize = 32;
@@ -30,6 +33,8 @@ struct SendOp {
     seq: u64,
     /// Spliced, and the receiver's acknowledgement is not in yet.
     await_ack: bool,
+    /// Its profiler events, if it was posted with a profile.
+    prof: Option<Box<RequestEvents>>,
 }
 
 impl SendOp {
@@ -94,6 +99,10 @@ pub(crate) struct TcpSendComm {
     /// The acknowledgement being read, and its bytes in so far.
     ack: [u8; ACK],
     ack_got: usize,
+    /// Socket `j`'s descriptor at index `j` (for profiler events).
+    fds: Vec<RawFd>,
+    /// The profile of the next request posted.
+    next_prof: Option<NetProfile>,
 }
 
 // SAFETY: the raw pointers in the queue are only handed to the kernel; the
@@ -114,6 +123,7 @@ impl TcpSendComm {
     ) -> io::Result<Self> {
         let ndata = crate::stripe::data_sockets(socks.len());
         let probe = std::sync::Arc::new(crate::probe::TcpProbe::new(&socks));
+        let fds = socks.iter().map(AsRawFd::as_raw_fd).collect();
         let others = socks.split_off(1);
         let fd = socks.pop().ok_or(io::ErrorKind::InvalidInput)?;
         Ok(TcpSendComm {
@@ -132,6 +142,8 @@ impl TcpSendComm {
             awaiting: 0,
             ack: [0; ACK],
             ack_got: 0,
+            fds,
+            next_prof: None,
         })
     }
 
@@ -292,10 +304,15 @@ impl SendComm for TcpSendComm {
         let id = self.q.next_id();
         let mut pieces_left = 0;
         let lanes = &mut self.lanes;
+        let mut prof = self.next_prof.take().map(RequestEvents::new);
+        let fds = &self.fds;
         let striped = self.striper.layout(len, |p| {
             // Stays inside the caller's buffer: p.off < len.
             let ptr = data.wrapping_add(p.off).cast_mut();
             pieces_left += 1;
+            if let Some(pr) = prof.as_mut() {
+                pr.socket(fds[p.sock], SOCKET_SEND, p.len);
+            }
             lanes.push(
                 p.sock,
                 if header.spliced {
@@ -309,6 +326,9 @@ impl SendComm for TcpSendComm {
         });
         // Inline: the whole payload after the header; striped: nothing.
         let (data0, len0) = if striped { (data, 0) } else { (data, len) };
+        if let (Some(pr), false) = (prof.as_mut(), striped) {
+            pr.socket(self.fds[0], SOCKET_SEND, len0);
+        }
         let (head, tail) = wire::pads(HDR, len0, header.align);
         let op = SendOp {
             hdr: header.encode(),
@@ -320,6 +340,7 @@ impl SendComm for TcpSendComm {
             pieces_left,
             seq: self.posted,
             await_ack: header.spliced,
+            prof,
         };
         self.posted += 1;
         self.awaiting += usize::from(header.spliced);
@@ -333,11 +354,18 @@ impl SendComm for TcpSendComm {
         self.receives = hint.receives;
     }
 
+    fn profile(&mut self, p: Option<NetProfile>) {
+        self.next_prof = p;
+    }
+
     fn test(&mut self, req: Request) -> NetResult<bool> {
         let idx = self.q.live(req).ok_or_else(|| unknown_request(req))?;
         // `progress` pops nothing, so `idx` stays valid.
         self.progress();
         if self.q[idx].done() {
+            if let Some(pr) = self.q[idx].prof.take() {
+                pr.finish();
+            }
             let popped = self.q.report(idx);
             self.head0 = self.head0.saturating_sub(popped);
             Ok(true)

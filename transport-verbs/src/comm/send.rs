@@ -15,7 +15,8 @@ use crate::regcache::{EntryId, RegCache};
 use crate::sys;
 use crate::verbs::{RegisteredBuf, ACCESS_REMOTE_WRITE};
 use crate::wire::{CTS_BYTES, RECORD_BYTES};
-use nccl_net::{MemHandle, NetError, NetResult, Request, RequestQueue, SendComm};
+use nccl_net::profile::RequestEvents;
+use nccl_net::{MemHandle, NetError, NetProfile, NetResult, Request, RequestQueue, SendComm};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -41,6 +42,9 @@ struct SendOp {
     posted: bool,
     done: bool,
     error: Option<Fault>,
+    /// Its profiler events (a QP event per work-request chain posted),
+    /// if it was posted with a profile.
+    prof: Option<Box<RequestEvents>>,
 }
 
 /// The sending half of a verbs connection.
@@ -63,6 +67,8 @@ pub(crate) struct VerbsSendComm {
     wr_chunk: usize,
     wrs: Vec<sys::ibv_send_wr>,
     sges: Vec<sys::ibv_sge>,
+    /// The profile of the next request posted.
+    next_prof: Option<NetProfile>,
 }
 
 // SAFETY: the raw pointers are caller buffers that the isend contract
@@ -144,6 +150,7 @@ impl VerbsSendComm {
             wr_chunk,
             wrs: Vec::new(),
             sges: Vec::new(),
+            next_prof: None,
         }
     }
 
@@ -297,9 +304,14 @@ impl SendComm for VerbsSendComm {
             posted: false,
             done: false,
             error: None,
+            prof: self.next_prof.take().map(RequestEvents::new),
         });
         self.progress();
         Ok(Some(req))
+    }
+
+    fn profile(&mut self, p: Option<NetProfile>) {
+        self.next_prof = p;
     }
 
     fn test(&mut self, req: Request) -> NetResult<bool> {

@@ -268,6 +268,61 @@ typedef struct {
   ncclResult_t (*finalize)(void* context);
 } ncclProfiler_v4_t;
 
+/* ---- network plugin events (NetPlugin: netPlugin.id, netPlugin.data) ----
+ * The id's low NCCL_PROFILER_NET_VER_BITS bits are the layout version, the
+ * bits above them the network type. nccl-rs's TCP transport reports
+ * NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER events, its
+ * verbs transport NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER ones;
+ * `data` is valid during startEvent only. */
+#define NCCL_PROFILER_NET_VER_BITS (16)
+#define NCCL_PROFILER_NET_VER_MASK (~0U >> NCCL_PROFILER_NET_VER_BITS)
+#define NCCL_PROFILER_NET_TYPE_MASK (~0U << NCCL_PROFILER_NET_VER_BITS)
+
+typedef enum {
+  NCCL_PROFILER_NET_TYPE_IB = (1U << NCCL_PROFILER_NET_VER_BITS),
+  NCCL_PROFILER_NET_TYPE_SOCK = (2U << NCCL_PROFILER_NET_VER_BITS),
+} ncclProfilerNetType;
+
+#define NCCL_PROFILER_NET_IB_VER 1
+
+enum {
+  ncclProfileQp = (1 << 0),
+};
+
+typedef struct {
+  uint8_t type; /* ncclProfileQp */
+  union {
+    struct {
+      int device;     /* network device index */
+      uint64_t wr_id; /* work request id */
+      int opcode;     /* ibv_wr_opcode */
+      int qpNum;      /* queue pair number */
+      size_t length;  /* bytes of the work request */
+    } qp;
+  };
+} ncclProfilerNetIbDescr_v1_t;
+
+#define NCCL_PROFILER_NET_SOCKET_VER 1
+
+enum {
+  ncclProfileSocket = (1 << 0),
+};
+
+/* `op` of a socket event (NCCL's NCCL_SOCKET_SEND / NCCL_SOCKET_RECV). */
+#define NCCL_PROFILER_NET_SOCKET_SEND 0
+#define NCCL_PROFILER_NET_SOCKET_RECV 1
+
+typedef struct {
+  uint8_t type; /* ncclProfileSocket */
+  union {
+    struct {
+      int fd;        /* the socket */
+      int op;        /* send 0, receive 1 */
+      size_t length; /* payload bytes of the message on this socket */
+    } sock;
+  };
+} ncclProfilerNetSockDescr_v1_t;
+
 #ifdef __cplusplus
 }
 #endif

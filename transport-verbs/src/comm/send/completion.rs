@@ -45,6 +45,9 @@ impl VerbsSendComm {
                 op.pending_wrs = op.pending_wrs.saturating_sub(1);
                 if op.pending_wrs == 0 && !op.done {
                     op.done = true;
+                    if let Some(events) = op.prof.take() {
+                        events.finish();
+                    }
                     if let Source::Reg(id) = op.src {
                         drop(self.cache.release(id));
                     }

@@ -131,6 +131,18 @@ impl VerbsSendComm {
             self.sq_free[i] -= n;
             self.sq_batches[i].push_back(n);
             signaled += 1;
+            let qp_num = self.conn.qps[i].qpn();
+            if let Some(events) = self.q[idx].prof.as_mut() {
+                // The chain's payload (the record on QP 0 is framing).
+                let length = parts.get(i).map_or(0, |p| p.1);
+                events.qp(nccl_net::profile::Qp {
+                    device: rail as i32,
+                    wr_id,
+                    opcode: sys::IBV_WR_RDMA_WRITE_WITH_IMM as i32,
+                    qp_num: qp_num as i32,
+                    length,
+                });
+            }
         }
         let op = &mut self.q[idx];
         op.posted = true;
