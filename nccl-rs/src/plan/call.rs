@@ -33,8 +33,7 @@
 //! Placement (see [`super::placement`]) decides the rest, between two
 //! ranks on their own CPUs:
 //! - **Near** (a shared last-level cache): messages that may go single copy
-//!   travel through the ring up to 1 MiB from a rank that only sends, up to
-//!   64 KiB from one that also receives, and an all-gather or all-to-all
+//!   travel through the ring up to 1 MiB, and an all-gather or all-to-all
 //!   of half the last-level cache or more takes the ring in chunks; the
 //!   copies stay in the cache the reader reads them from.
 //! - **Apart**: ring messages are written with streaming stores (a plain
@@ -53,9 +52,9 @@ use crate::datatype::DataType;
 use crate::schedule::{Loc, Schedule, Step};
 
 /// Messages that may go single copy travel through the ring instead, up to
-/// this size, while the two CPUs share a cache and the sender only sends:
-/// two copies within the cache, one on each core, cost less than a system
-/// call and a copy from the other core's memory.
+/// this size, while the two CPUs share a cache: two copies within the
+/// cache, one on each core, cost less than a system call and a copy from
+/// the other core's memory.
 pub(crate) const NEAR_RING_MAX_BYTES: usize = 1 << 20;
 /// The same while the CPUs are apart, with streaming stores: up to here the
 /// ring's streamed copy still beats the system call of single copy.
@@ -64,6 +63,9 @@ pub(crate) const APART_RING_MAX_BYTES: usize = 64 << 10;
 /// go single copy only above this size (below, the ring's copies cost the
 /// shared core less than a system call per message).
 pub(crate) const OVERSUBSCRIBED_MIN_BYTES: usize = 64 << 10;
+/// With more local ranks than CPUs, staging copies of at least this many
+/// bytes stream; below, the readers find the staged copy in the cache.
+pub(crate) const OVERSUBSCRIBED_STREAM_MIN_BYTES: usize = 2 << 20;
 /// Largest all-to-all input copied into shared staging: a bound on the
 /// staging memory a communicator keeps.
 pub(crate) const STAGED_ALL_TO_ALL_MAX_BYTES: usize = 256 << 20;
@@ -473,12 +475,16 @@ impl Rules<'_> {
             && self.whole_blocks(bytes)
     }
 
-    /// Staging copies of `bytes` stream from the streaming size, and always
-    /// with more local ranks than CPUs: there the readers, on other cores,
-    /// hold the last call's lines of the staging buffer, and a plain store
-    /// waits for each to come back.
+    /// Staging copies of `bytes` stream from the streaming size, and with
+    /// more local ranks than CPUs from [`OVERSUBSCRIBED_STREAM_MIN_BYTES`]:
+    /// there the ranks sharing the cache each hold an input, a staged copy
+    /// and an output, so a larger copy would not stay in the cache anyway.
     fn staging_stores(&self, bytes: usize) -> Stores {
-        let stream = self.topo.oversubscribed || bytes >= self.topo.stream_from;
+        let from = match self.topo.oversubscribed {
+            true => OVERSUBSCRIBED_STREAM_MIN_BYTES.min(self.topo.stream_from),
+            false => self.topo.stream_from,
+        };
+        let stream = bytes >= from;
         if stream {
             Stores::Streaming
         } else {
@@ -650,15 +656,8 @@ fn placed(
     single_copy: bool,
     sched: SchedFacts,
 ) -> Messages {
-    // While near, a rank that only sends hands messages up to 1 MiB to the
-    // ring (its copy overlaps the reader's); one that also receives does
-    // two copies per byte either way, so only the small ones.
-    let near_max = match sched.receives {
-        true => APART_RING_MAX_BYTES,
-        false => NEAR_RING_MAX_BYTES,
-    };
     let (ring_max, ring_stores) = match (topo.oversubscribed, placement) {
-        (false, Placement::Near) => (near_max, Stores::Plain),
+        (false, Placement::Near) => (NEAR_RING_MAX_BYTES, Stores::Plain),
         (false, Placement::Apart) => (APART_RING_MAX_BYTES, Stores::Streaming),
         _ => (0, Stores::Plain),
     };

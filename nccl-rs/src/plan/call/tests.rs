@@ -164,15 +164,7 @@ fn expect(shape: &'static str, staging: Staging, single_copy: bool) -> Row {
 }
 
 impl Row {
-    /// Near, on a rank that also receives.
     fn near(self) -> Row {
-        Row {
-            ring_max: APART_RING_MAX_BYTES,
-            ..self
-        }
-    }
-    /// Near, on a rank that only sends.
-    fn near_sender(self) -> Row {
         Row {
             ring_max: NEAR_RING_MAX_BYTES,
             ..self
@@ -214,7 +206,7 @@ fn two_ranks_on_their_own_cpus() {
         (all_to_all(&t, STREAM), APART,
             expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true).apart().streams_output()),
         // Broadcast: one message, single copy, the root helping.
-        (broadcast(64 * MIB), NEAR, expect("chunked", none, true).near_sender().streams_output()),
+        (broadcast(64 * MIB), NEAR, expect("chunked", none, true).near().streams_output()),
         (broadcast(KIB), APART, expect("chunked", none, true).apart()),
         // All-reduce: never single copy; streamed ring stores while apart.
         (all_reduce(MIB), NEAR, expect("chunked", none, false).near()),
@@ -234,11 +226,15 @@ fn more_local_ranks_than_cpus() {
     let table = [
         // All-to-all above 64 KiB: whole blocks from shared staging.
         (all_to_all(&t, 64 * KIB), expect("chunked", none, false)),
-        (all_to_all(&t, MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
+        // Staging streams from 2 MiB of input.
+        (all_to_all(&t, MIB), expect("in place", Staging::OtherBlocksOwnToOutput(PLAIN), true)),
+        (all_to_all(&t, 2 * MIB - 4), expect("in place", Staging::OtherBlocksOwnToOutput(PLAIN), true)),
+        (all_to_all(&t, 2 * MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
         (all_to_all(&t, 4 * MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
         // All-gather above 64 KiB: one hop from shared staging.
         (all_gather(&t, 64 * KIB), expect("chunked", none, false)),
-        (all_gather(&t, MIB), expect("one hop", Staging::Input(STREAMED), true)),
+        (all_gather(&t, MIB), expect("one hop", Staging::Input(PLAIN), true)),
+        (all_gather(&t, 8 * MIB), expect("one hop", Staging::Input(STREAMED), true)),
         (all_gather(&t, 16 * MIB), expect("one hop", Staging::Input(STREAMED), true).streams_output()),
         // Nothing else goes single copy.
         (broadcast(MIB), expect("chunked", none, false)),
@@ -469,11 +465,17 @@ fn readers_on_the_same_cpu_take_plain_staged_blocks() {
         sharing_cpu: 1 << 2,
         ..crowded()
     };
-    let got = plan(&t, &all_to_all(&t, MIB), UNKNOWN);
+    let got = plan(&t, &all_to_all(&t, 4 * MIB), UNKNOWN);
     assert_eq!(got.staging, Staging::OtherBlocksOwnToOutput(STREAMED));
     assert_eq!(got.staging_plain_for, 1 << 2);
+    // Below the streaming size every block goes plain anyway.
+    let got = plan(&t, &all_to_all(&t, MIB), UNKNOWN);
+    assert_eq!(
+        (got.staging, got.staging_plain_for),
+        (Staging::OtherBlocksOwnToOutput(PLAIN), 0)
+    );
     // One copy that every reader takes: streamed for all.
-    let ag = plan(&t, &all_gather(&t, MIB), UNKNOWN);
+    let ag = plan(&t, &all_gather(&t, 16 * MIB), UNKNOWN);
     assert_eq!(
         (ag.staging, ag.staging_plain_for),
         (Staging::Input(STREAMED), 0)
