@@ -213,10 +213,12 @@ impl Core {
         op: RedOp,
         bufs: CallBufs,
     ) -> Result<()> {
-        let start = std::time::Instant::now();
+        let start = crate::observe::clock::now();
         let res = self.run_collective(coll, dtype, op, bufs);
         if res.is_ok() {
-            self.engine.telemetry.observe(coll.index(), start.elapsed());
+            self.engine
+                .telemetry
+                .observe(coll.index(), crate::observe::clock::since(start));
             self.progress.coll_done(self.seq);
         }
         res
@@ -314,7 +316,7 @@ impl Core {
         bufs: CallBufs,
         (ops, dtypes): (&[schedule::P2pOp], &[DataType]),
     ) -> Result<()> {
-        let start = std::time::Instant::now();
+        let start = crate::observe::clock::now();
         let mut facts = self.facts(None, DataType::Uint8, &bufs);
         facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
             let r = match loc {
@@ -352,7 +354,9 @@ impl Core {
         );
         if res.is_ok() {
             let kind = crate::observe::telemetry::SEND_RECV;
-            self.engine.telemetry.observe(kind, start.elapsed());
+            self.engine
+                .telemetry
+                .observe(kind, crate::observe::clock::since(start));
             self.progress.p2p_done();
         }
         if let Some(p) = self.profiler.as_deref_mut() {

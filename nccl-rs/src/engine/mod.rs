@@ -265,13 +265,16 @@ impl Engine {
         let mut polls = 0u32;
         let mut quiet = 0u32;
         let mut last_health: Option<Instant> = None;
-        // What the current idle stretch waits on (for the wait counters).
+        // What the current idle stretch waits on, and how long it had at
+        // the clock's last read (for the wait counters: the stretch's end
+        // reads no clock, so a wait counts at most one poll interval short).
         let mut waiting = None;
+        let mut idle_seen = Duration::ZERO;
         loop {
             let (done, moved) = run.poll()?;
             if done || moved {
-                if let Some(since) = idle_since.take() {
-                    run.telemetry().waited(waiting, since.elapsed());
+                if idle_since.take().is_some() {
+                    run.telemetry().waited(waiting, std::mem::take(&mut idle_seen));
                 }
                 if done {
                     return Ok(());
@@ -293,6 +296,7 @@ impl Engine {
                     waiting = run.waits_on();
                     now
                 });
+            idle_seen = idle;
             polls = polls.wrapping_add(1);
             if idle < spin {
                 std::hint::spin_loop();

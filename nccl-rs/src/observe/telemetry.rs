@@ -190,6 +190,7 @@ impl Telemetry {
     /// Counters for rank `rank` of `nranks` of communicator `comm` (an id
     /// shared by the communicator's ranks, see [`comm_id`]).
     pub(crate) fn new(comm: u64, rank: usize, nranks: usize) -> Telemetry {
+        super::clock::init();
         let cells = || (0..nranks).map(|_| PeerCells::default()).collect();
         Telemetry {
             comm,
