@@ -274,7 +274,8 @@ impl Engine {
             let (done, moved) = run.poll()?;
             if done || moved {
                 if idle_since.take().is_some() {
-                    run.telemetry().waited(waiting, std::mem::take(&mut idle_seen));
+                    run.telemetry()
+                        .waited(waiting, std::mem::take(&mut idle_seen));
                 }
                 if done {
                     return Ok(());

@@ -316,30 +316,40 @@ impl Thread {
         }
     }
 
+    /// Opens the connection to peer `a` unless it is open; false (and a
+    /// link error recorded) when that fails.
+    fn connect(&mut self, a: SocketAddr) -> bool {
+        if self.out.contains_key(&a) {
+            return true;
+        }
+        let wait = self.shared.timing.heartbeat.min(Duration::from_millis(200));
+        match TcpStream::connect_timeout(&a, wait) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                if s.set_nonblocking(true).is_ok() {
+                    self.out.insert(
+                        a,
+                        Outbound {
+                            stream: s,
+                            pending: Vec::new(),
+                        },
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                self.shared
+                    .link_error(format!("connecting to peer {a}: {e}"));
+                false
+            }
+        }
+    }
+
     /// Queues `frame` for peer `a` (connecting first if need be), unless
     /// that peer's backlog is already a frame's worth (it is not reading).
     fn queue(&mut self, a: SocketAddr, frame: &[u8]) {
-        if !self.out.contains_key(&a) {
-            let wait = self.shared.timing.heartbeat.min(Duration::from_millis(200));
-            match TcpStream::connect_timeout(&a, wait) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    if s.set_nonblocking(true).is_ok() {
-                        self.out.insert(
-                            a,
-                            Outbound {
-                                stream: s,
-                                pending: Vec::new(),
-                            },
-                        );
-                    }
-                }
-                Err(e) => {
-                    self.shared
-                        .link_error(format!("connecting to peer {a}: {e}"));
-                    return;
-                }
-            }
+        if !self.connect(a) {
+            return;
         }
         if let Some(o) = self.out.get_mut(&a) {
             if o.pending.len() <= MAX_FRAME {
@@ -488,27 +498,8 @@ impl Thread {
             .map(|(a, _)| *a)
             .collect();
         for a in targets {
-            if !self.out.contains_key(&a) {
-                let wait = self.shared.timing.heartbeat.min(Duration::from_millis(200));
-                match TcpStream::connect_timeout(&a, wait) {
-                    Ok(s) => {
-                        let _ = s.set_nodelay(true);
-                        if s.set_nonblocking(true).is_ok() {
-                            self.out.insert(
-                                a,
-                                Outbound {
-                                    stream: s,
-                                    pending: Vec::new(),
-                                },
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        self.shared
-                            .link_error(format!("connecting to peer {a}: {e}"));
-                        continue;
-                    }
-                }
+            if !self.connect(a) {
+                continue;
             }
             if let Some(o) = self.out.get_mut(&a) {
                 // A peer that does not read (stopped) gets no backlog: its
