@@ -80,8 +80,10 @@ pub(crate) const SOCKET_BROADCAST_CHUNK_BYTES: usize = 2 << 20;
 /// stores, ring or single copy) even below [`Topology::stream_from`].
 pub(crate) const PLACEMENT_MIN_BYTES: usize = 16 << 10;
 /// Such calls re-measure placement once in this many calls (the two ranks
-/// count alike); the calls between reuse the last verdict.
-pub(crate) const PLACEMENT_EVERY: u64 = 64;
+/// count alike); the calls between reuse the last verdict. A measurement
+/// costs more than its round trips (it holds up the calls queued behind
+/// it), while where the OS runs two ranks changes seldom in that many calls.
+pub(crate) const PLACEMENT_EVERY: u64 = 1024;
 
 /// The kind of link a peer is reached over, with its own cost constants.
 #[derive(Clone, Copy, Debug, PartialEq)]
