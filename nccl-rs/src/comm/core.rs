@@ -213,12 +213,15 @@ impl Core {
         op: RedOp,
         bufs: CallBufs,
     ) -> Result<()> {
-        let start = crate::observe::clock::now();
+        // An empty call moves nothing: no latency to record.
+        let timed = coll.bytes(self.nranks, dtype) > 0;
+        let start = timed.then(crate::observe::clock::now);
         let res = self.run_collective(coll, dtype, op, bufs);
         if res.is_ok() {
-            self.engine
-                .telemetry
-                .observe(coll.index(), crate::observe::clock::since(start));
+            if let Some(start) = start {
+                let took = crate::observe::clock::since(start);
+                self.engine.telemetry.observe(coll.index(), took);
+            }
             self.progress.coll_done(self.seq);
         }
         res
