@@ -59,14 +59,25 @@ impl CollInfo {
         bufs: &crate::engine::CallBufs,
         plan: &crate::plan::CallPlan,
     ) -> CollInfo {
+        let (algo, proto) = (plan.algo.algo, plan.algo.proto);
+        CollInfo::on(coll, dtype, bufs, (algo, proto, plan.channels))
+    }
+
+    /// The facts of `coll` on `bufs`, run by `(algorithm, protocol, channels)`.
+    fn on(
+        coll: Coll,
+        dtype: DataType,
+        bufs: &crate::engine::CallBufs,
+        (algo, proto, channels): (&'static str, &'static str, usize),
+    ) -> CollInfo {
         CollInfo {
             coll,
             dtype,
             send: bufs.input.ptr.cast_const(),
             recv: bufs.output.ptr,
-            algo: plan.algo.algo,
-            proto: plan.algo.proto,
-            channels: plan.channels,
+            algo,
+            proto,
+            channels,
         }
     }
 }
@@ -79,15 +90,7 @@ impl CollInfo {
         dtype: DataType,
         bufs: &crate::engine::CallBufs,
     ) -> CollInfo {
-        CollInfo {
-            coll,
-            dtype,
-            send: bufs.input.ptr.cast_const(),
-            recv: bufs.output.ptr,
-            algo: "ZeroCopy",
-            proto: "Simple",
-            channels: 1,
-        }
+        CollInfo::on(coll, dtype, bufs, ("ZeroCopy", "Simple", 1))
     }
 }
 
