@@ -1,8 +1,13 @@
-"""all_reduce latency and bandwidth from Python (float32 numpy arrays, out
-of place), nccl-tests style: per size, the median over 5 runs of the mean
-time of a loop of calls; algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+"""all_reduce latency and bandwidth from Python, nccl-tests style: per size,
+the median over 5 runs of the mean time of a loop of calls; algbw = bytes /
+time, busbw = algbw * 2(n-1)/n.
 
-    python python/bench/allreduce.py [--nranks 2] [--sizes 8,1M,64M]
+    python python/bench/allreduce.py [--nranks 2] [--sizes 8,1M,64M] [--api API]
+
+--api nccl_rs (default): the nccl_rs package on float32 numpy arrays, out of
+place. --api gloo or --api torch-nccl_rs: torch.distributed's all_reduce on a
+float32 CPU tensor of zeros (in place, so zeros keep every call's input the
+same) through Gloo or through this package's torch backend.
 
 Without RANK in the environment it starts --nranks copies of itself on
 127.0.0.1 (torchrun's variables); under a launcher it runs as one rank.
@@ -50,9 +55,12 @@ def main() -> int:
     ap.add_argument("--nranks", type=int, default=2)
     ap.add_argument("--sizes", default="8,1M,64M")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--api", choices=["nccl_rs", "gloo", "torch-nccl_rs"], default="nccl_rs")
     args = ap.parse_args()
     if "RANK" not in os.environ:
         return launch(args)
+    if args.api != "nccl_rs":
+        return torch_main(args)
     import numpy as np
 
     import nccl_rs
@@ -82,6 +90,42 @@ def main() -> int:
             print(f"  {x.nbytes:>10} {iters:>6} {sec * 1e6:>10.1f} {algbw:>12.3f} {algbw * 2 * (n - 1) / n:>12.3f}")
     comm.finalize()
     comm.close()
+    return 0
+
+
+def torch_main(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    backend = "gloo"
+    if args.api == "torch-nccl_rs":
+        import nccl_rs.torch  # noqa: F401  (registers the backend)
+
+        backend = "nccl_rs"
+    dist.init_process_group(backend=backend)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        print(f"# torch.distributed all_reduce on {backend}, {n} ranks, float32, sum, in place")
+        print(f"# {'bytes':>10} {'iters':>6} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
+    for size in [parse_size(s) for s in args.sizes.split(",")]:
+        x = torch.zeros(max(1, size // 4), dtype=torch.float32)
+        nbytes = x.numel() * 4
+        iters = max(3, min(1000, (64 << 20) // max(size, 1) // 8))
+        for _ in range(max(2, iters // 10)):
+            dist.all_reduce(x)
+        runs = []
+        for _ in range(5):
+            dist.barrier()
+            t = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(x)
+            runs.append((time.perf_counter() - t) / iters)
+        sec = statistics.median(runs)
+        assert float(x[0]) == 0.0
+        algbw = nbytes / sec / 1e9
+        if rank == 0:
+            print(f"  {nbytes:>10} {iters:>6} {sec * 1e6:>10.1f} {algbw:>12.3f} {algbw * 2 * (n - 1) / n:>12.3f}")
+    dist.destroy_process_group()
     return 0
 
 
