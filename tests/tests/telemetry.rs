@@ -4,6 +4,7 @@
 //! exactly what the ring and pairwise schedules move (worked out by hand
 //! below), and the file must parse as the text exposition format.
 
+use nccl_rs::observe::telemetry::LATENCY_SAMPLE;
 use nccl_tests_suite::launch::run_ranks;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -199,9 +200,15 @@ fn prom_parser_rejects_malformed_files() {
 }
 
 /// The worker's `PEER <phase> ...` lines as counters per peer, and its
-/// `LAT <phase> <coll> <count> <bucket sum>` lines.
-/// Per collective kind: (calls, sum of its histogram's buckets).
-type Latencies = BTreeMap<String, (u64, u64)>;
+/// `LAT <phase> <coll> <calls> <timed> <bucket sum>` lines.
+/// Per collective kind: (calls, timed calls, sum of its histogram's buckets).
+type Latencies = BTreeMap<String, (u64, u64, u64)>;
+
+/// How many of the calls numbered `from..to` (from 0, per kind) are timed:
+/// one in `LATENCY_SAMPLE`, the first included.
+fn timed(from: u64, to: u64) -> u64 {
+    (from..to).filter(|i| i % LATENCY_SAMPLE == 0).count() as u64
+}
 
 fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, Vec<Direct>, Latencies) {
     let mut peers = Vec::new();
@@ -218,7 +225,7 @@ fn worker_stats(out: &str, phase: &str) -> (Vec<Counts>, Vec<Direct>, Latencies)
                 direct.push((num(8), num(9)));
             }
             ["LAT", p, coll, ..] if *p == phase => {
-                lat.insert(coll.to_string(), (num(3), num(4)));
+                lat.insert(coll.to_string(), (num(3), num(4), num(5)));
             }
             _ => {}
         }
@@ -280,11 +287,13 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             ("scatter", 0),
             ("send_recv", 1),
         ] {
-            assert_eq!(calls(coll, &lat), (want, want), "{coll} latencies: {ctx}");
+            let t = timed(0, want);
+            assert_eq!(calls(coll, &lat), (want, t, t), "{coll} latencies: {ctx}");
             let after = if coll == "all_reduce" { 1 } else { 0 };
+            let t = timed(want, want + after);
             assert_eq!(
                 calls(coll, &lat_after),
-                (after, after),
+                (after, t, t),
                 "{coll} after reset: {ctx}"
             );
         }
@@ -302,6 +311,7 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
             ("nccl_rs_peer_wait_seconds_total", "counter"),
             ("nccl_rs_peer_errors_total", "counter"),
             ("nccl_rs_peer_retransmits_total", "counter"),
+            ("nccl_rs_collective_calls_total", "counter"),
             ("nccl_rs_collective_latency_seconds", "histogram"),
         ] {
             assert_eq!(
@@ -365,9 +375,14 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
         }
         let hist = "nccl_rs_collective_latency_seconds";
         let coll = |c: &str| [("coll", c.to_string())];
+        let all_reduces = REPEAT + zc + 1;
+        assert_eq!(
+            value("nccl_rs_collective_calls_total", &coll("all_reduce")),
+            Some(all_reduces as f64)
+        );
         assert_eq!(
             value(&format!("{hist}_count"), &coll("all_reduce")),
-            Some((REPEAT + zc + 1) as f64)
+            Some(timed(0, all_reduces) as f64)
         );
         let inf = [
             ("coll", "all_reduce".to_string()),
@@ -375,7 +390,7 @@ fn telemetry_at(n: usize, extra: &[(&str, &str)]) {
         ];
         assert_eq!(
             value(&format!("{hist}_bucket"), &inf),
-            Some((REPEAT + zc + 1) as f64)
+            Some(timed(0, all_reduces) as f64)
         );
         assert_eq!(
             value(&format!("{hist}_count"), &coll("send_recv")),

@@ -213,13 +213,15 @@ impl Core {
         op: RedOp,
         bufs: CallBufs,
     ) -> Result<()> {
-        // An empty call moves nothing: no latency to record.
-        let timed = coll.bytes(self.nranks, dtype) > 0;
+        // An empty call moves nothing: not counted. Of the others, a
+        // sample is timed (`LATENCY_SAMPLE`).
+        let counted = coll.bytes(self.nranks, dtype) > 0;
+        let timed = counted && self.engine.telemetry.times_next(coll.index());
         let start = timed.then(crate::observe::clock::now);
         let res = self.run_collective(coll, dtype, op, bufs);
         if res.is_ok() {
-            if let Some(start) = start {
-                let took = crate::observe::clock::since(start);
+            if counted {
+                let took = start.map(crate::observe::clock::since);
                 self.engine.telemetry.observe(coll.index(), took);
             }
             self.progress.coll_done(self.seq);
@@ -319,7 +321,12 @@ impl Core {
         bufs: CallBufs,
         (ops, dtypes): (&[schedule::P2pOp], &[DataType]),
     ) -> Result<()> {
-        let start = crate::observe::clock::now();
+        let kind = crate::observe::telemetry::SEND_RECV;
+        let start = self
+            .engine
+            .telemetry
+            .times_next(kind)
+            .then(crate::observe::clock::now);
         let mut facts = self.facts(None, DataType::Uint8, &bufs);
         facts.sends_mapped = SchedFacts::sends_from(sched, |loc| {
             let r = match loc {
@@ -356,10 +363,8 @@ impl Core {
             hints,
         );
         if res.is_ok() {
-            let kind = crate::observe::telemetry::SEND_RECV;
-            self.engine
-                .telemetry
-                .observe(kind, crate::observe::clock::since(start));
+            let took = start.map(crate::observe::clock::since);
+            self.engine.telemetry.observe(kind, took);
             self.progress.p2p_done();
         }
         if let Some(p) = self.profiler.as_deref_mut() {

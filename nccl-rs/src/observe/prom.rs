@@ -214,6 +214,30 @@ pub fn render(comms: &[CommStats]) -> String {
         "Errors on the connection with the peer, by kind.",
         &errors,
     );
+    let calls: Vec<String> = comms
+        .iter()
+        .flat_map(|c| {
+            c.colls.iter().filter(|h| h.calls > 0).map(move |h| {
+                let base = [
+                    ("comm", comm_of(c)),
+                    ("rank", c.rank.to_string()),
+                    ("coll", h.coll.to_string()),
+                ];
+                format!(
+                    "nccl_rs_collective_calls_total{} {}",
+                    with(&base, &[]),
+                    h.calls
+                )
+            })
+        })
+        .collect();
+    family(
+        &mut out,
+        "nccl_rs_collective_calls_total",
+        "counter",
+        "Successful calls on this rank, by collective kind.",
+        &calls,
+    );
     let mut hist = Vec::new();
     for c in comms {
         for h in c.colls.iter().filter(|h| h.count > 0) {
@@ -236,7 +260,10 @@ pub fn render(comms: &[CommStats]) -> String {
         &mut out,
         "nccl_rs_collective_latency_seconds",
         "histogram",
-        "Time of each successful call on this rank, by collective kind.",
+        &format!(
+            "Time of the timed successful calls on this rank (one in {} of each kind, the first included), by collective kind.",
+            crate::observe::telemetry::LATENCY_SAMPLE
+        ),
         &hist,
     );
     out
@@ -462,8 +489,9 @@ mod tests {
         t.sent(true, 0, 8);
         t.waited(Some(Wait::Recv(0)), Duration::from_nanos(1500));
         t.error(2, ErrorKind::Timeout);
-        t.observe(0, Duration::from_nanos(2000));
-        t.observe(SEND_RECV, Duration::from_nanos(5000));
+        t.observe(0, Some(Duration::from_nanos(2000)));
+        t.observe(0, None);
+        t.observe(SEND_RECV, Some(Duration::from_nanos(5000)));
         let text = render(&[t.totals()]);
         let want = "\
 # HELP nccl_rs_comm_ranks Ranks of the communicator.
@@ -487,6 +515,9 @@ nccl_rs_peer_received_bytes_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\
         has("nccl_rs_peer_wait_seconds_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"0\",wait=\"send\"} 0.000000000");
         has("nccl_rs_peer_errors_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\",kind=\"timeout\"} 1");
         has("nccl_rs_peer_retransmits_total{comm=\"0000000000000abc\",rank=\"1\",peer=\"2\"} 0");
+        has("# TYPE nccl_rs_collective_calls_total counter");
+        has("nccl_rs_collective_calls_total{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\"} 2");
+        has("nccl_rs_collective_calls_total{comm=\"0000000000000abc\",rank=\"1\",coll=\"send_recv\"} 1");
         has("# TYPE nccl_rs_collective_latency_seconds histogram");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000001024\"} 0");
         has("nccl_rs_collective_latency_seconds_bucket{comm=\"0000000000000abc\",rank=\"1\",coll=\"all_reduce\",le=\"0.000002048\"} 1");
@@ -544,7 +575,7 @@ nccl_rs_device_retries_total{device=\"rxe0\",port=\"1\",counter=\"rcvd_seq_err\"
     fn empty_exposition_has_only_help_and_type() {
         let text = render(&[]);
         assert!(text.lines().all(|l| l.starts_with("# ")), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 15);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 16);
     }
 
     #[test]

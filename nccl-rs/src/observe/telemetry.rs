@@ -35,15 +35,16 @@
 //!   link probes ([`nccl_net::LinkProbe`]) when a snapshot is taken, never
 //!   on the data path. Shared-memory peers have none.
 //! - **Latency** per collective kind (and `send_recv` for grouped
-//!   point-to-point): the time of each successful call on this rank, from
-//!   entering the communicator's core to completion, in log2 buckets.
+//!   point-to-point): every successful call on this rank is counted, and
+//!   one in [`LATENCY_SAMPLE`] is timed, from entering the communicator's
+//!   core to completion, into log2 buckets.
 //!
 //! # Cost
 //! Every counter has one writer, the thread that holds the communicator's
 //! engine (operations of one communicator run one at a time), so a count is
 //! a relaxed load and store, no locked instruction; readers (`stats()`, the
 //! Prometheus writer, RAS) load relaxed and may see a count an operation
-//! later. Each collective reads the clock twice for its latency.
+//! later. A timed call reads the clock twice.
 
 use crate::schedule::{ZcAt, ZcBuf, ZcStep};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -109,8 +110,14 @@ struct PeerCells {
     errors: [AtomicU64; ERROR_KINDS],
 }
 
-/// Latency counters of one collective kind.
+/// One call in this many of each collective kind is timed, the first
+/// included: two clock reads cost up to ~50 ns (a VM's `rdtsc`), a sixth
+/// of an 8-byte call, and a regular sample shows the same spread.
+pub const LATENCY_SAMPLE: u64 = 16;
+
+/// Call and latency counters of one collective kind.
 struct HistCells {
+    calls: AtomicU64,
     buckets: [AtomicU64; HIST_BUCKETS],
     sum_ns: AtomicU64,
     count: AtomicU64,
@@ -119,6 +126,7 @@ struct HistCells {
 impl Default for HistCells {
     fn default() -> HistCells {
         HistCells {
+            calls: AtomicU64::new(0),
             buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             sum_ns: AtomicU64::new(0),
             count: AtomicU64::new(0),
@@ -323,16 +331,29 @@ impl Telemetry {
         }
     }
 
-    /// A successful call of collective kind `kind` that took `d`.
+    /// Whether the next call of collective kind `kind` is to be timed (one
+    /// in [`LATENCY_SAMPLE`], the first included).
     #[inline]
-    pub(crate) fn observe(&self, kind: usize, d: Duration) {
+    pub(crate) fn times_next(&self, kind: usize) -> bool {
+        self.colls
+            .get(kind)
+            .is_some_and(|h| h.calls.load(Relaxed) % LATENCY_SAMPLE == 0)
+    }
+
+    /// A successful call of collective kind `kind`, which took `d` if it
+    /// was timed.
+    #[inline]
+    pub(crate) fn observe(&self, kind: usize, d: Option<Duration>) {
         let Some(h) = self.colls.get(kind) else {
             return;
         };
-        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
-        bump(&h.buckets[bucket_of(ns)], 1);
-        bump(&h.sum_ns, ns);
-        bump(&h.count, 1);
+        bump(&h.calls, 1);
+        if let Some(d) = d {
+            let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+            bump(&h.buckets[bucket_of(ns)], 1);
+            bump(&h.sum_ns, ns);
+            bump(&h.count, 1);
+        }
     }
 
     /// Every counter since the communicator was created (what the
@@ -372,6 +393,7 @@ impl Telemetry {
             .enumerate()
             .map(|(i, h)| LatencyHistogram {
                 coll: COLL_NAMES[i],
+                calls: load(&h.calls),
                 buckets: std::array::from_fn(|b| load(&h.buckets[b])),
                 sum: Duration::from_nanos(load(&h.sum_ns)),
                 count: load(&h.count),
@@ -479,18 +501,21 @@ impl PeerStats {
     }
 }
 
-/// Latencies of one collective kind: counts per log2 bucket (bucket `i`
-/// holds calls that took at most `2^(HIST_MIN_LOG2 + i)` ns and more than
-/// the bound before it; see [`bucket_upper_ns`]).
+/// Calls of one collective kind, and the latencies of the timed ones (one
+/// in [`LATENCY_SAMPLE`]): counts per log2 bucket (bucket `i` holds calls
+/// that took at most `2^(HIST_MIN_LOG2 + i)` ns and more than the bound
+/// before it; see [`bucket_upper_ns`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LatencyHistogram {
     /// The kind, one of [`COLL_NAMES`].
     pub coll: &'static str,
-    /// Calls per bucket (not cumulative).
+    /// Successful calls.
+    pub calls: u64,
+    /// Timed calls per bucket (not cumulative).
     pub buckets: [u64; HIST_BUCKETS],
-    /// Total time of the calls.
+    /// Total time of the timed calls.
     pub sum: Duration,
-    /// Number of calls.
+    /// Number of timed calls.
     pub count: u64,
 }
 
@@ -556,6 +581,7 @@ impl CommStats {
             d(&mut p.retransmits, b.retransmits);
         }
         for (h, b) in self.colls.iter_mut().zip(&base.colls) {
+            d(&mut h.calls, b.calls);
             for (x, y) in h.buckets.iter_mut().zip(&b.buckets) {
                 d(x, *y);
             }
@@ -639,13 +665,14 @@ mod tests {
     #[test]
     fn observe_fills_one_bucket_sum_and_count() {
         let t = Telemetry::new(7, 0, 2);
-        t.observe(0, Duration::from_nanos(1500));
-        t.observe(0, Duration::from_nanos(1500));
-        t.observe(0, Duration::from_secs(100));
-        t.observe(SEND_RECV, Duration::from_nanos(10));
+        t.observe(0, Some(Duration::from_nanos(1500)));
+        t.observe(0, Some(Duration::from_nanos(1500)));
+        t.observe(0, None);
+        t.observe(0, Some(Duration::from_secs(100)));
+        t.observe(SEND_RECV, Some(Duration::from_nanos(10)));
         let s = t.stats();
         let h = s.coll("all_reduce").expect("kind");
-        assert_eq!(h.count, 3);
+        assert_eq!((h.calls, h.count), (4, 3));
         assert_eq!(h.sum, Duration::from_nanos(3000) + Duration::from_secs(100));
         let mut want = [0u64; HIST_BUCKETS];
         want[1] = 2;
@@ -658,6 +685,23 @@ mod tests {
         assert_eq!(cum[HIST_BUCKETS - 1], (None, 3));
         assert_eq!(s.coll("send_recv").expect("kind").buckets[0], 1);
         assert_eq!(s.coll("broadcast").expect("kind").count, 0);
+    }
+
+    #[test]
+    fn one_call_in_the_sample_is_timed_the_first_included() {
+        let t = Telemetry::new(7, 0, 2);
+        let timed: Vec<u64> = (0..2 * LATENCY_SAMPLE + 1)
+            .filter(|&i| {
+                let yes = t.times_next(0);
+                t.observe(0, yes.then_some(Duration::from_nanos(10)));
+                assert_eq!(t.stats().colls[0].calls, i + 1);
+                yes
+            })
+            .collect();
+        assert_eq!(timed, [0, LATENCY_SAMPLE, 2 * LATENCY_SAMPLE]);
+        // Kinds sample apart.
+        assert!(t.times_next(SEND_RECV));
+        assert!(!t.times_next(0));
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! Output lines (`PHASE` is `all` or `reset`):
 //! - `PEER <phase> <peer> <bytes_sent> <bytes_recv> <msgs_sent> <msgs_recv> <errors>
 //!   <direct_read> <direct_written>`
-//! - `LAT <phase> <coll> <count> <sum of bucket counts>`
+//! - `LAT <phase> <coll> <calls> <timed calls> <sum of bucket counts>`
 //! - `PERIODIC ok|<why not>`
 //! - `DONE`
 
@@ -48,8 +48,9 @@ fn print_stats(phase: &str, comm: &Communicator) {
     }
     for h in &s.colls {
         println!(
-            "LAT {phase} {} {} {}",
+            "LAT {phase} {} {} {} {}",
             h.coll,
+            h.calls,
             h.count,
             h.buckets.iter().sum::<u64>()
         );
@@ -118,9 +119,10 @@ fn run() -> Result<(), String> {
             let start = Instant::now();
             loop {
                 let text = std::fs::read_to_string(&path).unwrap_or_default();
-                if text.lines().any(|l| {
-                    l.starts_with("nccl_rs_collective_latency_seconds_count") && l.ends_with(&want)
-                }) {
+                if text
+                    .lines()
+                    .any(|l| l.starts_with("nccl_rs_collective_calls_total") && l.ends_with(&want))
+                {
                     break "ok".to_string();
                 }
                 if start.elapsed() > Duration::from_secs(5) {
