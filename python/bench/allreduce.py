@@ -67,27 +67,14 @@ def main() -> int:
 
     comm = nccl_rs.Communicator.from_env()
     n = comm.size
-    if comm.rank == 0:
-        print(f"# nccl_rs all_reduce from Python, {n} ranks, float32, sum, out of place; transport {comm.transport}")
-        print(f"# {'bytes':>10} {'iters':>6} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
-    for size in [parse_size(s) for s in args.sizes.split(",")]:
+    title = f"nccl_rs all_reduce from Python, {n} ranks, float32, sum, out of place; transport {comm.transport}"
+
+    def setup(size):
         x = np.ones(max(1, size // 4), np.float32)
         y = np.empty_like(x)
-        iters = max(3, min(1000, (64 << 20) // max(size, 1) // 8))
-        for _ in range(max(2, iters // 10)):
-            comm.all_reduce(x, y)
-        runs = []
-        for _ in range(5):
-            comm.barrier()
-            t = time.perf_counter()
-            for _ in range(iters):
-                comm.all_reduce(x, y)
-            runs.append((time.perf_counter() - t) / iters)
-        sec = statistics.median(runs)
-        assert float(y[0]) == n
-        algbw = x.nbytes / sec / 1e9
-        if comm.rank == 0:
-            print(f"  {x.nbytes:>10} {iters:>6} {sec * 1e6:>10.1f} {algbw:>12.3f} {algbw * 2 * (n - 1) / n:>12.3f}")
+        return x.nbytes, lambda: comm.all_reduce(x, y), lambda: float(y[0]) == n
+
+    sweep(args, comm.rank, n, title, setup, comm.barrier)
     comm.finalize()
     comm.close()
     return 0
@@ -103,30 +90,40 @@ def torch_main(args) -> int:
 
         backend = "nccl_rs"
     dist.init_process_group(backend=backend)
-    rank, n = dist.get_rank(), dist.get_world_size()
+    n = dist.get_world_size()
+    title = f"torch.distributed all_reduce on {backend}, {n} ranks, float32, sum, in place"
+
+    def setup(size):
+        x = torch.zeros(max(1, size // 4), dtype=torch.float32)
+        return x.numel() * 4, lambda: dist.all_reduce(x), lambda: float(x[0]) == 0.0
+
+    sweep(args, dist.get_rank(), n, title, setup, dist.barrier)
+    dist.destroy_process_group()
+    return 0
+
+
+def sweep(args, rank, n, title, setup, barrier) -> None:
+    """Times every size of --sizes: setup(size) gives (bytes, call, check)."""
     if rank == 0:
-        print(f"# torch.distributed all_reduce on {backend}, {n} ranks, float32, sum, in place")
+        print(f"# {title}")
         print(f"# {'bytes':>10} {'iters':>6} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
     for size in [parse_size(s) for s in args.sizes.split(",")]:
-        x = torch.zeros(max(1, size // 4), dtype=torch.float32)
-        nbytes = x.numel() * 4
+        nbytes, call, check = setup(size)
         iters = max(3, min(1000, (64 << 20) // max(size, 1) // 8))
         for _ in range(max(2, iters // 10)):
-            dist.all_reduce(x)
+            call()
         runs = []
         for _ in range(5):
-            dist.barrier()
+            barrier()
             t = time.perf_counter()
             for _ in range(iters):
-                dist.all_reduce(x)
+                call()
             runs.append((time.perf_counter() - t) / iters)
         sec = statistics.median(runs)
-        assert float(x[0]) == 0.0
+        assert check(), "wrong result"
         algbw = nbytes / sec / 1e9
         if rank == 0:
             print(f"  {nbytes:>10} {iters:>6} {sec * 1e6:>10.1f} {algbw:>12.3f} {algbw * 2 * (n - 1) / n:>12.3f}")
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":
