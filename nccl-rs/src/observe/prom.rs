@@ -214,38 +214,23 @@ pub fn render(comms: &[CommStats]) -> String {
         "Errors on the connection with the peer, by kind.",
         &errors,
     );
-    let calls: Vec<String> = comms
-        .iter()
-        .flat_map(|c| {
-            c.colls.iter().filter(|h| h.calls > 0).map(move |h| {
-                let base = [
-                    ("comm", comm_of(c)),
-                    ("rank", c.rank.to_string()),
-                    ("coll", h.coll.to_string()),
-                ];
-                format!(
-                    "nccl_rs_collective_calls_total{} {}",
-                    with(&base, &[]),
-                    h.calls
-                )
-            })
-        })
-        .collect();
-    family(
-        &mut out,
-        "nccl_rs_collective_calls_total",
-        "counter",
-        "Successful calls on this rank, by collective kind.",
-        &calls,
-    );
-    let mut hist = Vec::new();
+    // Per collective kind: its calls, then the histogram of its timed calls.
+    let (mut calls, mut hist) = (Vec::new(), Vec::new());
     for c in comms {
-        for h in c.colls.iter().filter(|h| h.count > 0) {
+        for h in c.colls.iter().filter(|h| h.calls > 0) {
             let base = [
                 ("comm", comm_of(c)),
                 ("rank", c.rank.to_string()),
                 ("coll", h.coll.to_string()),
             ];
+            calls.push(format!(
+                "nccl_rs_collective_calls_total{} {}",
+                with(&base, &[]),
+                h.calls
+            ));
+            if h.count == 0 {
+                continue;
+            }
             let name = "nccl_rs_collective_latency_seconds";
             for (up, n) in h.cumulative() {
                 let le = up.map_or_else(|| "+Inf".to_string(), seconds);
@@ -256,6 +241,13 @@ pub fn render(comms: &[CommStats]) -> String {
             hist.push(format!("{name}_count{} {}", with(&base, &[]), h.count));
         }
     }
+    family(
+        &mut out,
+        "nccl_rs_collective_calls_total",
+        "counter",
+        "Successful calls on this rank, by collective kind.",
+        &calls,
+    );
     family(
         &mut out,
         "nccl_rs_collective_latency_seconds",
