@@ -216,19 +216,74 @@ impl Core {
         // An empty call moves nothing: not counted. Of the others, a
         // sample is timed (`LATENCY_SAMPLE`).
         let counted = coll.bytes(self.nranks, dtype) > 0;
-        let timed = counted && self.engine.telemetry.times_next(coll.index());
-        let start = timed.then(crate::observe::clock::now);
+        if counted && self.engine.telemetry.times_next(coll.index()) {
+            return self.timed_collective(coll, dtype, op, bufs);
+        }
         let res = self.run_collective(coll, dtype, op, bufs);
         if res.is_ok() {
             if counted {
-                let took = start.map(crate::observe::clock::since);
-                self.engine.telemetry.observe(coll.index(), took);
+                self.engine.telemetry.observe(coll.index(), None);
             }
             self.progress.coll_done(self.seq);
         }
         res
     }
 
+    /// [`Core::collective`] for a call in the latency sample: timed.
+    #[inline(never)]
+    fn timed_collective(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        op: RedOp,
+        bufs: CallBufs,
+    ) -> Result<()> {
+        let start = crate::observe::clock::now();
+        let res = self.run_collective(coll, dtype, op, bufs);
+        if res.is_ok() {
+            let took = crate::observe::clock::since(start);
+            self.engine.telemetry.observe(coll.index(), Some(took));
+            self.progress.coll_done(self.seq);
+        }
+        res
+    }
+
+    /// Plans a call whose facts or placement differ from the last one's
+    /// (out of line: a loop repeating its call never comes here).
+    #[inline(never)]
+    fn plan_afresh(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        label: OpLabel,
+        facts: CallFacts,
+        placement: Placement,
+    ) -> CallPlan {
+        let (n, r) = (self.nranks, self.rank);
+        let mut fresh = false;
+        let plan = plan_call(&self.planner, &self.topo, &facts, placement, &mut |shape| {
+            let (shaped, missed) =
+                cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
+            fresh |= missed;
+            shaped
+        });
+        if fresh {
+            // A new shape: name its algorithm (once per communicator).
+            self.log_choice(coll, plan.algo, coll.bytes(n, dtype));
+            tracing::trace!(
+                rank = self.rank,
+                ?placement,
+                ?plan,
+                "plan of {}",
+                label.call()
+            );
+        }
+        self.last_plan = Some((facts, placement, plan));
+        plan
+    }
+
+    // One copy, shared by the timed and the untimed path.
+    #[inline(never)]
     fn run_collective(
         &mut self,
         coll: Coll,
@@ -261,28 +316,7 @@ impl Core {
         // reuses the last one.
         let plan = match self.last_plan {
             Some((f, p, plan)) if f == facts && p == placement => plan,
-            _ => {
-                let mut fresh = false;
-                let plan = plan_call(&self.planner, &self.topo, &facts, placement, &mut |shape| {
-                    let (shaped, missed) =
-                        cached(&mut self.cache, &self.planner, (n, r), coll, dtype, shape);
-                    fresh |= missed;
-                    shaped
-                });
-                if fresh {
-                    // A new shape: name its algorithm (once per communicator).
-                    self.log_choice(coll, plan.algo, coll.bytes(n, dtype));
-                    tracing::trace!(
-                        rank = self.rank,
-                        ?placement,
-                        ?plan,
-                        "plan of {}",
-                        label.call()
-                    );
-                }
-                self.last_plan = Some((facts, placement, plan));
-                plan
-            }
+            _ => self.plan_afresh(coll, dtype, label, facts, placement),
         };
         // The plan's shape was the last one asked for: its entry is at the
         // back. Run straight from it, moved out and back (cloning the `Arc`
@@ -397,18 +431,8 @@ impl Core {
             ..
         } = self;
         let (rank, seq) = (*rank, *seq);
-        let describe = |s: u64| {
-            history
-                .iter()
-                .flatten()
-                .find(|l| matches!(l, OpLabel::Coll { seq, .. } if *seq == s))
-                .map(OpLabel::call)
-                .unwrap_or_else(|| format!("no operation #{s} (its last was #{seq})"))
-        };
-        let to_error = |ev: Event| match ev {
-            Event::RemoteFailure(msg) => Error::Remote { rank, msg },
-            Event::Mismatch(msg) => Error::InvalidUsage(format!("rank {rank}: {msg}")),
-        };
+        let history = &*history;
+        let describe = |s: u64| describe_op(history, seq, s);
         let call = Call {
             sched,
             dtype,
@@ -419,40 +443,73 @@ impl Core {
         };
         let mut health = |at| {
             progress.set_wait(at);
-            boot.check(&describe).map(to_error)
+            boot.check(&describe).map(|ev| event_error(rank, ev))
         };
-        let mut res = engine.run(call, bufs, &mut health);
-        if let Err(e) = &res {
-            let mismatch = matches!(
-                e,
-                Error::Transport {
-                    source: NetError::TagMismatch { .. }
-                        | NetError::Truncated { .. }
-                        | NetError::Protocol(_),
-                    ..
-                }
-            );
-            if mismatch && tag != P2P_TAG {
-                boot.report_mismatch(seq, &describe(seq));
-                if let Some(ev) = boot.await_event(Duration::from_secs(5), &describe) {
-                    res = Err(to_error(ev));
-                }
-            } else if !matches!(e, Error::Remote { .. } | Error::InvalidUsage(_)) {
-                // A broken connection is usually the echo of something the
-                // root is about to explain (a rank died, a mismatch ended
-                // another rank): prefer its explanation if it comes soon.
-                match boot.await_event(Duration::from_millis(500), &describe) {
-                    Some(ev) => res = Err(to_error(ev)),
-                    None => boot.report_failure(&e.to_string()),
-                }
+        let res = engine.run(call, bufs, &mut health);
+        match res {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failed_with(e, tag)),
+        }
+    }
+
+    /// Records that the operation now run failed with `e` and returns the
+    /// error to report: the root's explanation where one comes soon (a
+    /// mismatch, a rank that died), else `e`. Out of line: off the path of
+    /// the calls that succeed.
+    #[cold]
+    #[inline(never)]
+    fn failed_with(&mut self, e: Error, tag: u32) -> Error {
+        let (rank, seq) = (self.rank, self.seq);
+        let Core { boot, history, .. } = self;
+        let history = &*history;
+        let describe = |s: u64| describe_op(history, seq, s);
+        let mismatch = matches!(
+            e,
+            Error::Transport {
+                source: NetError::TagMismatch { .. }
+                    | NetError::Truncated { .. }
+                    | NetError::Protocol(_),
+                ..
+            }
+        );
+        let mut e = e;
+        if mismatch && tag != P2P_TAG {
+            boot.report_mismatch(seq, &describe(seq));
+            if let Some(ev) = boot.await_event(Duration::from_secs(5), &describe) {
+                e = event_error(rank, ev);
+            }
+        } else if !matches!(e, Error::Remote { .. } | Error::InvalidUsage(_)) {
+            // A broken connection is usually the echo of something the
+            // root is about to explain (a rank died, a mismatch ended
+            // another rank): prefer its explanation if it comes soon.
+            match boot.await_event(Duration::from_millis(500), &describe) {
+                Some(ev) => e = event_error(rank, ev),
+                None => boot.report_failure(&e.to_string()),
             }
         }
-        if let Err(e) = &res {
-            tracing::warn!(rank = self.rank, "{e}");
-            self.failed = Some(e.to_string());
-            self.progress.set_error(&e.to_string());
-        }
-        res
+        tracing::warn!(rank = self.rank, "{e}");
+        self.failed = Some(e.to_string());
+        self.progress.set_error(&e.to_string());
+        e
+    }
+}
+
+/// How operation `s` was called, from the last [`HISTORY`] collectives
+/// (`seq`: the newest).
+fn describe_op(history: &[Option<OpLabel>], seq: u64, s: u64) -> String {
+    history
+        .iter()
+        .flatten()
+        .find(|l| matches!(l, OpLabel::Coll { seq, .. } if *seq == s))
+        .map(OpLabel::call)
+        .unwrap_or_else(|| format!("no operation #{s} (its last was #{seq})"))
+}
+
+/// The error rank `rank` reports for an event from the bootstrap root.
+fn event_error(rank: usize, ev: Event) -> Error {
+    match ev {
+        Event::RemoteFailure(msg) => Error::Remote { rank, msg },
+        Event::Mismatch(msg) => Error::InvalidUsage(format!("rank {rank}: {msg}")),
     }
 }
 

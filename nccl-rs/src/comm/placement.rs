@@ -62,6 +62,7 @@ impl Core {
     /// it and tells rank 1; `ring_ok`: this rank's side of the call may take
     /// the ring. Runs as operation `label` with `tag`, so its deadline,
     /// abort and mismatch handling are the call's.
+    #[inline(never)]
     pub(crate) fn probe_placement(
         &mut self,
         tag: u32,

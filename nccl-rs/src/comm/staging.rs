@@ -32,12 +32,18 @@ impl Core {
     /// buffers the call runs on (its input then the staged copy).
     /// Blocks whose reader's bit is set in `plain_for` go with plain
     /// stores, one by one.
-    pub(super) fn stage(
-        &mut self,
-        staging: Staging,
-        plain_for: u64,
-        mut bufs: CallBufs,
-    ) -> CallBufs {
+    #[inline]
+    pub(super) fn stage(&mut self, staging: Staging, plain_for: u64, bufs: CallBufs) -> CallBufs {
+        match staging {
+            Staging::None => bufs,
+            _ => self.stage_copies(staging, plain_for, bufs),
+        }
+    }
+
+    /// [`Core::stage`]'s copies: out of line, off the path of the calls
+    /// that stage nothing.
+    #[inline(never)]
+    fn stage_copies(&mut self, staging: Staging, plain_for: u64, mut bufs: CallBufs) -> CallBufs {
         let (others, own_to_output, stores) = match staging {
             Staging::None => return bufs,
             Staging::Input(s) => (false, false, s),

@@ -113,7 +113,7 @@ impl Core {
         tag: u32,
         what: OpLabel,
     ) -> Result<bool> {
-        let (n, r) = (self.nranks, self.rank);
+        let n = self.nranks;
         let Some(zc) = self.zero_copy.as_ref() else {
             return Ok(false);
         };
@@ -127,6 +127,24 @@ impl Core {
             self.zero_copy.as_mut().expect("checked").skip -= 1;
             return Ok(false);
         }
+        self.run_zero_copy(coll, zcoll, dtype, op, bufs, tag, what)
+    }
+
+    /// The zero-copy call [`Core::try_zero_copy`] chose; out of line, so
+    /// that the calls it declines keep a short path.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)] // the call's parts, as passed in
+    fn run_zero_copy(
+        &mut self,
+        coll: Coll,
+        zcoll: ZcColl,
+        dtype: DataType,
+        op: RedOp,
+        bufs: &CallBufs,
+        tag: u32,
+        what: OpLabel,
+    ) -> Result<bool> {
+        let (n, r) = (self.nranks, self.rank);
         let mine = BufferDesc::of(
             (bufs.input.ptr.cast_const(), bufs.input.len),
             (bufs.output.ptr.cast_const(), bufs.output.len),

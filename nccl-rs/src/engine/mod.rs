@@ -172,29 +172,42 @@ impl Engine {
 
     /// Starts one operation; poll the result until it reports completion.
     #[inline]
+    /// Allocates the staging slots (on the first run).
+    #[cold]
+    fn allocate_slots(&mut self) {
+        let slot_bytes = self.slot_bytes;
+        for s in &mut self.slots {
+            s.ensure(slot_bytes);
+        }
+        self.slot_regions.0 = self
+            .slots
+            .iter_mut()
+            .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
+            .collect();
+    }
+
+    /// Tells every connection how the next run's messages travel (runs
+    /// off the eager path only).
+    #[inline(never)]
+    fn hint_transports(&mut self, hints: Hints) {
+        for comm in self.send.iter_mut().flatten() {
+            comm.hint_copy(hints.send);
+        }
+        for comm in self.recv.iter_mut().flatten() {
+            comm.hint_recv(hints.recv);
+        }
+    }
+
     pub(crate) fn start<'a>(&'a mut self, call: Call<'a>, bufs: CallBufs) -> Run<'a> {
         let elem = call.dtype.size();
         let scratch_bytes = call.sched.scratch * elem;
         self.scratch.ensure(scratch_bytes);
-        let slot_bytes = self.slot_bytes;
         if self.slot_regions.0.is_empty() {
-            for s in &mut self.slots {
-                s.ensure(slot_bytes);
-            }
-            self.slot_regions.0 = self
-                .slots
-                .iter_mut()
-                .map(|s| Region::new(s.as_mut_ptr(), slot_bytes))
-                .collect();
+            self.allocate_slots();
         }
         let eager = self.eager(&call);
         if !eager {
-            for comm in self.send.iter_mut().flatten() {
-                comm.hint_copy(call.hints.send);
-            }
-            for comm in self.recv.iter_mut().flatten() {
-                comm.hint_recv(call.hints.recv);
-            }
+            self.hint_transports(call.hints);
         }
         let scratch = Region::new(self.scratch.as_mut_ptr(), scratch_bytes);
         let slots = &self.slot_regions.0;
@@ -258,25 +271,12 @@ impl Engine {
             false => SPIN,
         };
         let mut run = self.start(call, bufs);
-        // The clock is first read when a poll moves nothing: a small call
-        // that completes while it keeps moving never reads it.
-        let mut start: Option<Instant> = None;
-        let mut idle_since: Option<Instant> = None;
-        let mut polls = 0u32;
+        let mut idle = Idle::default();
         let mut quiet = 0u32;
-        let mut last_health: Option<Instant> = None;
-        // What the current idle stretch waits on, and how long it had at
-        // the clock's last read (for the wait counters: the stretch's end
-        // reads no clock, so a wait counts at most one poll interval short).
-        let mut waiting = None;
-        let mut idle_seen = Duration::ZERO;
         loop {
             let (done, moved) = run.poll()?;
             if done || moved {
-                if idle_since.take().is_some() {
-                    run.telemetry()
-                        .waited(waiting, std::mem::take(&mut idle_seen));
-                }
+                idle.ended(&run);
                 if done {
                     return Ok(());
                 }
@@ -289,48 +289,94 @@ impl Engine {
                 std::hint::spin_loop();
                 continue;
             }
-            let now = Instant::now();
-            let start = *start.get_or_insert(now);
-            let last_health = last_health.get_or_insert(now);
-            let idle = now
-                - *idle_since.get_or_insert_with(|| {
-                    waiting = run.waits_on();
-                    now
-                });
-            idle_seen = idle;
-            polls = polls.wrapping_add(1);
-            if idle < spin {
-                std::hint::spin_loop();
-            } else if idle < YIELD {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(SLEEP);
-            }
-            if run.aborted() {
-                return Err(Error::Aborted {
-                    rank,
-                    op: what.to_string(),
-                });
-            }
-            if idle >= HEALTH_EVERY && now - *last_health >= HEALTH_EVERY {
-                *last_health = now;
-                if let Some(e) = health(run.wait_point()) {
-                    return Err(e);
-                }
-            }
-            if polls % 64 == 0 && now - start > timeout {
-                run.telemetry().waited(waiting, idle);
-                if let Some(Wait::Recv(p) | Wait::Send(p)) = waiting {
-                    run.telemetry().error(p, ErrorKind::Timeout);
-                }
-                return Err(Error::Timeout {
-                    rank,
-                    op: what.to_string(),
-                    after: timeout,
-                    waiting_for: run.waiting_for(),
-                });
+            idle.wait(&run, (rank, what), timeout, spin, health)?;
+        }
+    }
+}
+
+/// The idle time of one operation. The clock is first read when a poll
+/// moves nothing: a small call that completes while it keeps moving never
+/// reads it.
+#[derive(Default)]
+struct Idle {
+    /// The first clock read (the deadline counts from it).
+    start: Option<Instant>,
+    /// When the current idle stretch began.
+    since: Option<Instant>,
+    polls: u32,
+    last_health: Option<Instant>,
+    /// What the current idle stretch waits on, and how long it had at the
+    /// clock's last read (for the wait counters: the stretch's end reads
+    /// no clock, so a wait counts at most one poll interval short).
+    waiting: Option<Wait>,
+    seen: Duration,
+}
+
+impl Idle {
+    /// A poll moved: the idle stretch, if any, goes to the wait counters.
+    #[inline]
+    fn ended(&mut self, run: &Run<'_>) {
+        if self.since.take().is_some() {
+            run.telemetry()
+                .waited(self.waiting, std::mem::take(&mut self.seen));
+        }
+    }
+
+    /// One idle poll past the clockless spins: spins, yields or sleeps as
+    /// the stretch's length says, then checks the abort flag, the other
+    /// ranks' health and the deadline. Out of line: a call whose data is
+    /// already there never comes here.
+    #[inline(never)]
+    fn wait(
+        &mut self,
+        run: &Run<'_>,
+        (rank, what): (usize, OpLabel),
+        timeout: Duration,
+        spin: Duration,
+        health: &mut dyn FnMut(crate::observe::progress::WaitPoint) -> Option<Error>,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let last_health = self.last_health.get_or_insert(now);
+        let idle = now
+            - *self.since.get_or_insert_with(|| {
+                self.waiting = run.waits_on();
+                now
+            });
+        self.seen = idle;
+        self.polls = self.polls.wrapping_add(1);
+        if idle < spin {
+            std::hint::spin_loop();
+        } else if idle < YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(SLEEP);
+        }
+        if run.aborted() {
+            return Err(Error::Aborted {
+                rank,
+                op: what.to_string(),
+            });
+        }
+        if idle >= HEALTH_EVERY && now - *last_health >= HEALTH_EVERY {
+            *last_health = now;
+            if let Some(e) = health(run.wait_point()) {
+                return Err(e);
             }
         }
+        if self.polls % 64 == 0 && now - start > timeout {
+            run.telemetry().waited(self.waiting, idle);
+            if let Some(Wait::Recv(p) | Wait::Send(p)) = self.waiting {
+                run.telemetry().error(p, ErrorKind::Timeout);
+            }
+            return Err(Error::Timeout {
+                rank,
+                op: what.to_string(),
+                after: timeout,
+                waiting_for: run.waiting_for(),
+            });
+        }
+        Ok(())
     }
 }
 

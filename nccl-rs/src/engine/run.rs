@@ -56,6 +56,18 @@ pub(super) struct Bookkeeping {
     free_slots: Vec<usize>,
 }
 
+impl Bookkeeping {
+    /// Ready for a run of `steps` steps with `slots` staging slots, all
+    /// free (out of line: the eager path skips it).
+    #[inline(never)]
+    fn reset(&mut self, steps: usize, slots: usize) {
+        self.posted.clear();
+        self.posted.resize_with(steps, || None);
+        self.free_slots.clear();
+        self.free_slots.extend((0..slots).rev());
+    }
+}
+
 /// The state of one operation in flight.
 pub(crate) struct Run<'a> {
     rank: usize,
@@ -111,10 +123,7 @@ impl<'a> Run<'a> {
         book.sends.clear();
         if !eager {
             // (The eager path posts nothing and reduces in slot 0.)
-            book.posted.clear();
-            book.posted.resize_with(n, || None);
-            book.free_slots.clear();
-            book.free_slots.extend((0..slots.len()).rev());
+            book.reset(n, slots.len());
         }
         Run {
             rank,
@@ -164,6 +173,7 @@ impl<'a> Run<'a> {
         self.abort.is_aborted()
     }
 
+    #[cold]
     fn net_err(&self, peer: usize, source: NetError) -> Error {
         self.tel.error(peer, ErrorKind::of(&source));
         Error::Transport {
@@ -174,6 +184,7 @@ impl<'a> Run<'a> {
         }
     }
 
+    #[cold]
     fn internal(&self, msg: String) -> Error {
         Error::Internal {
             rank: self.rank,

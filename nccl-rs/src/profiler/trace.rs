@@ -329,6 +329,8 @@ impl Trace {
 
     /// The NetPlugin profile of the send the engine is about to try to
     /// `peer` (its ProxyStep starts now), where the mask asks for them.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn net_send(&mut self, peer: usize) -> Option<NetProfile> {
         if !self.net_events {
             return None;
@@ -344,6 +346,8 @@ impl Trace {
 
     /// The NetPlugin profile of the receive the engine is about to post
     /// from `peer` (its ProxyStep starts now), where the mask asks for them.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn net_recv(&mut self, peer: usize) -> Option<NetProfile> {
         if !self.net_events {
             return None;
@@ -358,6 +362,8 @@ impl Trace {
     }
 
     /// The engine tried to send `bytes` to `peer`.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn send(&mut self, peer: usize, bytes: usize, sent: Sent) {
         let (api, steps) = (self.api, self.steps);
         let Some(op) = self.op(peer, 0) else { return };
@@ -390,6 +396,8 @@ impl Trace {
     }
 
     /// The send `req` to `peer` completed.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn send_done(&mut self, peer: usize, req: Request) {
         if let Some(i) = self.pending.iter().position(|p| p.0 == peer && p.1 == req) {
             let (.., h) = self.pending.swap_remove(i);
@@ -398,6 +406,8 @@ impl Trace {
     }
 
     /// A receive of `bytes` from `peer` was posted.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn recv_posted(&mut self, peer: usize, bytes: usize) {
         let (api, steps) = (self.api, self.steps);
         let Some(op) = self.op(peer, 1) else { return };
@@ -411,6 +421,8 @@ impl Trace {
 
     /// The eager path waits for `bytes` from `peer` (called at every poll:
     /// the step starts at the first).
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn recv_waiting(&mut self, peer: usize, bytes: usize) {
         if self.op(peer, 1).is_some_and(|op| op.queue.is_empty()) {
             self.recv_posted(peer, bytes);
@@ -418,6 +430,8 @@ impl Trace {
     }
 
     /// The oldest receive from `peer` has its data, now being consumed.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn recv_arrived(&mut self, peer: usize) {
         let api = self.api;
         if let Some(&h) = self.op(peer, 1).and_then(|op| op.queue.front()) {
@@ -426,6 +440,8 @@ impl Trace {
     }
 
     /// The oldest receive from `peer` was consumed.
+    // Out of line: the engine's polling path calls these only with a plugin.
+    #[inline(never)]
     pub(crate) fn recv_done(&mut self, peer: usize) {
         let api = self.api;
         if let Some(h) = self.op(peer, 1).and_then(|op| op.queue.pop_front()) {
