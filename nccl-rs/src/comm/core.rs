@@ -216,20 +216,21 @@ impl Core {
         // An empty call moves nothing: not counted. Of the others, a
         // sample is timed (`LATENCY_SAMPLE`).
         let counted = coll.bytes(self.nranks, dtype) > 0;
-        if counted && self.engine.telemetry.times_next(coll.index()) {
-            return self.timed_collective(coll, dtype, op, bufs);
-        }
-        let res = self.run_collective(coll, dtype, op, bufs);
+        let (res, took) = match counted && self.engine.telemetry.times_next(coll.index()) {
+            true => self.timed_collective(coll, dtype, op, bufs),
+            false => (self.run_collective(coll, dtype, op, bufs), None),
+        };
         if res.is_ok() {
             if counted {
-                self.engine.telemetry.observe(coll.index(), None);
+                self.engine.telemetry.observe(coll.index(), took);
             }
             self.progress.coll_done(self.seq);
         }
         res
     }
 
-    /// [`Core::collective`] for a call in the latency sample: timed.
+    /// A call of the latency sample, and how long it took (out of line:
+    /// the clock stays off the path of the calls not timed).
     #[inline(never)]
     fn timed_collective(
         &mut self,
@@ -237,15 +238,10 @@ impl Core {
         dtype: DataType,
         op: RedOp,
         bufs: CallBufs,
-    ) -> Result<()> {
+    ) -> (Result<()>, Option<Duration>) {
         let start = crate::observe::clock::now();
         let res = self.run_collective(coll, dtype, op, bufs);
-        if res.is_ok() {
-            let took = crate::observe::clock::since(start);
-            self.engine.telemetry.observe(coll.index(), Some(took));
-            self.progress.coll_done(self.seq);
-        }
-        res
+        (res, Some(crate::observe::clock::since(start)))
     }
 
     /// Plans a call whose facts or placement differ from the last one's
