@@ -33,7 +33,8 @@
 //! Placement (see [`super::placement`]) decides the rest, between two
 //! ranks on their own CPUs:
 //! - **Near** (a shared last-level cache): messages that may go single copy
-//!   travel through the ring up to 1 MiB, and an all-gather or all-to-all
+//!   travel through the ring up to 1 MiB from a rank that only sends, up to
+//!   64 KiB from one that also receives, and an all-gather or all-to-all
 //!   of half the last-level cache or more takes the ring in chunks; the
 //!   copies stay in the cache the reader reads them from.
 //! - **Apart**: ring messages are written with streaming stores (a plain
@@ -52,9 +53,9 @@ use crate::datatype::DataType;
 use crate::schedule::{Loc, Schedule, Step};
 
 /// Messages that may go single copy travel through the ring instead, up to
-/// this size, while the two CPUs share a cache: two copies within the
-/// cache, one on each core, cost less than a system call and a copy from
-/// the other core's memory.
+/// this size, while the two CPUs share a cache and the sender only sends:
+/// two copies within the cache, one on each core, cost less than a system
+/// call and a copy from the other core's memory.
 pub(crate) const NEAR_RING_MAX_BYTES: usize = 1 << 20;
 /// The same while the CPUs are apart, with streaming stores: up to here the
 /// ring's streamed copy still beats the system call of single copy.
@@ -658,8 +659,16 @@ fn placed(
     single_copy: bool,
     sched: SchedFacts,
 ) -> Messages {
+    // While near, a rank that only sends hands messages up to 1 MiB to the
+    // ring (its copy overlaps the reader's); one that also receives would
+    // make two copies per byte on each core where single copy makes one,
+    // so only the small ones.
+    let near_max = match sched.receives {
+        true => APART_RING_MAX_BYTES,
+        false => NEAR_RING_MAX_BYTES,
+    };
     let (ring_max, ring_stores) = match (topo.oversubscribed, placement) {
-        (false, Placement::Near) => (NEAR_RING_MAX_BYTES, Stores::Plain),
+        (false, Placement::Near) => (near_max, Stores::Plain),
         (false, Placement::Apart) => (APART_RING_MAX_BYTES, Stores::Streaming),
         _ => (0, Stores::Plain),
     };
