@@ -64,7 +64,7 @@ pub(crate) const APART_RING_MAX_BYTES: usize = 64 << 10;
 /// go single copy only above this size (below, the ring's copies cost the
 /// shared core less than a system call per message).
 pub(crate) const OVERSUBSCRIBED_MIN_BYTES: usize = 64 << 10;
-/// With more local ranks than CPUs, staging copies of at least this many
+/// With more local ranks than CPUs, all-to-all staging copies of at least this many
 /// bytes stream; below, the readers find the staged copy in the cache.
 pub(crate) const OVERSUBSCRIBED_STREAM_MIN_BYTES: usize = 2 << 20;
 /// Largest all-to-all input copied into shared staging: a bound on the
@@ -478,8 +478,9 @@ impl Rules<'_> {
             && self.whole_blocks(bytes)
     }
 
-    /// Staging copies of `bytes` stream from the streaming size, and with
-    /// more local ranks than CPUs from [`OVERSUBSCRIBED_STREAM_MIN_BYTES`]:
+    /// An all-to-all's staging copies of `bytes` stream from the streaming
+    /// size, and with more local ranks than CPUs from
+    /// [`OVERSUBSCRIBED_STREAM_MIN_BYTES`]:
     /// there the ranks sharing the cache each hold an input, a staged copy
     /// and an output, so a larger copy would not stay in the cache anyway.
     fn staging_stores(&self, bytes: usize) -> Stores {
@@ -529,7 +530,10 @@ pub(crate) fn plan_call(
                 && rules.all_gather(bytes)
                 && call.input_heap =>
         {
-            Staging::Input(rules.staging_stores(call.in_bytes))
+            // Every other rank reads this copy right after it is written:
+            // plain stores leave it in the shared cache for them (and
+            // `memcpy` itself goes non-temporal past its own threshold).
+            Staging::Input(Stores::Plain)
         }
         Coll::AllToAll { .. } if call.in_bytes > 0 => {
             let stores = rules.staging_stores(call.in_bytes);

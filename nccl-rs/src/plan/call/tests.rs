@@ -239,11 +239,12 @@ fn more_local_ranks_than_cpus() {
         (all_to_all(&t, 2 * MIB - 4), expect("in place", Staging::OtherBlocksOwnToOutput(PLAIN), true)),
         (all_to_all(&t, 2 * MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
         (all_to_all(&t, 4 * MIB), expect("in place", Staging::OtherBlocksOwnToOutput(STREAMED), true)),
-        // All-gather above 64 KiB: one hop from shared staging.
+        // All-gather above 64 KiB: one hop from shared staging, copied in
+        // with plain stores at any size (every other rank reads it next).
         (all_gather(&t, 64 * KIB), expect("chunked", none, false)),
         (all_gather(&t, MIB), expect("one hop", Staging::Input(PLAIN), true)),
-        (all_gather(&t, 8 * MIB), expect("one hop", Staging::Input(STREAMED), true)),
-        (all_gather(&t, 16 * MIB), expect("one hop", Staging::Input(STREAMED), true).streams_output()),
+        (all_gather(&t, 8 * MIB), expect("one hop", Staging::Input(PLAIN), true)),
+        (all_gather(&t, 16 * MIB), expect("one hop", Staging::Input(PLAIN), true).streams_output()),
         // Nothing else goes single copy.
         (broadcast(MIB), expect("chunked", none, false)),
         (all_reduce(MIB), expect("chunked", none, false)),
@@ -482,11 +483,11 @@ fn readers_on_the_same_cpu_take_plain_staged_blocks() {
         (got.staging, got.staging_plain_for),
         (Staging::OtherBlocksOwnToOutput(PLAIN), 0)
     );
-    // One copy that every reader takes: streamed for all.
+    // One copy that every reader takes next: plain for all.
     let ag = plan(&t, &all_gather(&t, 16 * MIB), UNKNOWN);
     assert_eq!(
         (ag.staging, ag.staging_plain_for),
-        (Staging::Input(STREAMED), 0)
+        (Staging::Input(PLAIN), 0)
     );
 }
 
